@@ -1,0 +1,47 @@
+# Two commands for a newcomer:  `make run` (the main job)  and  `make test` (the whole suite).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PG15_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
+
+.PHONY: run serve test test-fast test-pg15 lint bench clean
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/activate
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+## run: start the API on the embedded PostgreSQL, feed it from the simulator, print the slow steps found
+run: $(VENV)/.installed
+	$(BIN)/fabricscope demo
+
+## serve: only the API (embedded PostgreSQL unless DATABASE_URL is set)
+serve: $(VENV)/.installed
+	$(BIN)/fabricscope serve
+
+## test: the whole suite on the embedded PostgreSQL 18, then the database suites on PostgreSQL 15
+test: $(VENV)/.installed
+	$(BIN)/pytest -q
+	$(MAKE) --no-print-directory test-pg15
+
+## test-fast: everything but the slow end-to-end suites (lab, real peers, multi-process training)
+test-fast: $(VENV)/.installed
+	$(BIN)/pytest -q -m "not slow"
+
+test-pg15: $(VENV)/.installed
+	@if $(BIN)/python -c "import psycopg,sys; psycopg.connect('$(PG15_URL)', connect_timeout=3).close()" 2>/dev/null; then \
+	  FABRICSCOPE_TEST_DATABASE_URL=$(PG15_URL) $(BIN)/pytest -q -m "not slow" tests/api tests/db; \
+	else echo "test-pg15: no PostgreSQL server at $(PG15_URL); skipped (CI starts one)"; fi
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/mypy service collectors
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/ingest.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Alembic migrations and re-appliable SQL (TimescaleDB policies, views) for fabricscope."""

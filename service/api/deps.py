@@ -1,0 +1,67 @@
+"""Dependency aliases: routes declare what they need; none builds its own DB session."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Iterator
+from typing import Annotated
+
+import psycopg
+from fastapi import Depends, HTTPException, Request
+from psycopg_pool import ConnectionPool
+
+from service.db.writer import SampleWriter
+from service.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_pool(request: Request) -> ConnectionPool:
+    pool: ConnectionPool = request.app.state.pool
+    return pool
+
+
+def get_conn(pool: Annotated[ConnectionPool, Depends(get_pool)]) -> Iterator[psycopg.Connection]:
+    with pool.connection() as conn:
+        yield conn
+
+
+def get_sample_writer(request: Request) -> SampleWriter:
+    writer: SampleWriter = request.app.state.sample_writer
+    return writer
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+PoolDep = Annotated[ConnectionPool, Depends(get_pool)]
+ConnDep = Annotated[psycopg.Connection, Depends(get_conn)]
+WriterDep = Annotated[SampleWriter, Depends(get_sample_writer)]
+
+
+def require(scope: str) -> Callable[..., None]:
+    """Bearer-token check for one scope; a no-op when no tokens are configured."""
+
+    def check(request: Request, settings: SettingsDep) -> None:
+        tokens = request.app.state.token_scopes
+        if not tokens:
+            return
+        header = request.headers.get("authorization", "")
+        kind, _, token = header.partition(" ")
+        if kind.lower() != "bearer" or not token:
+            raise HTTPException(401, detail="missing bearer token (Authorization: Bearer <token>)",
+                                headers={"WWW-Authenticate": "Bearer"})
+        for known, scopes in tokens.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                if scope in scopes or "admin" in scopes:
+                    return
+                raise HTTPException(403, detail=f"token lacks the '{scope}' scope")
+        raise HTTPException(401, detail="unknown bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    return check
+
+
+IngestAuth = Depends(require("ingest"))
+ReadAuth = Depends(require("read"))
+AdminAuth = Depends(require("admin"))

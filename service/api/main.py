@@ -1,0 +1,122 @@
+"""The FastAPI application: routers, error mapping (4xx for bad input, 503 for outages), OpenAPI."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from psycopg_pool import PoolTimeout
+
+from service.api.routes import health, ingest, jobs, sources, steps, topology
+from service.api.schemas import INGEST_MODELS
+from service.db.database import database_url, make_pool
+from service.db.writer import SampleWriter
+from service.ingest.errors import IngestError
+from service.observability import metrics as m
+from service.observability.logs import request_id_var
+from service.settings import Settings, get_settings
+
+log = logging.getLogger("fabricscope.api")
+
+_DB_DOWN = (psycopg.OperationalError, PoolTimeout, psycopg.errors.AdminShutdown)
+
+
+def _flavour(url: str) -> str:
+    try:
+        with psycopg.connect(url, connect_timeout=3) as conn:
+            row = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'timescaledb'").fetchone()
+            return "timescaledb" if row else "postgresql"
+    except psycopg.Error:
+        return "unknown"
+
+
+def create_app(settings: Settings | None = None, *, background: bool = False) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        url = database_url(settings)
+        app.state.pool = make_pool(url, settings)
+        app.state.flavour = _flavour(url)
+        workers = None
+        if background:
+            from service.workers import start_background
+
+            workers = start_background(app.state.pool, settings)
+        try:
+            yield
+        finally:
+            if workers is not None:
+                workers.shutdown(wait=False)
+            app.state.pool.close()
+
+    app = FastAPI(
+        title="fabricscope",
+        version="1.0.0",
+        summary="Why was step N slow? Cross-layer telemetry correlation for AI training clusters.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.sample_writer = SampleWriter()
+    app.state.token_scopes = settings.token_scopes()
+    for r in (health.router, ingest.router, topology.router, jobs.router, steps.router, sources.router):
+        app.include_router(r)
+
+    @app.middleware("http")
+    async def request_id(request: Request, call_next: Any) -> Any:
+        rid = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
+        token = request_id_var.set(rid)
+        try:
+            response = await call_next(request)
+        finally:
+            request_id_var.reset(token)
+        response.headers["X-Request-Id"] = rid
+        return response
+
+    @app.exception_handler(IngestError)
+    async def ingest_error(_: Request, exc: IngestError) -> JSONResponse:
+        m.INGEST_REJECTED.labels(str(exc.status_code)).inc()
+        return JSONResponse({"detail": exc.detail()}, status_code=exc.status_code)
+
+    async def db_down(_: Request, exc: Exception) -> JSONResponse:
+        m.DB_UNAVAILABLE.inc()
+        log.warning("database unavailable: %s", type(exc).__name__)
+        return JSONResponse({"detail": "database unavailable, retry later"}, status_code=503,
+                            headers={"Retry-After": str(settings.retry_after_s)})
+
+    for exc_type in _DB_DOWN:
+        app.add_exception_handler(exc_type, db_down)
+
+    @app.exception_handler(psycopg.errors.DataError)
+    async def data_error(_: Request, exc: psycopg.errors.DataError) -> JSONResponse:
+        # Values the database cannot hold (a number out of range, an invalid character): the client's input.
+        return JSONResponse({"detail": [{"loc": ["body"], "msg": f"value rejected by the database: "
+                                         f"{str(exc).splitlines()[0]}", "type": "value_error"}]}, status_code=422)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in INGEST_MODELS.values():
+            js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps.update(js.pop("$defs", {}))
+            comps[model.__name__] = js
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,153 @@
+"""POST /v1/ingest/{samples,steps,collectives,events} — the write side of API.md."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from service.api.deps import IngestAuth, PoolDep, SettingsDep, WriterDep
+from service.api.schemas import INGEST_MODELS, IngestResult
+from service.ingest import store
+from service.ingest import validate as v
+from service.ingest.errors import IngestError, TooLarge
+from service.observability import metrics as m
+
+router = APIRouter(prefix="/v1/ingest", tags=["ingest"], dependencies=[IngestAuth])
+
+
+def _body_doc(kind: str) -> dict[str, Any]:
+    name = INGEST_MODELS[kind].__name__
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}}
+
+
+async def _read_json(request: Request, max_bytes: int) -> Any:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise TooLarge(["body"], f"body of {declared} bytes is over the limit of {max_bytes}", "too_long")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise TooLarge(["body"], f"body is over the limit of {max_bytes} bytes", "too_long")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "identity").lower()
+    if encoding == "gzip":
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            raw = d.decompress(raw, max_bytes)
+        except zlib.error as exc:
+            raise IngestError(["body"], "Content-Encoding is gzip but the body is not valid gzip",
+                              "gzip_error") from exc
+        if d.unconsumed_tail:
+            raise TooLarge(["body"], f"decompressed body is over the limit of {max_bytes} bytes", "too_long")
+    elif encoding not in ("identity", ""):
+        raise IngestError(["header", "content-encoding"], "only gzip or identity are accepted", "value_error")
+    if not raw:
+        raise IngestError(["body"], "empty body: a JSON object is required", "missing")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise IngestError(["body"], f"invalid JSON: {exc}", "json_invalid") from exc
+
+
+def _limits(settings: SettingsDep) -> v.Limits:
+    return v.Limits(settings.max_batch, settings.min_ts, time.time() + settings.max_future_s)
+
+
+async def _strict(pool: PoolDep, settings: SettingsDep, sources: list[str], kind: str) -> None:
+    if not settings.strict_sources or not sources:
+        return
+
+    def check() -> list[str]:
+        with pool.connection() as conn:
+            return store.unknown_devices(conn, sources=sources)
+
+    unknown = await run_in_threadpool(check)
+    if unknown:
+        i = next(i for i, s in enumerate(sources) if s.partition(":")[0] == unknown[0])
+        raise IngestError(["body", kind, i, "source"], f"unknown device '{unknown[0]}': declare it in the topology "
+                          "first (PUT /v1/topology) or turn off FABRICSCOPE_STRICT_SOURCES", "unknown_source")
+
+
+@router.post("/samples", response_model=IngestResult,
+             response_model_exclude_none=True, openapi_extra=_body_doc("samples"),
+             summary="Ingest counter and gauge samples")
+async def ingest_samples(request: Request, pool: PoolDep, settings: SettingsDep, writer: WriterDep) -> Any:
+    t0 = time.perf_counter()
+    body = await _read_json(request, settings.max_body_bytes)
+    cols = v.samples(body, _limits(settings))
+    await _strict(pool, settings, sorted(set(cols.source)), "samples")
+
+    def write() -> dict[str, Any]:
+        with pool.connection() as conn:
+            return store.store_samples(conn, sample_writer=writer, body=body, cols=cols)
+
+    out = await run_in_threadpool(write)
+    m.INGEST_ROWS.labels("samples").inc(out["accepted"] if not out.get("duplicate") else 0)
+    m.INGEST_SECONDS.labels("samples").observe(time.perf_counter() - t0)
+    return out
+
+
+@router.post("/steps", response_model=IngestResult,
+             response_model_exclude_none=True, openapi_extra=_body_doc("steps"),
+             summary="Ingest per-rank step timings of a job")
+async def ingest_steps(request: Request, pool: PoolDep, settings: SettingsDep) -> Any:
+    t0 = time.perf_counter()
+    body = await _read_json(request, settings.max_body_bytes)
+    rows = v.steps(body, _limits(settings))
+    v.job_name(body)
+
+    def write() -> dict[str, Any]:
+        with pool.connection() as conn:
+            return store.store_steps(conn, body=body, rows=rows)
+
+    out = await run_in_threadpool(write)
+    m.INGEST_ROWS.labels("steps").inc(out["accepted"] if not out.get("duplicate") else 0)
+    m.INGEST_SECONDS.labels("steps").observe(time.perf_counter() - t0)
+    return out
+
+
+@router.post("/collectives", response_model=IngestResult,
+             response_model_exclude_none=True, openapi_extra=_body_doc("collectives"),
+             summary="Ingest per-rank collective timings of a job")
+async def ingest_collectives(request: Request, pool: PoolDep, settings: SettingsDep) -> Any:
+    t0 = time.perf_counter()
+    body = await _read_json(request, settings.max_body_bytes)
+    rows = v.collectives(body, _limits(settings))
+    v.job_name(body)
+
+    def write() -> dict[str, Any]:
+        with pool.connection() as conn:
+            return store.store_collectives(conn, body=body, rows=rows)
+
+    out = await run_in_threadpool(write)
+    m.INGEST_ROWS.labels("collectives").inc(out["accepted"] if not out.get("duplicate") else 0)
+    m.INGEST_SECONDS.labels("collectives").observe(time.perf_counter() - t0)
+    return out
+
+
+@router.post("/events", response_model=IngestResult,
+             response_model_exclude_none=True, openapi_extra=_body_doc("events"),
+             summary="Ingest events (checkpoint, pfc_storm, ecn_burst, link_flap, ...)")
+async def ingest_events(request: Request, pool: PoolDep, settings: SettingsDep) -> Any:
+    t0 = time.perf_counter()
+    body = await _read_json(request, settings.max_body_bytes)
+    rows = v.events(body, _limits(settings))
+    await _strict(pool, settings, [r[1] for r in rows], "events")
+
+    def write() -> dict[str, Any]:
+        with pool.connection() as conn:
+            return store.store_events(conn, body=body, rows=rows)
+
+    out = await run_in_threadpool(write)
+    m.INGEST_ROWS.labels("events").inc(out["accepted"] if not out.get("duplicate") else 0)
+    m.INGEST_SECONDS.labels("events").observe(time.perf_counter() - t0)
+    return out

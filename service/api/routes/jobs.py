@@ -1,0 +1,41 @@
+"""PUT/GET /v1/jobs/{job} (rank placement) and GET /v1/jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Path
+
+from service.api.deps import ConnDep, IngestAuth, ReadAuth
+from service.api.schemas import JobIn, JobOut
+from service.db import inventory
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+JobName = Path(min_length=1, max_length=512, description="Job name, e.g. llama-70b-run3")
+
+
+@router.put("/{job}", dependencies=[IngestAuth], response_model=JobOut, summary="Register a job's rank placement")
+def put_job(body: JobIn, conn: ConnDep, job: str = JobName) -> Any:
+    ranks = [r.model_dump(exclude_none=True) for r in body.ranks]
+    seen: set[int] = set()
+    for i, r in enumerate(ranks):
+        if r["rank"] in seen:
+            raise HTTPException(422, detail=[{"loc": ["body", "ranks", i, "rank"],
+                                              "msg": f"rank {r['rank']} appears twice", "type": "value_error"}])
+        seen.add(r["rank"])
+    inventory.put_job(conn, job=job, ranks=ranks, labels=body.labels)
+    return inventory.get_job(conn, job=job)
+
+
+@router.get("", dependencies=[ReadAuth], summary="List jobs")
+def list_jobs(conn: ConnDep) -> list[dict[str, Any]]:
+    return inventory.list_jobs(conn)
+
+
+@router.get("/{job}", dependencies=[ReadAuth], response_model=JobOut, summary="A job and its rank placement")
+def get_job(conn: ConnDep, job: str = JobName) -> Any:
+    out = inventory.get_job(conn, job=job)
+    if out is None:
+        raise HTTPException(404, detail=f"job '{job}' is unknown")
+    return out

@@ -1,0 +1,54 @@
+"""GET /v1/sources and /v1/sources/{source}/metrics/{metric}: raw values and rates."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query
+
+from service.api.deps import ConnDep, ReadAuth
+from service.db import series as series_db
+
+router = APIRouter(prefix="/v1/sources", tags=["queries"], dependencies=[ReadAuth])
+
+
+def _range(from_: datetime | None, to: datetime | None) -> tuple[datetime, datetime]:
+    end = to or datetime.now(UTC)
+    start = from_ or end - timedelta(hours=1)
+    if start.tzinfo is None or end.tzinfo is None:
+        field = "from" if start.tzinfo is None else "to"
+        raise HTTPException(422, detail=[{"loc": ["query", field], "msg": "timestamp needs a time zone offset",
+                                          "type": "timestamp_parsing"}])
+    if end < start:
+        raise HTTPException(422, detail=[{"loc": ["query", "to"], "msg": "'to' is before 'from'",
+                                          "type": "value_error"}])
+    return start, end
+
+
+@router.get("", summary="Known sources, optionally filtered by device")
+def list_sources(conn: ConnDep, device: Annotated[str | None, Query(max_length=256)] = None) -> list[dict[str, Any]]:
+    return series_db.list_sources(conn, device=device)
+
+
+@router.get("/{source:path}/metrics/{metric}", summary="Values and rates of one metric of one source")
+def get_metric(
+    source: str,
+    metric: str,
+    conn: ConnDep,
+    from_: Annotated[datetime | None, Query(alias="from", description="Start (RFC 3339); default: to - 1h")] = None,
+    to: Annotated[datetime | None, Query(description="End (RFC 3339); default: now")] = None,
+    step: Annotated[float | None, Query(gt=0, le=86400 * 31, description="Bucket width in seconds")] = None,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+) -> dict[str, Any]:
+    start, end = _range(from_, to)
+    found = series_db.series_of(conn, source=source, metric=metric)
+    if found is None:
+        raise HTTPException(404, detail=f"source '{source}' is unknown")
+    if not found:
+        raise HTTPException(404, detail=f"source '{source}' has no metric '{metric}'")
+    out = []
+    for sid, labels in found:
+        pts = series_db.points(conn, series_id=sid, start=start, end=end, step=step, limit=limit)
+        out.append({"labels": labels, "points": pts})
+    return {"source": source, "metric": metric, "from": start, "to": end, "step": step, "series": out}

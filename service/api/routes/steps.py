@@ -1,0 +1,76 @@
+"""The answers: slow steps, per-step attribution and per-job report (service/correlate)."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Query
+
+from service.api.deps import ConnDep, ReadAuth
+from service.api.schemas import Attribution, StepRow
+from service.observability import metrics as m
+
+router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
+
+JobName = Path(min_length=1, max_length=512)
+
+
+def _engine(name: str) -> Any:
+    try:
+        import service.correlate as engine
+
+        return getattr(engine, name)
+    except (ImportError, AttributeError) as exc:
+        raise HTTPException(503, detail="the correlation engine is not available in this build") from exc
+
+
+def _known_job(conn: ConnDep, job: str) -> None:
+    if conn.execute("SELECT 1 FROM jobs WHERE name = %s", (job,)).fetchone() is None:
+        raise HTTPException(404, detail=f"job '{job}' is unknown")
+
+
+def _tz(value: datetime | None, field: str) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        raise HTTPException(422, detail=[{"loc": ["query", field], "msg": "timestamp needs a time zone offset",
+                                          "type": "timestamp_parsing"}])
+    return value
+
+
+@router.get("/{job}/steps", response_model=list[StepRow], summary="Steps of a job with baseline and slow flag")
+def list_steps(
+    conn: ConnDep,
+    job: str = JobName,
+    from_: Annotated[datetime | None, Query(alias="from")] = None,
+    to: Annotated[datetime | None, Query()] = None,
+    slow: Annotated[bool, Query(description="Only slow steps")] = False,
+) -> Any:
+    _list_steps = _engine("list_steps")
+    _known_job(conn, job)
+    return _list_steps(conn, job=job, from_ts=_tz(from_, "from"), to_ts=_tz(to, "to"), slow_only=slow)
+
+
+@router.get("/{job}/steps/{step}/attribution", response_model=Attribution,
+            summary="Why was this step slow: layer, component, confidence, evidence")
+def attribution(conn: ConnDep, job: str = JobName, step: int = Path(ge=0, lt=2**63)) -> Any:
+    attribute_step = _engine("attribute_step")
+    _known_job(conn, job)
+    t0 = time.perf_counter()
+    out = attribute_step(conn, job=job, step=step, store=True)
+    m.ATTRIBUTION_SECONDS.observe(time.perf_counter() - t0)
+    if out is None:
+        raise HTTPException(404, detail=f"job '{job}' has no step {step}")
+    return out
+
+
+@router.get("/{job}/report", summary="Time lost per layer and per component, worst first")
+def report(
+    conn: ConnDep,
+    job: str = JobName,
+    from_: Annotated[datetime | None, Query(alias="from")] = None,
+    to: Annotated[datetime | None, Query()] = None,
+) -> dict[str, Any]:
+    job_report = _engine("job_report")
+    _known_job(conn, job)
+    return job_report(conn, job=job, from_ts=_tz(from_, "from"), to_ts=_tz(to, "to"))

@@ -1,0 +1,109 @@
+"""Which database is in use, the connection pool, and migrations."""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from service.db.embedded import EmbeddedPostgres
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(str(resources.files("migrations")))
+
+
+def embedded_for(settings: Settings) -> EmbeddedPostgres:
+    return EmbeddedPostgres(settings.data_dir, settings.embedded_port)
+
+
+def database_url(settings: Settings) -> str:
+    """The DSN in use: DATABASE_URL when set, else the embedded server's (whether or not it runs)."""
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
+    return embedded_for(settings).url
+
+
+def redact(url: str) -> str:
+    """A DSN safe to print: the password, if any, replaced."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    if "password" in info:
+        info["password"] = "***"
+    host = info.get("host", "")
+    user = info.get("user", "")
+    pw = ":***" if "password" in info else ""
+    port = f":{info['port']}" if "port" in info else ""
+    return f"postgresql://{user}{pw}@{host}{port}/{info.get('dbname', '')}"
+
+
+def make_pool(url: str, settings: Settings) -> ConnectionPool:
+    """A pool that survives a database outage: connections are checked on checkout, so once the
+    server is back requests succeed again without restarting the service."""
+    pool = ConnectionPool(
+        url,
+        min_size=1,
+        max_size=settings.pool_size,
+        timeout=settings.db_timeout_s,
+        open=False,
+        check=ConnectionPool.check_connection,
+        reconnect_timeout=0,  # keep trying forever in the background
+        kwargs={"connect_timeout": max(1, int(settings.db_timeout_s))},
+    )
+    pool.open(wait=False)
+    return pool
+
+
+def _alembic_config(url: str) -> Any:
+    from alembic.config import Config
+
+    cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def timescaledb_available(conn: psycopg.Connection) -> bool:
+    row = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb'").fetchone()
+    return row is not None
+
+
+def migrate(url: str, settings: Settings) -> str:
+    """Bring the schema to head, then (re)apply the idempotent SQL for TimescaleDB or plain PG."""
+    from alembic import command
+
+    command.upgrade(_alembic_config(url), "head")
+    with psycopg.connect(url, autocommit=True) as conn:
+        if timescaledb_available(conn):
+            sql = (MIGRATIONS_DIR / "sql" / "timescale.sql").read_text()
+            sql = sql.replace(":retention_days", str(settings.retention_days))
+            sql = sql.replace(":compress_after_days", str(settings.compress_after_days))
+            flavour = "timescaledb"
+        else:
+            sql = (MIGRATIONS_DIR / "sql" / "plain.sql").read_text()
+            flavour = "postgresql"
+        conn.execute(sql.encode())
+    return flavour
+
+
+def current_revision(conn: psycopg.Connection) -> str | None:
+    try:
+        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    except psycopg.errors.UndefinedTable:
+        return None
+    return row[0] if row else None
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_alembic_config("postgresql://unused/x")).get_current_head()
+    assert head is not None
+    return head

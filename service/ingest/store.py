@@ -1,0 +1,74 @@
+"""One transaction per ingest batch: claim the batch id, write, commit, then update caches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from service.db import writer as w
+from service.ingest import validate as v
+
+
+def _dup(conn: psycopg.Connection, batch_id: str | None, kind: str, n: int) -> dict[str, Any] | None:
+    prev = w.claim_batch(conn, batch_id=batch_id, kind=kind, accepted=n)
+    if prev is None:
+        return None
+    return {"accepted": prev, "duplicate": True}
+
+
+def store_samples(conn: psycopg.Connection, *, sample_writer: w.SampleWriter, body: dict[str, Any],
+                  cols: v.SampleColumns) -> dict[str, Any]:
+    bid = v.batch_id(body)
+    with conn.transaction():
+        dup = _dup(conn, bid, "samples", len(cols))
+        if dup is not None:
+            return dup
+        written = sample_writer.write_samples(conn, cols)
+    sample_writer.committed(written)
+    return {"accepted": written.count}
+
+
+def store_steps(conn: psycopg.Connection, *, body: dict[str, Any], rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    job = v.job_name(body)
+    bid = v.batch_id(body)
+    with conn.transaction():
+        dup = _dup(conn, bid, "steps", len(rows))
+        if dup is not None:
+            return dup
+        _ensure_job(conn, job)
+        n = w.write_steps(conn, job=job, rows=rows)
+    return {"accepted": n}
+
+
+def store_collectives(conn: psycopg.Connection, *, body: dict[str, Any],
+                      rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    job = v.job_name(body)
+    bid = v.batch_id(body)
+    with conn.transaction():
+        dup = _dup(conn, bid, "collectives", len(rows))
+        if dup is not None:
+            return dup
+        _ensure_job(conn, job)
+        n = w.write_collectives(conn, job=job, rows=rows)
+    return {"accepted": n}
+
+
+def store_events(conn: psycopg.Connection, *, body: dict[str, Any], rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    bid = v.batch_id(body)
+    with conn.transaction():
+        dup = _dup(conn, bid, "events", len(rows))
+        if dup is not None:
+            return dup
+        n = w.write_events(conn, rows=rows)
+    return {"accepted": n}
+
+
+def _ensure_job(conn: psycopg.Connection, job: str) -> None:
+    conn.execute("INSERT INTO jobs (name) VALUES (%s) ON CONFLICT DO NOTHING", (job,))
+
+
+def unknown_devices(conn: psycopg.Connection, *, sources: list[str]) -> list[str]:
+    devices = sorted({s.partition(":")[0] for s in sources})
+    known = {r[0] for r in conn.execute("SELECT name FROM devices WHERE name = ANY(%s)", (devices,)).fetchall()}
+    return [d for d in devices if d not in known]

@@ -1,0 +1,1 @@
+"""The service's own observability: Prometheus metrics, structured logs, health."""

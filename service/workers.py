@@ -1,0 +1,62 @@
+"""Background work inside `fabricscope serve`: attribution as data arrives, alerting, retention.
+
+APScheduler runs each job on its own interval; a job that overruns is skipped, never stacked.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from apscheduler.schedulers.background import BackgroundScheduler
+from psycopg_pool import ConnectionPool
+
+from service.settings import Settings
+
+log = logging.getLogger("fabricscope.workers")
+
+
+def retention(conn: psycopg.Connection, *, days: int) -> int:
+    """Plain PostgreSQL retention (TimescaleDB uses its own policy): delete old raw rows."""
+    if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'timescaledb'").fetchone():
+        return 0
+    total = 0
+    for table, col in (("samples", "ts"), ("collectives", "start_ts"), ("ingest_batches", "received_at")):
+        cur = conn.execute(f"DELETE FROM {table} WHERE {col} < now() - make_interval(days => %s)", (days,))
+        total += cur.rowcount
+    return total
+
+
+def _guarded(pool: ConnectionPool, name: str, fn: Callable[[psycopg.Connection], Any]) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            with pool.connection() as conn:
+                fn(conn)
+        except (psycopg.OperationalError, Exception) as exc:  # a worker must survive outages
+            log.warning("%s failed: %s: %s", name, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+
+    return run
+
+
+def start_background(pool: ConnectionPool, settings: Settings) -> BackgroundScheduler:
+    sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
+    if settings.correlate_interval_s > 0:
+        from service.correlate import process_pending
+
+        sched.add_job(_guarded(pool, "attribution", lambda c: process_pending(c)), "interval",
+                      seconds=settings.correlate_interval_s, id="correlate", jitter=1)
+    if settings.alert_interval_s > 0:
+        try:
+            from service.alerts.engine import run_once as alerts_once
+        except ImportError:
+            alerts_once = None
+        if alerts_once is not None:
+            sched.add_job(_guarded(pool, "alerts", lambda c: alerts_once(c, settings=settings)), "interval",
+                          seconds=settings.alert_interval_s, id="alerts", jitter=1)
+    if settings.retention_interval_s > 0:
+        sched.add_job(_guarded(pool, "retention", lambda c: retention(c, days=settings.retention_days)), "interval",
+                      seconds=settings.retention_interval_s, id="retention")
+    sched.start()
+    return sched

@@ -1,0 +1,65 @@
+"""Shared fixtures. The database is a real PostgreSQL: embedded (default) or the server named by
+FABRICSCOPE_TEST_DATABASE_URL (CI also runs the suite against the machine's PostgreSQL 15)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from tests.support import ServiceProcess, TestDatabase, start_service
+
+
+@pytest.fixture(scope="session")
+def test_server_url() -> str | None:
+    return os.environ.get("FABRICSCOPE_TEST_DATABASE_URL") or None
+
+
+@pytest.fixture(scope="session")
+def test_database(tmp_path_factory: pytest.TempPathFactory, test_server_url: str | None) -> Iterator[TestDatabase]:
+    db = TestDatabase.create(test_server_url, tmp_path_factory.mktemp("pg"))
+    yield db
+    db.drop()
+
+
+@pytest.fixture(scope="session")
+def database_url(test_database: TestDatabase) -> str:
+    """A migrated, empty-at-start database shared by the session."""
+    return test_database.url
+
+
+@pytest.fixture(scope="session")
+def service(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    svc = start_service(database_url, tmp_path_factory.mktemp("svc"))
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture(scope="session")
+def service_url(service: ServiceProcess) -> str:
+    """Base URL of a real fabricscope API process (uvicorn) on 127.0.0.1, no auth."""
+    return service.url
+
+
+@pytest.fixture
+def api(service_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=service_url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def db_conn(database_url: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def fresh_database(tmp_path: Path, test_server_url: str | None) -> Iterator[TestDatabase]:
+    """A database of the test's own (for tests that stop the server or need an empty schema)."""
+    db = TestDatabase.create(test_server_url, tmp_path / "pg")
+    yield db
+    db.drop()
