@@ -40,17 +40,32 @@ def split_source(name: str) -> tuple[str, str | None]:
 
 
 class SampleWriter:
+    """Per-process caches: series key → id (dict), and per-series state in numpy arrays indexed by
+    the (dense, serial) series id, so a batch needs no per-row Python beyond the key lookup."""
+
     def __init__(self) -> None:
         self._series: dict[SeriesKey, int] = {}
-        self._counter: dict[int, bool] = {}  # series id → is a counter
-        self._last: dict[int, tuple[float, float]] = {}
         self._lock = threading.Lock()
+        self._alloc(1024)
+
+    def _alloc(self, size: int) -> None:
+        self._is_counter = np.zeros(size, dtype=bool)
+        self._loaded = np.zeros(size, dtype=bool)  # last point known (from the DB or a write)
+        self._last_ts = np.full(size, np.nan)
+        self._last_val = np.full(size, np.nan)
+
+    def _grow(self, max_id: int) -> None:
+        if max_id < len(self._is_counter):
+            return
+        old = (self._is_counter, self._loaded, self._last_ts, self._last_val)
+        self._alloc(max(2 * len(old[0]), max_id + 1))
+        n = len(old[0])
+        self._is_counter[:n], self._loaded[:n], self._last_ts[:n], self._last_val[:n] = old
 
     def reset_caches(self) -> None:
         with self._lock:
             self._series.clear()
-            self._counter.clear()
-            self._last.clear()
+            self._alloc(1024)
 
     # -- dictionaries -------------------------------------------------------------------------
     def _resolve(self, conn: psycopg.Connection, keys: list[SeriesKey]) -> None:
@@ -70,53 +85,50 @@ class SampleWriter:
             " ON CONFLICT (name) DO NOTHING",
             (mets, ["counter" if m.endswith("_total") else "gauge" for m in mets]),
         )
+        cols = ([k[0] for k in missing], [k[1] for k in missing], [k[2] for k in missing])
+        conn.execute(
+            """
+            INSERT INTO series (source_id, metric_id, labels)
+            SELECT s.id, m.id, CASE WHEN k.labels = '' THEN '{}'::jsonb ELSE k.labels::jsonb END
+            FROM unnest(%s::text[], %s::text[], %s::text[]) AS k(source, metric, labels)
+            JOIN sources s ON s.name = k.source JOIN metrics m ON m.name = k.metric
+            ON CONFLICT (source_id, metric_id, labels) DO NOTHING
+            """,
+            cols,
+        )
         rows = conn.execute(
             """
-            WITH k AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) AS k(source, metric, labels)),
-            ins AS (
-              INSERT INTO series (source_id, metric_id, labels)
-              SELECT s.id, m.id, CASE WHEN k.labels = '' THEN '{}'::jsonb ELSE k.labels::jsonb END
-              FROM k JOIN sources s ON s.name = k.source JOIN metrics m ON m.name = k.metric
-              ON CONFLICT (source_id, metric_id, labels) DO NOTHING
+            WITH k AS MATERIALIZED (
+              SELECT k.source, k.metric, k.labels, s.id AS source_id, m.id AS metric_id, m.kind,
+                     CASE WHEN k.labels = '' THEN '{}'::jsonb ELSE k.labels::jsonb END AS lj
+              FROM unnest(%s::text[], %s::text[], %s::text[]) AS k(source, metric, labels)
+              JOIN sources s ON s.name = k.source JOIN metrics m ON m.name = k.metric
             )
-            SELECT k.source, k.metric, k.labels, se.id, m.kind
-            FROM k JOIN sources s ON s.name = k.source JOIN metrics m ON m.name = k.metric
-            JOIN series se ON se.source_id = s.id AND se.metric_id = m.id
-             AND se.labels = CASE WHEN k.labels = '' THEN '{}'::jsonb ELSE k.labels::jsonb END
+            SELECT k.source, k.metric, k.labels, se.id, k.kind
+            FROM k JOIN series se ON se.source_id = k.source_id AND se.metric_id = k.metric_id AND se.labels = k.lj
             """,
-            ([k[0] for k in missing], [k[1] for k in missing], [k[2] for k in missing]),
+            cols,
         ).fetchall()
-        found = {(r[0], r[1], r[2]): (r[3], r[4] == "counter") for r in rows}
-        if len(found) < len(missing):
-            # Rows inserted by this statement are invisible to its own SELECT: read them back.
-            rows = conn.execute(
-                """
-                SELECT k.source, k.metric, k.labels, se.id, m.kind
-                FROM unnest(%s::text[], %s::text[], %s::text[]) AS k(source, metric, labels)
-                JOIN sources s ON s.name = k.source JOIN metrics m ON m.name = k.metric
-                JOIN series se ON se.source_id = s.id AND se.metric_id = m.id
-                 AND se.labels = CASE WHEN k.labels = '' THEN '{}'::jsonb ELSE k.labels::jsonb END
-                """,
-                ([k[0] for k in missing], [k[1] for k in missing], [k[2] for k in missing]),
-            ).fetchall()
-            found = {(r[0], r[1], r[2]): (r[3], r[4] == "counter") for r in rows}
         with self._lock:
-            for key, (sid, is_counter) in found.items():
-                self._series[key] = sid
-                self._counter[sid] = is_counter
+            self._grow(max(r[3] for r in rows))
+            for source, metric, labels, sid, kind in rows:
+                self._series[(source, metric, labels)] = sid
+                self._is_counter[sid] = kind == "counter"
 
     def _load_last(self, conn: psycopg.Connection, sids: np.ndarray) -> None:
-        unknown = [int(s) for s in np.unique(sids) if int(s) not in self._last]
-        if not unknown:
+        unknown = sids[~self._loaded[sids]]
+        if not len(unknown):
             return
         rows = conn.execute(
             "SELECT u.id, extract(epoch FROM l.ts)::float8, l.value FROM unnest(%s::int[]) AS u(id)"
             " CROSS JOIN LATERAL (SELECT ts, value FROM samples WHERE series_id = u.id ORDER BY ts DESC LIMIT 1) l",
-            (unknown,),
+            (unknown.tolist(),),
         ).fetchall()
         with self._lock:
             for sid, ts, value in rows:
-                self._last[sid] = (ts, value)
+                self._last_ts[sid] = ts
+                self._last_val[sid] = value
+            self._loaded[unknown] = True
 
     # -- writing ------------------------------------------------------------------------------
     def write_samples(self, conn: psycopg.Connection, cols: SampleColumns) -> Written:
@@ -124,28 +136,27 @@ class SampleWriter:
         n = len(cols)
         if n == 0:
             return Written(0, None)
-        lk = [_labels_key(x) if x else "" for x in cols.labels]
-        keys = list(zip(cols.source, cols.metric, lk, strict=True))
-        self._resolve(conn, keys)
+        keys = [(src, met, _labels_key(lab) if lab else "")
+                for src, met, lab in zip(cols.source, cols.metric, cols.labels, strict=True)]
         series = self._series
-        sids = np.fromiter((series[k] for k in keys), dtype=np.int64, count=n)
-        counter_of = self._counter
-        is_counter = np.fromiter((counter_of[s] for s in sids.tolist()), dtype=bool, count=n)
+        get = series.get
+        sids = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=n)
+        if (sids < 0).any():
+            self._resolve(conn, keys)
+            sids = np.fromiter((series[k] for k in keys), dtype=np.int64, count=n)
+        uniq = np.unique(sids)
+        is_counter = self._is_counter[sids]
         rate = np.full(n, np.nan)
+        pending = None
         if is_counter.any():
+            self._load_last(conn, uniq)
             idx = np.flatnonzero(is_counter)
             csid = sids[idx]
-            self._load_last(conn, csid)
-            last = self._last
-            nan2 = (np.nan, np.nan)
-            lt = np.fromiter((last.get(s, nan2)[0] for s in csid.tolist()), dtype=np.float64, count=len(idx))
-            lv = np.fromiter((last.get(s, nan2)[1] for s in csid.tolist()), dtype=np.float64, count=len(idx))
             disc = None if cols.discontinuity is None else cols.discontinuity[idx]
-            order, r = series_rates(csid, cols.ts[idx], cols.value[idx], lt, lv, disc)
+            order, r = series_rates(csid, cols.ts[idx], cols.value[idx], self._last_ts[csid], self._last_val[csid],
+                                    disc)
             rate[idx[order]] = r
             pending = (csid[order], cols.ts[idx][order], cols.value[idx][order])
-        else:
-            pending = None
         payload = samples_copy_payload(cols.ts, sids, cols.value, rate)
         copy_sql = "COPY samples (ts, series_id, value, rate) FROM STDIN (FORMAT BINARY)"
         with conn.cursor() as cur, cur.copy(copy_sql) as cp:
@@ -160,13 +171,12 @@ class SampleWriter:
         # The arrays are sorted by (series, ts): the last row of each series is its newest point.
         last_of = np.ones(len(sids), dtype=bool)
         last_of[:-1] = sids[1:] != sids[:-1]
+        s, t, v = sids[last_of], ts[last_of], values[last_of]
         with self._lock:
-            cache = self._last
-            for sid, t, v in zip(sids[last_of].tolist(), ts[last_of].tolist(), values[last_of].tolist(),
-                                 strict=True):
-                old = cache.get(sid)
-                if old is None or t >= old[0]:
-                    cache[sid] = (t, v)
+            newer = ~(self._last_ts[s] > t)  # NaN (unknown) compares False: take the new point
+            self._last_ts[s[newer]] = t[newer]
+            self._last_val[s[newer]] = v[newer]
+            self._loaded[s] = True
 
 
 def claim_batch(conn: psycopg.Connection, *, batch_id: str | None, kind: str, accepted: int) -> int | None:
