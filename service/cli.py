@@ -167,6 +167,7 @@ def _register_optional() -> None:
         ("agent", "collectors.host.agent", "agent_command"),
         ("collect", "collectors.switch.cli", "collect_command"),
         ("simulate", "service.simulate.cli", "simulate_command"),
+        ("demo", "service.demo", "demo_command"),
     ]
     for name, module, attr in optional:
         try:

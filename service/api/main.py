@@ -15,7 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from psycopg_pool import PoolTimeout
 
-from service.api.routes import health, ingest, jobs, sources, steps, topology
+from service.api.routes import alerts, health, ingest, jobs, sources, steps, topology
 from service.api.schemas import INGEST_MODELS
 from service.db.database import database_url, make_pool
 from service.db.writer import SampleWriter
@@ -55,7 +55,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
             yield
         finally:
             if workers is not None:
-                workers.shutdown(wait=False)
+                workers.shutdown(wait=True)  # let a running job finish before the pool closes
             app.state.pool.close()
 
     app = FastAPI(
@@ -67,7 +67,8 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
     app.state.settings = settings
     app.state.sample_writer = SampleWriter()
     app.state.token_scopes = settings.token_scopes()
-    for r in (health.router, ingest.router, topology.router, jobs.router, steps.router, sources.router):
+    for r in (health.router, ingest.router, topology.router, jobs.router, steps.router, sources.router,
+              alerts.router):
         app.include_router(r)
 
     @app.middleware("http")

@@ -1,0 +1,90 @@
+"""Per-rank decomposition of one step and straggler detection, from durations only.
+
+A rank's step splits into local work (data, compute, optimizer, checkpoint) and collectives
+(transfer + waiting for the others). In a synchronous collective the last rank to arrive waits
+least, so the rank with the most local work is the one everyone waited for. Only durations
+measured on one host's clock are used (end - start of the same rank), never cross-host
+timestamps, so clock skew between hosts changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+PHASES = ("compute", "data", "checkpoint", "optimizer")
+MIN_Z = 5.0  # peer z-score for a rank's excess work to count as a straggler
+MIN_EXCESS_S = 0.01
+
+
+@dataclass
+class Straggler:
+    phase: str  # one of PHASES
+    host_level: bool  # most ranks of one host are slow together (host, not one GPU)
+    rank: int
+    host: str
+    gpu: str | None
+    value_s: float  # the phase time of the worst rank
+    peer_s: float  # the peers' median of that phase
+    excess_s: float
+    z: float
+    members: list[int]
+
+
+def decompose(steps: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
+    """`steps`: rank, dur, data, fb, opt, ckpt (+ placement); `coll`: rank, seq, duration_s.
+    Missing collective rows are imputed with that collective's median over ranks, so a lost row
+    does not make a rank look like it did more local work."""
+    df = steps.copy()
+    df["comm"] = 0.0
+    if len(coll):
+        ranks = df["rank"].to_numpy()
+        ri = np.searchsorted(np.sort(ranks), coll["rank"].to_numpy())
+        order = np.argsort(ranks)
+        known = (ri < len(ranks)) & (np.sort(ranks)[np.minimum(ri, len(ranks) - 1)] == coll["rank"].to_numpy())
+        seqs, si = np.unique(coll["seq"].to_numpy()[known], return_inverse=True)
+        m = np.full((len(ranks), len(seqs)), np.nan)
+        m[order[ri[known]], si] = coll["duration_s"].to_numpy(float)[known]
+        with np.errstate(all="ignore"):
+            med = np.nanmedian(m, axis=0) if len(seqs) else np.zeros(0)
+        m = np.where(np.isnan(m), med[None, :], m)
+        df["comm"] = np.nan_to_num(np.nansum(m, axis=1))
+    for c in ("data", "opt", "ckpt"):
+        df[c] = df[c].fillna(0.0)
+    df["work"] = df["dur"] - df["comm"]
+    df["compute"] = (df["work"] - df["data"] - df["opt"] - df["ckpt"]).clip(lower=0.0)
+    return df
+
+
+def _z(x: np.ndarray, v: float, floor: float) -> tuple[float, float]:
+    med = float(np.median(x))
+    mad = float(np.median(np.abs(x - med)))
+    return med, (v - med) / max(1.4826 * mad, floor)
+
+
+def find_straggler(df: pd.DataFrame) -> Straggler | None:
+    """The rank (or host) whose local work everyone waited for, or None when work is uniform."""
+    if len(df) < 3:
+        return None
+    work = df["work"].to_numpy()
+    i = int(np.argmax(work))
+    med, z = _z(work, work[i], max(0.003 * float(np.median(work)), 0.005))
+    if z < MIN_Z or work[i] - med < MIN_EXCESS_S:
+        return None
+    cols = {"compute": "compute", "data": "data", "checkpoint": "ckpt", "optimizer": "opt"}
+    vals = {p: df[c].to_numpy() for p, c in cols.items()}
+    excess = {p: float(v[i] - np.median(v)) for p, v in vals.items()}
+    phase = max(excess, key=lambda p: excess[p])
+    ex = vals[phase] - np.median(vals[phase])
+    members = np.flatnonzero(ex >= 0.5 * ex[i])
+    hosts = df["host"].to_numpy()
+    host = str(hosts[i])
+    on_host = int((hosts == host).sum())
+    host_level = (len(members) >= 2 and bool((hosts[members] == host).all())
+                  and len(members) >= 0.5 * on_host)
+    gpu = df["gpu"].iloc[i]
+    return Straggler(phase, host_level, int(df["rank"].iloc[i]), host, None if pd.isna(gpu) else str(gpu),
+                     float(vals[phase][i]), float(np.median(vals[phase])), float(ex[i]), float(z),
+                     [int(df["rank"].iloc[m]) for m in members])

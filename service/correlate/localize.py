@@ -1,0 +1,164 @@
+"""Localization on the topology of a job's ranks: which NIC, link, switch port or volume is anomalous
+in the step's window, against its peers and its own history.
+
+Signals are data: (role of the source, metric) -> (layer, which component it points at, weight).
+Origin signals (a NIC dropping for lack of buffer, a switch port marking ECN or sending pause, a
+port counting FCS errors) weigh 1; symptoms (pause *received*, CNPs, retransmits) weigh less and
+point at the component that caused them (the link peer that sent the pause).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+SWITCH_ROLES = ("leaf_down", "leaf_up", "spine")
+# (role class, metric) -> (layer, target, weight). target: self | peer | link. Layer "@peer" = the
+# layer of whoever sits on the other end (a NIC -> nic, a switch port -> fabric).
+SIGNALS: dict[tuple[str, str], tuple[str, str, float]] = {
+    ("nic", "rx_out_of_buffer_total"): ("nic", "self", 1.0),
+    ("nic", "tx_pause_frames_total"): ("nic", "self", 1.0),
+    ("nic", "rx_discards_total"): ("nic", "self", 0.8),
+    ("nic", "rdma_retransmits_total"): ("nic", "self", 0.4),
+    ("nic", "rdma_timeouts_total"): ("nic", "self", 0.4),
+    ("nic", "rx_pause_frames_total"): ("fabric", "peer", 0.4),
+    ("nic", "ecn_marked_packets_total"): ("fabric", "peer", 0.3),
+    ("nic", "cnp_handled_total"): ("fabric", "peer", 0.2),
+    ("nic", "rx_fcs_errors_total"): ("link", "link", 1.0),
+    ("nic", "symbol_errors_total"): ("link", "link", 1.0),
+    ("nic", "rx_errors_total"): ("link", "link", 0.6),
+    ("nic", "link_down_total"): ("link", "link", 1.0),
+    ("switch", "tx_pause_frames_total"): ("fabric", "self", 1.0),
+    ("switch", "ecn_marked_packets_total"): ("fabric", "self", 1.0),
+    ("switch", "tx_discards_total"): ("fabric", "self", 0.9),
+    ("switch", "rx_discards_total"): ("fabric", "self", 0.7),
+    ("switch", "queue_occupancy_bytes"): ("fabric", "self", 0.8),
+    ("switch", "port_xmit_wait_total"): ("fabric", "self", 0.8),
+    ("switch", "rx_pause_frames_total"): ("@peer", "peer", 0.4),
+    ("switch", "rx_fcs_errors_total"): ("link", "link", 1.0),
+    ("switch", "symbol_errors_total"): ("link", "link", 1.0),
+    ("switch", "rx_errors_total"): ("link", "link", 0.6),
+    ("switch", "link_down_total"): ("link", "link", 1.0),
+    ("volume", "read_latency_seconds"): ("storage", "self", 1.0),
+    ("volume", "write_latency_seconds"): ("storage", "self", 1.0),
+}
+# Smallest excess that can matter, per metric (per second for counters, the unit for gauges):
+# keeps a quiet counter (0 errors, MAD 0) from turning one stray increment into a huge score.
+FLOORS: dict[str, float] = {
+    "rx_out_of_buffer_total": 50, "tx_pause_frames_total": 200, "rx_pause_frames_total": 200,
+    "ecn_marked_packets_total": 5000, "cnp_handled_total": 500, "cnp_sent_total": 500,
+    "rx_discards_total": 20, "tx_discards_total": 20, "rx_fcs_errors_total": 5, "symbol_errors_total": 20,
+    "rx_errors_total": 5, "link_down_total": 0.02, "rdma_retransmits_total": 50, "rdma_timeouts_total": 5,
+    "queue_occupancy_bytes": 1e6, "port_xmit_wait_total": 1e5,
+    "read_latency_seconds": 0.002, "write_latency_seconds": 0.002,
+}
+MIN_SCORE = 3.0
+
+
+@dataclass
+class Topo:
+    role: dict[str, str]  # source -> nic | leaf_down | leaf_up | spine | volume
+    peer: dict[str, str]  # source -> the other end of its link
+    host_of: dict[str, str]  # NIC/volume source -> host
+
+    def link_name(self, source: str) -> str:
+        """A link is named by its lower-tier switch port (leaf side)."""
+        role = self.role.get(source)
+        if role in ("nic", "spine"):
+            return self.peer.get(source, source)
+        return source
+
+    @property
+    def sources(self) -> list[str]:
+        return list(self.role)
+
+
+def build_topo(ranks: pd.DataFrame, links: pd.DataFrame, volumes: list[str]) -> Topo:
+    """`ranks`: host, nic; `links`: a, b. Candidates: the job's NICs, the ports they plug into,
+    those leaves' uplinks and the spine ports at their other end, and the job hosts' volumes."""
+    nics = {f"{h}:{n}" for h, n in zip(ranks["host"], ranks["nic"], strict=False) if isinstance(n, str) and n}
+    peer: dict[str, str] = {}
+    for a, b in zip(links["a"], links["b"], strict=False):
+        peer[a], peer[b] = b, a
+    role: dict[str, str] = {n: "nic" for n in nics}
+    leaves = set()
+    for n in nics:
+        p = peer.get(n)
+        if p:
+            role[p] = "leaf_down"
+            leaves.add(p.split(":", 1)[0])
+    for a, b in zip(links["a"], links["b"], strict=False):
+        for x, y in ((a, b), (b, a)):
+            if x.split(":", 1)[0] in leaves and x not in role and y not in nics:
+                role[x] = "leaf_up"
+                role[y] = "spine"
+    host_of = {n: n.split(":", 1)[0] for n in nics}
+    for v in volumes:
+        role[v] = "volume"
+        host_of[v] = v.split(":", 1)[0]
+    return Topo(role, peer, host_of)
+
+
+def series_groups(meta: pd.DataFrame, topo: Topo) -> pd.DataFrame:
+    """Peer groups for the database-side scoring: same role, metric and labels (volumes: same mount).
+    `meta`: series_id, source, metric, kind, labels. Adds role, grp (int), gauge, floor, net."""
+    df = meta[meta["metric"].isin(FLOORS.keys())].copy()
+    df["role"] = df["source"].map(topo.role)
+    df = df[df["role"].notna()].reset_index(drop=True)
+    # astype(str): an empty frame has float columns, which cannot be concatenated with strings.
+    key = df["role"].astype(str) + "|" + df["metric"].astype(str) + "|" + df["labels"].astype(str)
+    vol = df["role"] == "volume"
+    key[vol] = key[vol] + "|" + df.loc[vol, "source"].str.split(":", n=1).str[1]
+    df["grp"] = pd.factorize(key)[0].astype(int)
+    df["gauge"] = df["kind"] == "gauge"
+    df["floor"] = df["metric"].map(FLOORS).astype(float)
+    df["net"] = ~vol
+    return df
+
+
+def finish_scores(out: pd.DataFrame, meta: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame:
+    """`out`: peer outliers (series_id, cur, peer_med, peer_z); `hist`: series_id, hist_med, hist_sigma.
+    An anomaly must stand out from its peers *and* from its own past; without history the peer
+    score counts, discounted."""
+    df = out.merge(meta[["series_id", "source", "metric", "labels", "role", "floor"]], on="series_id")
+    df = df.merge(hist, on="series_id", how="left")
+    own = (df["cur"] - df["hist_med"]) / np.maximum(df["hist_sigma"].fillna(0), df["floor"])
+    df["baseline"] = df["hist_med"].where(df["hist_med"].notna(), df["peer_med"])
+    df["score"] = np.where(own.notna(), np.minimum(df["peer_z"], own), 0.7 * df["peer_z"])
+    return df
+
+
+def candidates(scored: pd.DataFrame, topo: Topo) -> pd.DataFrame:
+    """Sum each anomalous series' weighted evidence onto the (layer, component) it points at."""
+    df = scored[scored["score"] >= MIN_SCORE].copy()
+    if df.empty:
+        return df.assign(layer=[], component=[], weight=[], contrib=[])
+    cls = df["role"].where(~df["role"].isin(SWITCH_ROLES), "switch")
+    sig = [SIGNALS.get((c, m)) for c, m in zip(cls, df["metric"], strict=False)]
+    df["layer"] = [s[0] if s else None for s in sig]
+    df["target"] = [s[1] if s else None for s in sig]
+    df["weight"] = [s[2] if s else 0.0 for s in sig]
+    df = df[df["layer"].notna()]
+    comp = []
+    layer = []
+    for src, tgt, lay in zip(df["source"], df["target"], df["layer"], strict=False):
+        c = topo.peer.get(src, src) if tgt == "peer" else (topo.link_name(src) if tgt == "link" else src)
+        if lay == "@peer":
+            lay = "nic" if topo.role.get(c) == "nic" else "fabric"
+        comp.append(c)
+        layer.append(lay)
+    df["component"] = comp
+    df["layer"] = layer
+    df["contrib"] = df["weight"] * np.log2(1.0 + df["score"])
+    return df
+
+
+def rank_candidates(ev: pd.DataFrame, layers: tuple[str, ...]) -> pd.DataFrame:
+    sub = ev[ev["layer"].isin(layers)]
+    if sub.empty:
+        return pd.DataFrame(columns=["layer", "component", "total", "origin"])
+    out = sub.groupby(["layer", "component"], as_index=False).agg(
+        total=("contrib", "sum"), origin=("weight", "max"))
+    return out.sort_values(["total"], ascending=False, kind="stable").reset_index(drop=True)

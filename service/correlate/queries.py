@@ -1,0 +1,144 @@
+"""SQL for the engine: the database does the windowing and per-step aggregation, Python gets small
+frames. Every function is keyword-only and takes a psycopg 3 connection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+SUMMARY_SQL = """
+WITH st AS (
+  SELECT step, count(*) AS n,
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_s) AS dur,
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM start_ts)::float8) AS start,
+         max(coalesce((phases->>'checkpoint')::float8, 0)) AS ckpt_max,
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY coalesce((phases->>'checkpoint')::float8, 0)) AS ckpt_med
+  FROM steps WHERE job = %(job)s AND step BETWEEN %(lo)s AND %(hi)s GROUP BY step
+), tr AS (
+  SELECT step, sum(mn) AS transfer FROM (
+    SELECT step, seq, min(duration_s) AS mn FROM collectives
+    WHERE job = %(job)s AND step BETWEEN %(lo)s AND %(hi)s AND op <> 'barrier' GROUP BY step, seq) x
+  GROUP BY step
+)
+SELECT st.step, st.n, st.dur, st.start, st.ckpt_max, st.ckpt_med, tr.transfer
+FROM st LEFT JOIN tr USING (step) ORDER BY st.step
+"""
+
+RANKS_SQL = """
+SELECT s.rank, s.duration_s AS dur, (s.phases->>'data')::float8 AS data,
+       (s.phases->>'forward_backward')::float8 AS fb, (s.phases->>'optimizer')::float8 AS opt,
+       (s.phases->>'checkpoint')::float8 AS ckpt, jr.host, jr.gpu, jr.nic
+FROM steps s LEFT JOIN job_ranks jr ON jr.job = s.job AND jr.rank = s.rank
+WHERE s.job = %(job)s AND s.step = %(step)s
+"""
+
+COLL_SQL = "SELECT rank, seq, duration_s FROM collectives WHERE job = %(job)s AND step = %(step)s"
+
+SERIES_SQL = """
+SELECT se.id AS series_id, src.name AS source, m.name AS metric, m.kind, se.labels::text AS labels
+FROM sources src
+JOIN series se ON se.source_id = src.id
+JOIN metrics m ON m.id = se.metric_id AND m.name = ANY(%(metrics)s)
+WHERE src.name = ANY(%(sources)s)
+"""
+
+# Window max per series, peer median/MAD per group, all in the database; only outliers come back,
+# plus one row (series_id -1) counting the network series that had any sample in the window.
+OUTLIERS_SQL = """
+WITH meta AS (
+  SELECT * FROM unnest(%(ids)s::int[], %(grp)s::int[], %(gauge)s::bool[], %(floor)s::float8[], %(net)s::bool[])
+    AS t(series_id, grp, gauge, floor, net)
+), w AS MATERIALIZED (
+  SELECT series_id, max(rate) AS mr, max(value) AS mv FROM samples
+  WHERE series_id = ANY(%(ids)s) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s)
+  GROUP BY series_id
+), v AS (
+  SELECT meta.series_id, meta.grp, meta.floor, CASE WHEN meta.gauge THEN w.mv ELSE w.mr END AS cur
+  FROM meta JOIN w USING (series_id)
+), g AS (
+  SELECT grp, percentile_cont(0.5) WITHIN GROUP (ORDER BY cur) AS med FROM v WHERE cur IS NOT NULL GROUP BY grp
+), d AS (
+  SELECT v.*, g.med FROM v JOIN g USING (grp) WHERE v.cur IS NOT NULL
+), m AS (
+  SELECT grp, 1.4826 * percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(cur - med)) AS mad FROM d GROUP BY grp
+), z AS (
+  SELECT d.series_id, d.cur, d.med, m.mad, (d.cur - d.med) / greatest(m.mad, d.floor) AS peer_z
+  FROM d JOIN m USING (grp)
+)
+(SELECT * FROM z WHERE peer_z >= %(min_z)s ORDER BY peer_z DESC LIMIT %(limit)s)
+UNION ALL
+SELECT -1, (SELECT count(*) FROM w JOIN meta USING (series_id) WHERE meta.net)::float8, NULL, NULL, NULL
+"""
+
+HIST_SQL = """
+SELECT s.series_id,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY CASE WHEN m.kind = 'counter' THEN s.rate ELSE s.value END)
+         AS hist_med,
+       (percentile_cont(0.75) WITHIN GROUP (ORDER BY CASE WHEN m.kind = 'counter' THEN s.rate ELSE s.value END)
+        - percentile_cont(0.25) WITHIN GROUP (ORDER BY CASE WHEN m.kind = 'counter' THEN s.rate ELSE s.value END))
+         / 1.349 AS hist_sigma
+FROM samples s JOIN series se ON se.id = s.series_id JOIN metrics m ON m.id = se.metric_id
+WHERE s.series_id = ANY(%(ids)s) AND s.ts > to_timestamp(%(hs)s) AND s.ts <= to_timestamp(%(he)s)
+GROUP BY s.series_id
+"""
+
+
+def _frame(conn: Any, sql: str, params: dict[str, Any]) -> pd.DataFrame:
+    cur = conn.execute(sql, params)
+    cols = [d.name for d in cur.description]
+    return pd.DataFrame(cur.fetchall(), columns=cols)
+
+
+def step_summaries(conn: Any, *, job: str, lo: int, hi: int) -> pd.DataFrame:
+    return _frame(conn, SUMMARY_SQL, {"job": job, "lo": lo, "hi": hi})
+
+
+def rank_rows(conn: Any, *, job: str, step: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    steps = _frame(conn, RANKS_SQL, {"job": job, "step": step})
+    coll = _frame(conn, COLL_SQL, {"job": job, "step": step})
+    for c in ("dur", "data", "fb", "opt", "ckpt"):
+        steps[c] = pd.to_numeric(steps[c], errors="coerce")
+    coll["duration_s"] = pd.to_numeric(coll["duration_s"], errors="coerce")
+    return steps, coll
+
+
+def series_meta(conn: Any, *, sources: list[str], metrics: list[str]) -> pd.DataFrame:
+    return _frame(conn, SERIES_SQL, {"sources": sources, "metrics": metrics})
+
+
+def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: float = 3.0,
+             limit: int = 64) -> tuple[pd.DataFrame, int]:
+    """Series whose window value stands out from their peer group (`meta`: series_id, grp, gauge,
+    floor, net), and how many network series had data in the window."""
+    params = {"ids": meta["series_id"].tolist(), "grp": meta["grp"].tolist(), "gauge": meta["gauge"].tolist(),
+              "floor": meta["floor"].tolist(), "net": meta["net"].tolist(), "ws": ws, "we": we,
+              "min_z": min_z, "limit": limit}
+    df = _frame(conn, OUTLIERS_SQL, params)
+    have = df[df["series_id"] == -1]
+    n = int(have["cur"].iloc[0]) if len(have) else 0
+    df = df[df["series_id"] != -1].astype({"cur": float, "med": float, "mad": float, "peer_z": float})
+    return df.rename(columns={"med": "peer_med", "mad": "peer_mad"}), n
+
+
+def history(conn: Any, *, ids: list[int], hs: float, he: float) -> pd.DataFrame:
+    if not ids:
+        return pd.DataFrame(columns=["series_id", "hist_med", "hist_sigma"])
+    df = _frame(conn, HIST_SQL, {"ids": ids, "hs": hs, "he": he})
+    return df.astype({"hist_med": float, "hist_sigma": float})
+
+
+def job_ranks(conn: Any, *, job: str) -> pd.DataFrame:
+    return _frame(conn, "SELECT rank, host, gpu, nic FROM job_ranks WHERE job = %(job)s", {"job": job})
+
+
+def links(conn: Any) -> pd.DataFrame:
+    return _frame(conn, "SELECT a, b FROM links", {})
+
+
+def host_volumes(conn: Any, *, hosts: list[str]) -> list[str]:
+    """Storage sources of the job's hosts: `host:/mount` names, and storage devices."""
+    cur = conn.execute(
+        "SELECT name FROM sources WHERE (device = ANY(%(h)s) AND interface LIKE '/%%') "
+        "OR device IN (SELECT name FROM devices WHERE kind = 'storage')", {"h": hosts})
+    return [r[0] for r in cur.fetchall()]

@@ -1,0 +1,115 @@
+"""`fabricscope demo` — the main job of `make run`: the API on the embedded database, fed by the
+cluster simulator (when no collectors are configured), then the slow steps it found and why."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Annotated, Any
+
+import typer
+
+from service.settings import get_settings
+
+
+def _serve_in_thread(host: str, port: int) -> tuple[Any, threading.Thread]:
+    import uvicorn
+
+    from service.api.main import create_app
+
+    settings = get_settings()
+    config = uvicorn.Config(create_app(settings, background=True), host=host, port=port, log_level="warning",
+                            access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise typer.Exit(_port_error(host, port))
+        time.sleep(0.05)
+    return server, thread
+
+
+def _port_error(host: str, port: int) -> int:
+    typer.secho(f"error: the API could not listen on {host}:{port} (in use?); try --port", fg="red", err=True)
+    return 2
+
+
+def _table(rows: list[dict[str, Any]], truth: dict[int, Any]) -> str:
+    head = (f"{'step':>6} {'time s':>7} {'base s':>7} {'lost s':>7}  {'layer':<8} {'component':<26} "
+            f"{'conf':>5}  injected")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        t = truth.get(r["step"])
+        injected = f"{t.layer} {t.component or ''}".strip() if t is not None and t.causes else "-"
+        ok = ""
+        if t is not None and t.causes:
+            ok = "  ✓" if (t.layer, t.component) == (r["layer"], r["component"]) else "  ✗"
+        lines.append(f"{r['step']:>6} {r['duration_s']:>7.3f} {r['baseline_s'] or 0:>7.3f} {r['lost_s']:>7.3f}  "
+                     f"{r['layer']:<8} {(r['component'] or '-'):<26} {r['confidence']:>5.2f}  {injected}{ok}")
+    return "\n".join(lines)
+
+
+def demo_command(
+    host: Annotated[str, typer.Option(help="API listen address")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="API port")] = 8000,
+    hosts: Annotated[int, typer.Option(help="simulated hosts")] = 8,
+    gpus_per_host: Annotated[int, typer.Option(help="GPUs (ranks) per host")] = 8,
+    steps: Annotated[int, typer.Option(help="training steps to simulate")] = 150,
+    faults: Annotated[int, typer.Option(help="faults to inject")] = 6,
+    seed: Annotated[int, typer.Option(help="random seed of the scenario")] = 7,
+    exit_after: Annotated[bool, typer.Option("--exit", help="exit after printing (do not keep serving)")] = False,
+) -> None:
+    """Start the API, feed it a simulated cluster with injected faults, print the slow steps and why."""
+    import psycopg
+
+    from service.cli import database
+    from service.correlate import attribute_step, list_steps
+    from service.simulate.generator import generate
+    from service.simulate.send import HttpSink, send_scenario
+    from service.simulate.topology import ClusterSpec
+
+    with database() as dsn:
+        server, thread = _serve_in_thread(host, port)
+        base = f"http://{host}:{port}"
+        typer.echo(f"API: {base}  (docs: {base}/docs)", err=True)
+        job = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"  # a new job each run: the data directory is reused
+        spec = ClusterSpec(hosts=hosts, gpus_per_host=gpus_per_host, nics_per_host=min(8, gpus_per_host),
+                           leaves=max(1, min(hosts // 4, 4)), spines=2)
+        typer.echo(f"simulating job {job}: {hosts} hosts x {gpus_per_host} GPUs, {steps} steps, "
+                   f"{faults} injected faults ...", err=True)
+        t0 = time.time() - steps * 1.2 - 60
+        sc = generate(spec, job=job, steps=steps, faults=faults, seed=seed, t0=t0)
+        sink = HttpSink(base)
+        started = time.monotonic()
+        counts = send_scenario(sink, sc, progress=lambda m: typer.echo(m, err=True))
+        sink.close()
+        typer.echo(f"ingested {sum(counts.values()):,} records in {time.monotonic() - started:.1f}s; attributing ...",
+                   err=True)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            slow = list_steps(conn, job=job, slow_only=True)
+            rows = []
+            for s in slow:
+                a = attribute_step(conn, job=job, step=s["step"], store=True)
+                if a is not None:
+                    rows.append(a)
+        typer.echo("")
+        typer.echo(f"slow steps of {job} ({len(rows)} of {steps}):")
+        typer.echo(_table(rows, sc.truth))
+        typer.echo("")
+        typer.echo(f"query them: {base}/v1/jobs/{job}/steps?slow=true")
+        if rows:
+            typer.echo(f"            {base}/v1/jobs/{job}/steps/{rows[0]['step']}/attribution")
+        typer.echo(f"            {base}/v1/jobs/{job}/report        (API docs: {base}/docs)")
+        if exit_after:
+            server.should_exit = True
+            thread.join(10)
+            return
+        typer.echo("serving; Ctrl-C to stop", err=True)
+        try:
+            while thread.is_alive():
+                thread.join(0.5)
+        except KeyboardInterrupt:
+            server.should_exit = True
+            thread.join(10)

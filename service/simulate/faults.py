@@ -1,0 +1,115 @@
+"""Fault kinds (a table: what each breaks and how the engine should name it) and random fault plans.
+
+`severity` is the step time a fault adds when alone, as a fraction of the fault-free step time
+(0.1 = about 10% slower); the timing model converts it into its own knobs. The recorded ground
+truth per step comes from re-running the model with and without each fault (see model.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from service.simulate.topology import CKPT_VOLUME, DATA_VOLUME, Cluster
+
+# kind -> (layer, variants). The component naming rule per kind is in `make_fault`.
+FAULT_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gpu_straggler": ("compute", ("",)),
+    "host_contention": ("host", ("",)),
+    "nic_degradation": ("nic", ("",)),
+    "link_errors": ("link", ("host_link", "uplink")),
+    "link_flap": ("link", ("host_link", "uplink")),
+    "fabric_congestion": ("fabric", ("leaf_down_pfc", "leaf_down_ecn", "leaf_up_ecn", "spine_pfc")),
+    "storage_slow": ("storage", ("ckpt", "data")),
+}
+# A legitimate change of the job's step time (new training phase): not a fault, the baseline adapts.
+LEVEL_CHANGE = "level_change"
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    layer: str
+    component: str
+    start_step: int
+    steps: int
+    severity: float
+    variant: str = ""
+    target: int = 0  # index into the cluster list the kind acts on (rank, host, nic, port, volume)
+
+    def active(self, step: int) -> bool:
+        return self.start_step <= step < self.start_step + self.steps
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_fault(cluster: Cluster, kind: str, *, start_step: int, steps: int, severity: float,
+               variant: str = "", rng: np.random.Generator) -> Fault:
+    """A fault of `kind` on a random target of the cluster, with the component the engine must name."""
+    if kind == LEVEL_CHANGE:
+        return Fault(kind, "none", "", start_step, steps, severity)
+    layer, variants = FAULT_KINDS[kind]
+    variant = variant or str(rng.choice(variants))
+    if kind == "gpu_straggler":
+        target = int(rng.integers(cluster.ranks))
+        component = cluster.rank_source(target)
+    elif kind == "host_contention":
+        target = int(rng.integers(len(cluster.hosts)))
+        component = cluster.hosts[target]
+    elif kind == "nic_degradation":
+        target = int(rng.integers(len(cluster.nics)))
+        component = cluster.nics[target]
+    elif kind in ("link_errors", "link_flap"):
+        # A link is named by its lower-tier switch port: the leaf port of a host link, the leaf
+        # side of a leaf–spine link.
+        if variant == "host_link":
+            target = int(rng.integers(len(cluster.nics)))
+            component = cluster.leaf_down[target]
+        else:
+            target = int(rng.integers(len(cluster.leaf_up)))
+            component = cluster.leaf_up[target]
+    elif kind == "fabric_congestion":
+        if variant.startswith("leaf_down"):
+            target = int(rng.integers(len(cluster.leaf_down)))
+            component = cluster.leaf_down[target]
+        elif variant.startswith("leaf_up"):
+            target = int(rng.integers(len(cluster.leaf_up)))
+            component = cluster.leaf_up[target]
+        else:
+            target = int(rng.integers(len(cluster.spine_ports)))
+            component = cluster.spine_ports[target]
+    elif kind == "storage_slow":
+        host = int(rng.integers(len(cluster.hosts)))
+        target = 2 * host + (1 if variant == "ckpt" else 0)
+        component = f"{cluster.hosts[host]}:{CKPT_VOLUME if variant == 'ckpt' else DATA_VOLUME}"
+    else:
+        raise ValueError(f"unknown fault kind {kind!r}; known: {sorted(FAULT_KINDS)}")
+    return Fault(kind, layer, component, start_step, steps, float(severity), variant, target)
+
+
+def random_plan(cluster: Cluster, rng: np.random.Generator, *, n_steps: int, n_faults: int,
+                kinds: list[str] | None = None, warmup: int = 16, gap: int = 3, ckpt_every: int = 10,
+                severity: tuple[float, float] = (0.08, 0.8), max_len: int = 6) -> list[Fault]:
+    """Non-overlapping faults of varied kind, size, start and length, with healthy gaps between."""
+    kinds = kinds or list(FAULT_KINDS)
+    faults: list[Fault] = []
+    step = warmup
+    for i in range(n_faults):
+        kind = kinds[(i + int(rng.integers(len(kinds)))) % len(kinds)]
+        length = int(rng.integers(1, max_len + 1))
+        start = step + int(rng.integers(0, gap + 1))
+        variant = str(rng.choice(FAULT_KINDS[kind][1]))
+        if kind == "storage_slow" and variant == "ckpt":
+            # Checkpoint slowness shows only on checkpoint steps: cover the next one.
+            nxt = ((start + ckpt_every - 1) // ckpt_every) * ckpt_every
+            length = max(length, nxt - start + 1)
+        if start + length + gap > n_steps:
+            break
+        sev = float(np.exp(rng.uniform(np.log(severity[0]), np.log(severity[1]))))
+        faults.append(make_fault(cluster, kind, start_step=start, steps=length, severity=sev,
+                                 variant=variant, rng=rng))
+        step = start + length + gap
+    return faults

@@ -1,0 +1,109 @@
+"""A leaf–spine cluster as plain arrays of names: hosts, NICs, switch ports, volumes and links.
+
+Every GPU maps to one NIC of its host; every NIC has one link to a leaf port (hosts are spread
+over the leaves in contiguous blocks); every leaf has one uplink to every spine. The names are
+the ones collectors produce (`node07:mlx5_2`, `leaf1:Ethernet12`, `spine2:Ethernet1`,
+`node07:/mnt/ckpt`), so the engine sees exactly what a real deployment would send it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DATA_VOLUME = "/mnt/data"  # the data loader reads from it every step
+CKPT_VOLUME = "/mnt/ckpt"  # checkpoints are written to it
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    hosts: int = 8
+    gpus_per_host: int = 8
+    nics_per_host: int = 8
+    leaves: int = 2
+    spines: int = 2
+    link_speed_bps: float = 400e9
+    uplink_speed_bps: float = 800e9
+
+    def __post_init__(self) -> None:
+        for name in ("hosts", "gpus_per_host", "nics_per_host", "leaves", "spines"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.nics_per_host > self.gpus_per_host:
+            raise ValueError("nics_per_host must be <= gpus_per_host (each NIC serves at least one GPU)")
+        if self.leaves > self.hosts:
+            raise ValueError("leaves must be <= hosts")
+
+
+@dataclass
+class Cluster:
+    spec: ClusterSpec
+    hosts: list[str]
+    nics: list[str]  # host:mlx5_i, host-major
+    nic_host: list[int]  # index into hosts
+    leaf_down: list[str]  # leaf port facing nics[i], aligned with nics
+    leaf_up: list[str]  # leafL:EthernetP toward spine S, (leaf, spine) major
+    spine_ports: list[str]  # spineS:EthernetL, aligned with leaf_up
+    volumes: list[str]  # host:/mnt/data, host:/mnt/ckpt, host-major
+    rank_host: list[int]
+    rank_gpu: list[str]
+    rank_nic: list[int]  # index into nics
+    host_leaf: list[int] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> int:
+        return len(self.rank_host)
+
+    @property
+    def switch_ports(self) -> list[str]:
+        return self.leaf_down + self.leaf_up + self.spine_ports
+
+    def rank_source(self, rank: int) -> str:
+        return f"{self.hosts[self.rank_host[rank]]}:{self.rank_gpu[rank]}"
+
+    def topology_body(self) -> dict[str, Any]:
+        """The `PUT /v1/topology` body."""
+        devices: list[dict[str, Any]] = [{"name": h, "kind": "host"} for h in self.hosts]
+        devices += [{"name": f"leaf{i + 1}", "kind": "switch", "role": "leaf"} for i in range(self.spec.leaves)]
+        devices += [{"name": f"spine{i + 1}", "kind": "switch", "role": "spine"} for i in range(self.spec.spines)]
+        links = [{"a": n, "b": p, "speed_bps": self.spec.link_speed_bps}
+                 for n, p in zip(self.nics, self.leaf_down, strict=True)]
+        links += [{"a": u, "b": s, "speed_bps": self.spec.uplink_speed_bps}
+                  for u, s in zip(self.leaf_up, self.spine_ports, strict=False)]
+        return {"devices": devices, "links": links}
+
+    def job_body(self, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        """The `PUT /v1/jobs/{job}` body: rank placement."""
+        ranks = [{"rank": r, "host": self.hosts[h], "gpu": self.rank_gpu[r],
+                  "nic": self.nics[self.rank_nic[r]].split(":", 1)[1]}
+                 for r, h in enumerate(self.rank_host)]
+        return {"ranks": ranks, "labels": labels or {}}
+
+
+def build_cluster(spec: ClusterSpec) -> Cluster:
+    width = max(2, len(str(spec.hosts)))
+    hosts = [f"node{i + 1:0{width}d}" for i in range(spec.hosts)]
+    host_leaf = [h * spec.leaves // spec.hosts for h in range(spec.hosts)]
+    nics: list[str] = []
+    nic_host: list[int] = []
+    leaf_down: list[str] = []
+    next_port = [1] * spec.leaves
+    for h, host in enumerate(hosts):
+        leaf = host_leaf[h]
+        for n in range(spec.nics_per_host):
+            nics.append(f"{host}:mlx5_{n}")
+            nic_host.append(h)
+            leaf_down.append(f"leaf{leaf + 1}:Ethernet{next_port[leaf]}")
+            next_port[leaf] += 1
+    first_up = max(next_port)  # uplinks numbered after the largest leaf's downlinks
+    leaf_up = [f"leaf{lf + 1}:Ethernet{first_up + s}" for lf in range(spec.leaves) for s in range(spec.spines)]
+    spine_ports = [f"spine{s + 1}:Ethernet{lf + 1}" for lf in range(spec.leaves) for s in range(spec.spines)]
+    volumes = [f"{h}:{v}" for h in hosts for v in (DATA_VOLUME, CKPT_VOLUME)]
+    rank_host, rank_gpu, rank_nic = [], [], []
+    for h in range(spec.hosts):
+        for g in range(spec.gpus_per_host):
+            rank_host.append(h)
+            rank_gpu.append(f"gpu{g}")
+            rank_nic.append(h * spec.nics_per_host + g * spec.nics_per_host // spec.gpus_per_host)
+    return Cluster(spec, hosts, nics, nic_host, leaf_down, leaf_up, spine_ports, volumes,
+                   rank_host, rank_gpu, rank_nic, host_leaf)

@@ -1,0 +1,98 @@
+"""Pure parts of the engine on arrays and DataFrames: baseline, decomposition, localization."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from service.correlate.baseline import CHANGE_RUN, Baselines, compute_baselines
+from service.correlate.decompose import decompose, find_straggler
+from service.correlate.localize import build_topo, candidates, rank_candidates
+
+
+def _baseline(d: np.ndarray) -> Baselines:
+    n = len(d)
+    return compute_baselines(d, np.full(n, 0.3), np.zeros(n, bool), np.zeros(n))
+
+
+def test_slow_steps_detected_and_excluded_from_baseline() -> None:
+    rng = np.random.default_rng(0)
+    d = 2.0 + rng.normal(0, 0.004, 100)
+    d[0] = 6.0  # compilation step: no history, not judged
+    d[40:46] = 2.3  # a 15% regression
+    b = _baseline(d)
+    assert not b.slow[0]
+    assert b.slow[40:46].all()
+    assert not b.slow[1:40].any() and not b.slow[46:].any()
+    assert abs(b.base[45] - 2.0) < 0.01  # slow steps did not pull the baseline up
+
+
+def test_level_change_is_relearned() -> None:
+    rng = np.random.default_rng(1)
+    d = 2.0 + rng.normal(0, 0.004, 120)
+    d[50:] += 0.3  # new training phase, permanently slower
+    b = _baseline(d)
+    assert b.slow[50]  # first reported
+    assert not b.slow[50 + CHANGE_RUN + 1:].any()  # then accepted as the new normal
+    assert abs(b.base[-1] - 2.3) < 0.02
+
+
+def _ranks(skew: np.ndarray | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    n, k = 16, 4
+    hosts = [f"node{r // 4 + 1:02d}" for r in range(n)]
+    compute = np.full(n, 1.6)
+    compute[6] = 2.0  # rank 6 is slow
+    # every collective ends when the slowest rank arrived: the slow rank waits least
+    wait = (compute.max() - compute) / k
+    coll = pd.DataFrame([(r, s, 0.08 + wait[r]) for r in range(n) for s in range(k)],
+                        columns=["rank", "seq", "duration_s"])
+    dur = compute + 0.05 + 0.09 + coll.groupby("rank")["duration_s"].sum().to_numpy()
+    steps = pd.DataFrame({"rank": range(n), "dur": dur, "data": 0.05, "fb": compute, "opt": 0.09, "ckpt": 0.0,
+                          "host": hosts, "gpu": [f"gpu{r % 4}" for r in range(n)]})
+    return steps, coll
+
+
+def test_straggler_found_from_durations() -> None:
+    steps, coll = _ranks()
+    st = find_straggler(decompose(steps, coll))
+    assert st is not None and st.rank == 6 and st.phase == "compute" and not st.host_level
+    assert (st.host, st.gpu) == ("node02", "gpu2")
+    assert abs(st.excess_s - 0.4) < 0.01
+
+
+def test_missing_collective_rows_do_not_make_a_straggler() -> None:
+    steps, coll = _ranks()
+    coll = coll.drop(coll[(coll["rank"] == 3) & (coll["seq"] == 1)].index)  # a lost row
+    st = find_straggler(decompose(steps, coll))
+    assert st is not None and st.rank == 6
+
+
+def test_uniform_work_is_no_straggler() -> None:
+    steps, coll = _ranks()
+    steps["fb"] = 1.6
+    steps["dur"] = 1.6 + 0.14 + 0.32
+    coll["duration_s"] = 0.08
+    assert find_straggler(decompose(steps, coll)) is None
+
+
+def test_localization_prefers_origin_over_symptom() -> None:
+    ranks = pd.DataFrame({"host": ["node01", "node02"], "nic": ["mlx5_0", "mlx5_0"]})
+    links = pd.DataFrame({"a": ["node01:mlx5_0", "node02:mlx5_0", "leaf1:Ethernet9"],
+                          "b": ["leaf1:Ethernet1", "leaf1:Ethernet2", "spine1:Ethernet1"]})
+    topo = build_topo(ranks, links, [])
+    assert topo.role["leaf1:Ethernet9"] == "leaf_up" and topo.role["spine1:Ethernet1"] == "spine"
+    assert topo.link_name("node01:mlx5_0") == "leaf1:Ethernet1"
+    scored = pd.DataFrame([
+        # a NIC sending pause because it has no buffer: origin on the NIC, symptom on its switch port
+        ("node01:mlx5_0", "nic", "tx_pause_frames_total", 400.0),
+        ("node01:mlx5_0", "nic", "rx_out_of_buffer_total", 300.0),
+        ("leaf1:Ethernet1", "leaf_down", "rx_pause_frames_total", 400.0),
+        ("leaf1:Ethernet9", "leaf_up", "tx_pause_frames_total", 4.0),
+    ], columns=["source", "role", "metric", "score"])
+    ev = candidates(scored, topo)
+    top = rank_candidates(ev, ("nic", "link", "fabric")).iloc[0]
+    assert (top["layer"], top["component"]) == ("nic", "node01:mlx5_0")
+    # errors on the NIC side of a link name the link by its switch port
+    ev = candidates(pd.DataFrame([("node02:mlx5_0", "nic", "symbol_errors_total", 50.0)],
+                                 columns=["source", "role", "metric", "score"]), topo)
+    assert (ev.iloc[0]["layer"], ev.iloc[0]["component"]) == ("link", "leaf1:Ethernet2")
