@@ -1,0 +1,170 @@
+"""``fabricscope agent``: runs the host collectors on their intervals and ships samples and events.
+
+One thread, deadline scheduling (a slow poll delays the next one of that collector instead of
+piling up), each collector's failure logged and counted without stopping the others. Samples go
+to the ingest API through :class:`collectors.sinks.http.HttpSender` (bounded queue, on-disk spool
+during an outage, replayed in order) or straight to the database through ``DbSink`` when the
+config names a DSN. Events (pfc_storm, ecn_burst, link_flap) are derived here from the NIC/RDMA
+counters, so they exist even if the central service was down when they happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import typer
+
+from collectors.core import Collector, Sample, now
+from collectors.errors import ConfigError, FabricscopeError
+from collectors.events import EventDetector
+from collectors.host.config import AgentConfig, SinkConfig, load_config
+from collectors.host.ethtool_ioctl import EthtoolIoctl
+from collectors.host.nic import EthtoolSource, NicCollector, SubprocessEthtool
+from collectors.host.rdma import RdmaCollector
+from collectors.host.storage import StorageCollector
+
+log = logging.getLogger("fabricscope.agent")
+
+
+class Sink(Protocol):
+    def submit(self, kind: str, item: dict[str, Any], *, job: str | None = None) -> bool: ...
+    def flush(self, timeout_s: float | None = None) -> bool: ...
+    def close(self, timeout_s: float = 5.0) -> None: ...
+
+
+def make_sink(cfg: SinkConfig) -> Sink:
+    if cfg.dsn is not None:
+        from collectors.sinks.db import DbSink  # the lead's direct-to-database sink
+
+        sink: Sink = DbSink(cfg.dsn)
+        return sink
+    from collectors.sinks.http import HttpSender
+
+    assert cfg.url is not None  # parse_config guarantees exactly one of url/dsn
+    return HttpSender(cfg.url, token=cfg.token, spool_path=cfg.spool_path,
+                      spool_max_bytes=cfg.spool_max_bytes, batch_max=cfg.batch_max,
+                      flush_interval_s=cfg.flush_interval_s)
+
+
+def make_ethtool(mode: str, binary: str) -> EthtoolSource | None:
+    if mode == "subprocess":
+        return SubprocessEthtool(binary)
+    if mode == "ioctl":
+        return EthtoolIoctl()
+    return None
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig, sink: Sink, *, ethtool: EthtoolSource | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg, self.sink, self.clock = cfg, sink, clock
+        self.detector = EventDetector(cfg.events)
+        self.stats = {"polls": 0, "samples": 0, "events": 0, "errors": 0, "not_queued": 0}
+        self.tasks: list[tuple[float, Collector]] = []
+        if cfg.nic.enabled:
+            eth = ethtool if ethtool is not None else make_ethtool(cfg.nic.ethtool, cfg.nic.ethtool_binary)
+            self.tasks.append((cfg.nic.interval_s, NicCollector(
+                cfg.host, sys_root=cfg.sys_root, include=cfg.nic.include, exclude=cfg.nic.exclude,
+                ethtool=eth, extras=cfg.nic.extras,
+                extras_every=round(cfg.nic.extras_interval_s / cfg.nic.interval_s))))
+        if cfg.rdma.enabled:
+            self.tasks.append((cfg.rdma.interval_s, RdmaCollector(
+                cfg.host, sys_root=cfg.sys_root, include=cfg.rdma.include, exclude=cfg.rdma.exclude)))
+        if cfg.storage.enabled:
+            self.tasks.append((cfg.storage.interval_s, StorageCollector(
+                cfg.host, proc_root=cfg.proc_root, sys_root=cfg.sys_root,
+                disks_include=cfg.storage.disks_include, disks_exclude=cfg.storage.disks_exclude,
+                volumes=cfg.storage.volumes)))
+
+    def run_collector(self, collector: Collector) -> list[Sample]:
+        """One poll: samples and derived events go to the sink. Failures are logged, not raised."""
+        self.stats["polls"] += 1
+        try:
+            samples = collector.poll()
+        except (FabricscopeError, OSError) as exc:
+            self.stats["errors"] += 1
+            log.warning("agent %s: %s poll failed: %s", self.cfg.host, collector.name, exc)
+            return []
+        events = self.detector.feed(samples) if collector.name in ("nic", "rdma") else []
+        for s in samples:
+            self._submit("samples", s.to_json())
+        for e in events:
+            log.info("agent %s: %s on %s", self.cfg.host, e.kind, e.source)
+            self._submit("events", e.to_json())
+        self.stats["samples"] += len(samples)
+        self.stats["events"] += len(events)
+        return samples
+
+    def _submit(self, kind: str, item: dict[str, Any]) -> None:
+        if not self.sink.submit(kind, item):
+            self.stats["not_queued"] += 1
+
+    def self_samples(self) -> list[Sample]:
+        """The agent's own cost, so "the agent is too heavy" is a query, not a guess."""
+        src, ts = f"{self.cfg.host}:fabricscope-agent", now()
+        out = [Sample(ts, src, "agent_cpu_seconds_total", time.process_time())]
+        out += [Sample(ts, src, f"agent_{k}_total", float(v)) for k, v in self.stats.items()]
+        return out
+
+    def run_once(self) -> None:
+        for _, collector in self.tasks:
+            self.run_collector(collector)
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll until ``stop`` is set; then close open episodes and flush."""
+        start = self.clock()
+        due = [start] * len(self.tasks)
+        next_self = start
+        while not stop.is_set():
+            t = self.clock()
+            for i, (interval, collector) in enumerate(self.tasks):
+                if t >= due[i]:
+                    self.run_collector(collector)
+                    # Next slot on the grid; skip missed slots instead of bursting to catch up.
+                    due[i] += interval * max(1, int((self.clock() - due[i]) // interval) + 1)
+            if t >= next_self:
+                for s in self.self_samples():
+                    self._submit("samples", s.to_json())
+                next_self += 60.0
+            stop.wait(max(0.0, min(due, default=t + 1.0) - self.clock()))
+        for e in self.detector.close(now()):
+            self._submit("events", e.to_json())
+
+
+def agent_command(
+    config: Path = typer.Option(..., "--config", "-c", help="Agent YAML config (see agent.example.yaml)."),
+    once: bool = typer.Option(False, "--once", help="Poll every collector once, flush and exit."),
+    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
+) -> None:
+    """Run the host agent: NIC, RDMA/InfiniBand and storage collectors, pause/ECN/flap events."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    sink = make_sink(cfg.sink)
+    agent = Agent(cfg, sink)
+    try:
+        if once:
+            agent.run_once()
+            ok = sink.flush(30.0)
+            typer.echo(f"{agent.stats['samples']} samples, {agent.stats['events']} events, "
+                       f"{'delivered' if ok else 'NOT all delivered (spooled or dropped)'}")
+            if not ok:
+                raise typer.Exit(1)
+            return
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        log.info("agent %s: %d collectors, sink %r", cfg.host, len(agent.tasks), sink)
+        agent.run(stop)
+        sink.flush(10.0)
+    finally:
+        sink.close()

@@ -1,0 +1,274 @@
+"""NIC collector: ``/sys/class/net/<if>`` statistics and state, plus driver counters (``ethtool -S``).
+
+Fetch reads sysfs files and the driver's stats (SIOCETHTOOL ioctl, or the ``ethtool`` binary);
+parse is pure: :func:`parse_ethtool_stats` (text) -> dict, :func:`map_ethtool` (dict, driver) and
+:func:`parse_netdev` (sysfs files) -> samples. Where both give the same (metric, labels), the driver
+counter wins: on RDMA NICs the port (``*_phy``) counters include RoCE traffic the netdev never sees.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from collectors.core import Sample, now
+from collectors.errors import CollectionError, ParseError
+from collectors.host.common import extra_counter, read_text, select
+from collectors.host.ethtool_maps import DriverMap, driver_map
+
+log = logging.getLogger(__name__)
+
+# /sys/class/net/<if>/statistics/<file> -> canonical metric; other files become netdev_<file>_total.
+NETDEV_STATS: dict[str, str] = {
+    "rx_bytes": "rx_bytes_total",
+    "tx_bytes": "tx_bytes_total",
+    "rx_packets": "rx_packets_total",
+    "tx_packets": "tx_packets_total",
+    "rx_errors": "rx_errors_total",
+    "tx_errors": "tx_errors_total",
+    "rx_dropped": "rx_discards_total",
+    "tx_dropped": "tx_discards_total",
+    "rx_crc_errors": "rx_fcs_errors_total",
+    # Drivers report "no receive buffer" drops here (mlx5 copies rx_out_of_buffer into it).
+    "rx_missed_errors": "rx_out_of_buffer_total",
+}
+# Files outside statistics/ that the collector reads.
+STATE_FILES: tuple[str, ...] = ("operstate", "carrier", "speed", "carrier_changes", "carrier_down_count")
+LEAN_STATE_FILES: tuple[str, ...] = ("operstate", "carrier", "carrier_down_count")
+OPER_UP = {"up": 1.0, "down": 0.0, "lowerlayerdown": 0.0, "dormant": 0.0, "notpresent": 0.0, "testing": 0.0}
+UNSUPPORTED_RETRY_S = 300.0
+
+
+def parse_ethtool_stats(text: str) -> dict[str, float]:
+    """``ethtool -S`` output -> {key: value}. Lines that are not ``key: integer`` are skipped."""
+    out: dict[str, float] = {}
+    seen_header = False
+    for line in text.splitlines():
+        if line.strip().endswith("statistics:"):
+            seen_header = True
+            continue
+        key, sep, value = line.strip().rpartition(":")
+        if not sep or not key:
+            continue
+        try:
+            out[key.strip()] = float(int(value.strip()))
+        except ValueError:
+            continue
+    if not out and not seen_header:
+        raise ParseError("not ethtool -S output (no 'NIC statistics:' header and no counters)")
+    return out
+
+
+# (driver map, key) -> (metric, labels, scale, canonical?) or None (ignored). A driver's key set is
+# fixed, so every key is matched against the regex table once per process, not once per poll
+# (bench/agent_cost.py: this was 60% of a cycle's CPU on a 16-port mlx5 host).
+_Resolved = tuple[str, tuple[tuple[str, str], ...], float, bool] | None
+_RESOLVED: dict[tuple[str, str], _Resolved] = {}
+
+
+def _resolve(dmap: DriverMap, key: str) -> _Resolved:
+    cache_key = (dmap.name, key)
+    if cache_key in _RESOLVED:
+        return _RESOLVED[cache_key]
+    found: _Resolved = None
+    for rule in dmap.rules:
+        m = rule.pattern.fullmatch(key)
+        if m:
+            labels = tuple((k, v.format(None, *m.groups())) for k, v in rule.labels)
+            found = (rule.metric, labels, rule.scale, True)
+            break
+    else:
+        if not any(p.fullmatch(key) for p in dmap.ignore):
+            found = (extra_counter("ethtool", key), (), 1.0, False)
+    if len(_RESOLVED) > 200_000:  # bound it even if a driver invents keys (it should not)
+        _RESOLVED.clear()
+    _RESOLVED[cache_key] = found
+    return found
+
+
+def map_ethtool(stats: Mapping[str, float], driver: str | None, ts: float, source: str,
+                extras: bool = True) -> list[Sample]:
+    """Driver counters -> canonical samples via the driver's mapping table; the rest as extras."""
+    dmap = driver_map(driver)
+    summed: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    out: list[Sample] = []
+    for key, value in stats.items():
+        res = _resolve(dmap, key)
+        if res is None:
+            continue
+        metric, labels, scale, canonical = res
+        if canonical:
+            summed[(metric, labels)] = summed.get((metric, labels), 0.0) + value * scale
+        elif extras:
+            out.append(Sample(ts, source, metric, value))
+    for (metric, labels), value in summed.items():
+        out.append(Sample(ts, source, metric, value, dict(labels) if labels else None))
+    return out
+
+
+def parse_netdev(files: Mapping[str, str], ts: float, source: str, extras: bool = True) -> list[Sample]:
+    """Sysfs netdev files ({'statistics/rx_bytes': '123', 'operstate': 'up', ...}) -> samples."""
+    out: list[Sample] = []
+    for name, text in files.items():
+        if not name.startswith("statistics/"):
+            continue
+        stat = name.removeprefix("statistics/")
+        metric = NETDEV_STATS.get(stat) or (extra_counter("netdev", stat) if extras else None)
+        if metric is None:
+            continue
+        try:
+            out.append(Sample(ts, source, metric, float(int(text))))
+        except ValueError:
+            continue
+    oper = OPER_UP.get(files.get("operstate", ""))
+    if oper is None and files.get("carrier") in ("0", "1"):  # "unknown" (lo, tun): trust carrier
+        oper = float(files["carrier"])
+    if oper is not None:
+        out.append(Sample(ts, source, "oper_up", oper))
+    speed = _int(files.get("speed"))
+    if speed is not None and speed > 0:  # -1 / EINVAL when the link is down: absent
+        out.append(Sample(ts, source, "speed_bps", speed * 1e6))
+    downs = _int(files.get("carrier_down_count"))
+    if downs is not None:
+        out.append(Sample(ts, source, "link_down_total", float(downs)))
+    changes = _int(files.get("carrier_changes"))
+    if changes is not None:
+        out.append(Sample(ts, source, "carrier_changes_total", float(changes)))
+    return out
+
+
+def merge(base: Iterable[Sample], override: Iterable[Sample]) -> list[Sample]:
+    """Samples of ``base`` and ``override``; on the same (metric, labels) ``override`` wins."""
+    def key(s: Sample) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return s.metric, tuple(sorted((s.labels or {}).items()))
+
+    out = {key(s): s for s in base}
+    out.update((key(s), s) for s in override)
+    return list(out.values())
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+class EthtoolSource(Protocol):
+    def stats(self, iface: str) -> tuple[str | None, dict[str, float]]: ...
+
+
+class SubprocessEthtool:
+    """Runs the ``ethtool`` binary (path injectable); the driver comes from ``ethtool -i``."""
+
+    def __init__(self, binary: str = "ethtool", timeout_s: float = 5.0) -> None:
+        self.binary, self.timeout_s = binary, timeout_s
+        self._drivers: dict[str, str | None] = {}
+
+    def _run(self, *args: str) -> str:
+        try:
+            proc = subprocess.run([self.binary, *args], capture_output=True, text=True,
+                                  timeout=self.timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise CollectionError(f"{self.binary} {' '.join(args)}: {exc}") from exc
+        if proc.returncode != 0:
+            raise CollectionError(f"{self.binary} {' '.join(args)}: exit {proc.returncode}: "
+                                  f"{proc.stderr.strip()[:200]}")
+        return proc.stdout
+
+    def stats(self, iface: str) -> tuple[str | None, dict[str, float]]:
+        if iface not in self._drivers:
+            info = dict(line.split(": ", 1) for line in self._run("-i", iface).splitlines() if ": " in line)
+            self._drivers[iface] = info.get("driver") or None
+        text = self._run("-S", iface)
+        try:
+            return self._drivers[iface], parse_ethtool_stats(text)
+        except ParseError as exc:
+            raise ParseError(f"{iface}: {exc}") from exc
+
+
+class NicCollector:
+    """All selected interfaces of one host: sysfs netdev counters/state + mapped driver counters."""
+
+    name = "nic"
+
+    def __init__(self, host: str, *, sys_root: Path = Path("/sys"), include: Sequence[str] = (),
+                 exclude: Sequence[str] = ("lo",), ethtool: EthtoolSource | None = None,
+                 extras: bool = True, extras_every: int = 1) -> None:
+        self.host, self.sys_root, self.include, self.exclude = host, sys_root, include, exclude
+        self.ethtool, self.extras = ethtool, extras
+        # Extras (hundreds per mlx5 port) only every Nth poll: they are for digging, not alerting.
+        self.extras_every, self._polls = max(1, extras_every), 0
+        self._skip_until: dict[str, float] = {}  # interfaces whose driver has no ethtool stats
+
+    def interfaces(self) -> list[str]:
+        try:
+            names = os.listdir(self.sys_root / "class/net")
+        except OSError as exc:
+            raise CollectionError(f"cannot list {self.sys_root / 'class/net'}: {exc}") from exc
+        return select(names, self.include, self.exclude)
+
+    def fetch_sysfs(self, iface: str) -> dict[str, str]:
+        base = self.sys_root / "class/net" / iface
+        files: dict[str, str] = {}
+        stats, state = _listdir(base / "statistics"), tuple[str, ...](STATE_FILES)
+        if self.extras_every > 1 and self._polls % self.extras_every != 0:
+            # Do not read what will not be sent; speed and carrier_changes change rarely.
+            stats = [f for f in stats if f in NETDEV_STATS]
+            state = LEAN_STATE_FILES
+        for name in [*state, *("statistics/" + f for f in stats)]:
+            text = read_text(base / name)
+            if text is not None:
+                files[name] = text
+        return files
+
+    def sysfs_driver(self, iface: str) -> str | None:
+        link = self.sys_root / "class/net" / iface / "device/driver"
+        try:
+            return os.path.basename(os.readlink(link))
+        except OSError:
+            return None  # virtual interface (veth, bridge): no device link
+
+    def fetch_ethtool(self, iface: str) -> tuple[str | None, dict[str, float]]:
+        if self.ethtool is None or self._skip_until.get(iface, 0.0) > time.monotonic():
+            return None, {}
+        try:
+            return self.ethtool.stats(iface)
+        except (CollectionError, ParseError) as exc:
+            log.info("nic %s:%s: no driver counters (%s); retrying in %.0f s",
+                     self.host, iface, exc, UNSUPPORTED_RETRY_S)
+            self._skip_until[iface] = time.monotonic() + UNSUPPORTED_RETRY_S
+            return None, {}
+
+    def poll_iface(self, iface: str) -> list[Sample]:
+        source = f"{self.host}:{iface}"
+        ts = now()
+        files = self.fetch_sysfs(iface)
+        if not files:
+            log.warning("nic %s: interface vanished or unreadable, skipped", source)
+            return []
+        driver, stats = self.fetch_ethtool(iface)
+        driver = self.sysfs_driver(iface) or driver
+        extras = self.extras and self._polls % self.extras_every == 0
+        return merge(parse_netdev(files, ts, source, extras), map_ethtool(stats, driver, ts, source, extras))
+
+    def poll(self) -> list[Sample]:
+        out: list[Sample] = []
+        try:
+            for iface in self.interfaces():
+                out.extend(self.poll_iface(iface))
+        finally:
+            self._polls += 1  # after: the first poll (0) carries the extras
+        return out
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []

@@ -1,0 +1,197 @@
+"""RDMA/InfiniBand collector: ``/sys/class/infiniband/<dev>/ports/<n>/{counters,hw_counters}``.
+
+The same counters are also printed by ``rdma statistic show link`` (hw_counters) and
+``perfquery -x`` (IB PMA port counters); both have pure parsers here that produce the sysfs
+counter names, so one mapping table serves all three inputs.
+
+Sources are ``host:mlx5_0`` for port 1 and ``host:mlx5_0/2`` for other ports (RoCE functions
+have one port each; the ``/N`` suffix is the ``rdma`` tool's own link naming).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from collectors.core import Sample, now
+from collectors.errors import CollectionError, ParseError
+from collectors.host.common import extra_counter, read_text, select
+
+log = logging.getLogger(__name__)
+
+# sysfs counter name -> (canonical metric, scale). PortXmitData/PortRcvData count 4-octet words.
+IB_COUNTERS: dict[str, tuple[str, float]] = {
+    "port_xmit_data": ("tx_bytes_total", 4.0),
+    "port_rcv_data": ("rx_bytes_total", 4.0),
+    "port_xmit_packets": ("tx_packets_total", 1.0),
+    "port_rcv_packets": ("rx_packets_total", 1.0),
+    "symbol_error": ("symbol_errors_total", 1.0),
+    "link_downed": ("link_down_total", 1.0),
+    "port_rcv_errors": ("rx_errors_total", 1.0),
+    "port_xmit_discards": ("tx_discards_total", 1.0),
+    "port_xmit_wait": ("port_xmit_wait_total", 1.0),
+}
+RDMA_HW_COUNTERS: dict[str, tuple[str, float]] = {
+    "np_cnp_sent": ("cnp_sent_total", 1.0),
+    "rp_cnp_handled": ("cnp_handled_total", 1.0),
+    "np_ecn_marked_roce_packets": ("ecn_marked_packets_total", 1.0),
+    "out_of_sequence": ("rdma_retransmits_total", 1.0),
+    "local_ack_timeout_err": ("rdma_timeouts_total", 1.0),
+    "out_of_buffer": ("rx_out_of_buffer_total", 1.0),
+}
+# hw_counters entries that are settings, not counters (lifespan: the cache time in ms).
+NOT_COUNTERS = frozenset({"lifespan"})
+
+# perfquery field -> sysfs counter name (the kernel names them after the same PMA attributes).
+PERFQUERY_NAMES: dict[str, str] = {
+    "PortXmitData": "port_xmit_data",
+    "PortRcvData": "port_rcv_data",
+    "PortXmitPkts": "port_xmit_packets",
+    "PortRcvPkts": "port_rcv_packets",
+    "PortUnicastXmitPkts": "unicast_xmit_packets",
+    "PortUnicastRcvPkts": "unicast_rcv_packets",
+    "PortMulticastXmitPkts": "multicast_xmit_packets",
+    "PortMulticastRcvPkts": "multicast_rcv_packets",
+    "SymbolErrorCounter": "symbol_error",
+    "LinkErrorRecoveryCounter": "link_error_recovery",
+    "LinkDownedCounter": "link_downed",
+    "PortRcvErrors": "port_rcv_errors",
+    "PortRcvRemotePhysicalErrors": "port_rcv_remote_physical_errors",
+    "PortRcvSwitchRelayErrors": "port_rcv_switch_relay_errors",
+    "PortXmitDiscards": "port_xmit_discards",
+    "PortXmitConstraintErrors": "port_xmit_constraint_errors",
+    "PortRcvConstraintErrors": "port_rcv_constraint_errors",
+    "LocalLinkIntegrityErrors": "local_link_integrity_errors",
+    "ExcessiveBufferOverrunErrors": "excessive_buffer_overrun_errors",
+    "VL15Dropped": "VL15_dropped",
+    "PortXmitWait": "port_xmit_wait",
+}
+PERFQUERY_SKIP = frozenset({"PortSelect", "CounterSelect", "CounterSelect2"})
+
+_PERFQUERY_HEADER = re.compile(r"#.*\bport (\d+)")
+_PERFQUERY_LINE = re.compile(r"(\w+):\.*(\S+)$")
+_RDMA_LINK = re.compile(r"link (\S+)/(\d+)")
+
+
+def ib_source(host: str, device: str, port: int) -> str:
+    return f"{host}:{device}" if port == 1 else f"{host}:{device}/{port}"
+
+
+def map_port(counters: Mapping[str, float], hw_counters: Mapping[str, float], ts: float,
+             source: str) -> list[Sample]:
+    """Port ``counters`` and ``hw_counters`` (sysfs names) -> canonical samples + extras."""
+    out: list[Sample] = []
+    for table, prefix, values in ((IB_COUNTERS, "ib", counters), (RDMA_HW_COUNTERS, "rdma", hw_counters)):
+        for name, value in values.items():
+            if name in NOT_COUNTERS:
+                continue
+            metric, scale = table.get(name, (extra_counter(prefix, name), 1.0))
+            out.append(Sample(ts, source, metric, value * scale))
+    return out
+
+
+def parse_perfquery(text: str) -> dict[int, dict[str, float]]:
+    """``perfquery -x`` / ``-E`` output (one or more ports) -> {port: {sysfs counter: value}}."""
+    ports: dict[int, dict[str, float]] = {}
+    current: dict[str, float] | None = None
+    for line in text.splitlines():
+        header = _PERFQUERY_HEADER.match(line)
+        if header:
+            current = ports.setdefault(int(header.group(1)), {})
+            continue
+        m = _PERFQUERY_LINE.match(line.strip())
+        if not m or current is None or m.group(1) in PERFQUERY_SKIP:
+            continue
+        try:
+            value = float(int(m.group(2), 0))
+        except ValueError:
+            continue
+        current[PERFQUERY_NAMES.get(m.group(1)) or m.group(1)] = value
+    if not ports:
+        raise ParseError("no '# ... port N' header: not perfquery output")
+    return ports
+
+
+def parse_rdma_statistic(text: str) -> dict[tuple[str, int], dict[str, float]]:
+    """``rdma statistic show link`` -> {(device, port): {hw counter: value}}.
+
+    The tool prints ``link DEV/PORT name value name value ...`` and wraps long lines; pairs are
+    read as a token stream, so wrapping does not matter. ``Optional-set:`` counters are included.
+    """
+    out: dict[tuple[str, int], dict[str, float]] = {}
+    tokens = [t for line in text.splitlines() if not line.lstrip().startswith("$") for t in line.split()]
+    current: dict[str, float] | None = None
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok == "link" and i + 1 < len(tokens) and (m := _RDMA_LINK.fullmatch(f"link {tokens[i + 1]}")):
+            current = out.setdefault((m.group(1), int(m.group(2))), {})
+            i += 2
+            continue
+        if tok.endswith(":") or current is None or i + 1 >= len(tokens):  # "Optional-set:" marker
+            i += 1
+            continue
+        try:
+            current[tok] = float(int(tokens[i + 1]))
+            i += 2
+        except ValueError:
+            i += 1
+    if not out:
+        raise ParseError("no 'link DEV/PORT' record: not rdma statistic output")
+    return out
+
+
+def _read_counter_dir(path: Path) -> dict[str, float]:
+    out: dict[str, float] = {}
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return out
+    for name in names:
+        text = read_text(path / name)
+        if text is None:
+            continue
+        try:
+            out[name] = float(int(text))
+        except ValueError:
+            continue  # not a plain counter file (e.g. a subdirectory): skip
+    return out
+
+
+class RdmaCollector:
+    """Every port of every RDMA device under ``<sys_root>/class/infiniband``."""
+
+    name = "rdma"
+
+    def __init__(self, host: str, *, sys_root: Path = Path("/sys"), include: Sequence[str] = (),
+                 exclude: Sequence[str] = ()) -> None:
+        self.host, self.sys_root, self.include, self.exclude = host, sys_root, include, exclude
+
+    def ports(self) -> list[tuple[str, int]]:
+        base = self.sys_root / "class/infiniband"
+        if not base.exists():
+            return []  # no RDMA hardware: nothing to collect, not an error
+        try:
+            devices = select(os.listdir(base), self.include, self.exclude)
+            return [(d, int(p)) for d in devices
+                    for p in sorted(os.listdir(base / d / "ports")) if p.isdigit()]
+        except OSError as exc:
+            raise CollectionError(f"cannot list {base}: {exc}") from exc
+
+    def fetch(self, device: str, port: int) -> tuple[dict[str, float], dict[str, float]]:
+        base = self.sys_root / "class/infiniband" / device / "ports" / str(port)
+        return _read_counter_dir(base / "counters"), _read_counter_dir(base / "hw_counters")
+
+    def poll(self) -> list[Sample]:
+        out: list[Sample] = []
+        for device, port in self.ports():
+            ts = now()
+            counters, hw = self.fetch(device, port)
+            if not counters and not hw:
+                log.warning("rdma %s:%s/%d: no readable counters, skipped", self.host, device, port)
+                continue
+            out.extend(map_port(counters, hw, ts, ib_source(self.host, device, port)))
+        return out

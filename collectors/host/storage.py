@@ -1,0 +1,283 @@
+"""Storage collector: block devices (``/proc/diskstats``), NFS client mounts
+(``/proc/self/mountstats``), Lustre client ``llite`` stats, and free space of named volumes.
+
+Parsers are pure. Latency gauges (``read_latency_seconds``) are the mean time per operation over
+the last interval, so they need two polls: :class:`IntervalMean` keeps the previous cumulative
+(ops, time) and uses :mod:`collectors.rates` so a wrap or reset gives no value, never a wild one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from collectors.core import Sample, now
+from collectors.errors import ParseError
+from collectors.host.common import extra_counter, read_text, select, snake
+from collectors.rates import counter_deltas
+
+log = logging.getLogger(__name__)
+
+SECTOR = 512.0  # diskstats sectors are always 512 bytes, whatever the device's block size
+DISKSTAT_FIELDS = ("reads", "reads_merged", "sectors_read", "read_ms", "writes", "writes_merged",
+                   "sectors_written", "write_ms", "in_progress", "io_ms", "weighted_io_ms",
+                   "discards", "discards_merged", "sectors_discarded", "discard_ms", "flushes", "flush_ms")
+# Linux 2.4-style partition rows carry only these four.
+DISKSTAT_SHORT = ("reads", "sectors_read", "writes", "sectors_written")
+# field -> (metric, scale); fields not listed are not emitted.
+DISK_METRICS: dict[str, tuple[str, float]] = {
+    "reads": ("read_ops_total", 1.0),
+    "writes": ("write_ops_total", 1.0),
+    "sectors_read": ("read_bytes_total", SECTOR),
+    "sectors_written": ("write_bytes_total", SECTOR),
+    "read_ms": ("read_time_seconds_total", 1e-3),
+    "write_ms": ("write_time_seconds_total", 1e-3),
+    "io_ms": ("io_time_seconds_total", 1e-3),
+    "weighted_io_ms": ("io_queue_time_seconds_total", 1e-3),
+    "in_progress": ("io_in_progress", 1.0),
+    "discards": ("discard_ops_total", 1.0),
+    "flushes": ("flush_ops_total", 1.0),
+}
+# NFS per-op fields (include/linux/sunrpc/metrics.h), the ninth (errors) since Linux 5.3.
+NFS_OP_FIELDS = ("ops", "trans", "timeouts", "bytes_sent", "bytes_recv", "queue_ms", "rtt_ms", "execute_ms",
+                 "errors")
+NFS_BYTES_FIELDS = ("normalreadbytes", "normalwritebytes", "directreadbytes", "directwritebytes",
+                    "serverreadbytes", "serverwritebytes", "readpages", "writepages")
+NFS_FSTYPES = frozenset({"nfs", "nfs4"})
+
+
+def parse_diskstats(text: str) -> dict[str, dict[str, float]]:
+    """``/proc/diskstats`` -> {device: {field: value}}; 4-, 11-, 15- and 17-field rows."""
+    out: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 7:
+            continue
+        try:
+            values = [float(int(v)) for v in parts[3:]]
+        except ValueError:
+            continue
+        names = DISKSTAT_SHORT if len(values) == 4 else DISKSTAT_FIELDS
+        out[parts[2]] = dict(zip(names, values, strict=False))
+    if not out and text.strip():
+        raise ParseError("no diskstats rows")
+    return out
+
+
+def disk_samples(stats: Mapping[str, float], ts: float, source: str) -> list[Sample]:
+    return [Sample(ts, source, metric, stats[f] * scale)
+            for f, (metric, scale) in DISK_METRICS.items() if f in stats]
+
+
+@dataclass
+class NfsMount:
+    device: str
+    mountpoint: str
+    fstype: str
+    bytes: dict[str, float] = field(default_factory=dict)
+    ops: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def parse_mountstats(text: str) -> list[NfsMount]:
+    """``/proc/self/mountstats`` -> NFS mounts with byte counters and per-op statistics."""
+    mounts: list[NfsMount] = []
+    current: NfsMount | None = None
+    in_ops = False
+    for line in text.splitlines():
+        if line.startswith("device "):
+            parts = line.split()
+            in_ops = False
+            # device DEV mounted on MOUNTPOINT with fstype TYPE [statvers=X]
+            if len(parts) >= 8 and parts[2:4] == ["mounted", "on"] and "fstype" in parts[5:-1]:
+                fstype = parts[parts.index("fstype", 5) + 1]
+                current = NfsMount(parts[1], parts[4], fstype) if fstype in NFS_FSTYPES else None
+                if current is not None:
+                    mounts.append(current)
+            else:
+                current = None
+            continue
+        if current is None:
+            continue
+        stripped = line.strip()
+        if stripped.startswith("bytes:"):
+            values = stripped.split()[1:]
+            pairs = zip(NFS_BYTES_FIELDS, values, strict=False)
+            current.bytes = {k: float(v) for k, v in pairs if v.isdigit()}
+        elif stripped == "per-op statistics":
+            in_ops = True
+        elif in_ops and ":" in stripped:
+            op, _, rest = stripped.partition(":")
+            values = rest.split()
+            if values and all(v.isdigit() for v in values):
+                current.ops[op] = {k: float(v) for k, v in zip(NFS_OP_FIELDS, values, strict=False)}
+    return mounts
+
+
+def nfs_samples(mount: NfsMount, ts: float, source: str) -> list[Sample]:
+    out: list[Sample] = []
+    if "serverreadbytes" in mount.bytes:
+        out.append(Sample(ts, source, "read_bytes_total", mount.bytes["serverreadbytes"]))
+    if "serverwritebytes" in mount.bytes:
+        out.append(Sample(ts, source, "write_bytes_total", mount.bytes["serverwritebytes"]))
+    for op, canonical in (("READ", "read_ops_total"), ("WRITE", "write_ops_total")):
+        if op in mount.ops:
+            out.append(Sample(ts, source, canonical, mount.ops[op]["ops"]))
+    for op, f in mount.ops.items():
+        if not f.get("ops"):
+            continue  # the ~60 NFSv4 ops never used on this mount: nothing to store
+        lab = {"op": op}
+        out.append(Sample(ts, source, "nfs_ops_total", f["ops"], lab))
+        out.append(Sample(ts, source, "nfs_retransmits_total", max(f["trans"] - f["ops"], 0.0), lab))
+        out.append(Sample(ts, source, "nfs_timeouts_total", f["timeouts"], lab))
+        out.append(Sample(ts, source, "nfs_rtt_seconds_total", f["rtt_ms"] / 1e3, lab))
+        out.append(Sample(ts, source, "nfs_execute_seconds_total", f["execute_ms"] / 1e3, lab))
+        if "errors" in f:
+            out.append(Sample(ts, source, "nfs_errors_total", f["errors"], lab))
+    return out
+
+
+def parse_lprocfs_stats(text: str) -> dict[str, dict[str, float]]:
+    """Lustre ``stats`` files: ``name COUNT samples [unit] min max sum [sumsq]`` per line."""
+    out: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 4 or parts[2] != "samples" or not parts[1].isdigit():
+            continue
+        row = {"count": float(parts[1])}
+        unit = parts[3].strip("[]")
+        for key, value in zip(("min", "max", "sum", "sumsq"), parts[4:], strict=False):
+            if value.isdigit():
+                row[key] = float(value)
+        row["usecs"] = 1.0 if unit == "usecs" else 0.0
+        out[parts[0]] = row
+    if not out and text.strip():
+        raise ParseError("no lprocfs 'samples' rows")
+    return out
+
+
+def lustre_samples(stats: Mapping[str, Mapping[str, float]], ts: float, source: str) -> list[Sample]:
+    out: list[Sample] = []
+    for name, row in stats.items():
+        if name in ("read_bytes", "write_bytes"):
+            op = name.split("_")[0]
+            out.append(Sample(ts, source, f"{op}_ops_total", row["count"]))
+            out.append(Sample(ts, source, f"{op}_bytes_total", row.get("sum", 0.0)))
+            continue
+        out.append(Sample(ts, source, extra_counter("lustre", name), row["count"]))
+        if row.get("usecs") and "sum" in row:
+            out.append(Sample(ts, source, f"lustre_{snake(name)}_seconds_total", row["sum"] / 1e6))
+    return out
+
+
+class IntervalMean:
+    """Mean seconds per operation between the previous and the current poll, per key."""
+
+    def __init__(self) -> None:
+        self._prev: dict[tuple[str, str], tuple[float, float]] = {}
+
+    def update(self, items: Sequence[tuple[str, str, float, float]]) -> dict[tuple[str, str], float]:
+        """``items`` are (source, metric, ops_total, seconds_total); returns means where defined."""
+        keys = [(s, m) for s, m, _, _ in items]
+        prev = np.array([self._prev.get(k, (np.nan, np.nan)) for k in keys], dtype=np.float64).reshape(-1, 2)
+        cur = np.array([(o, t) for _, _, o, t in items], dtype=np.float64).reshape(-1, 2)
+        self._prev = dict(zip(keys, map(tuple, cur), strict=True))
+        d_ops = counter_deltas(prev[:, 0], cur[:, 0])
+        d_time = counter_deltas(prev[:, 1], cur[:, 1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = d_time / d_ops
+        # No ops in the interval: the mean is undefined, so it is absent (not 0, not -1).
+        return {k: float(v) for k, v, n in zip(keys, mean, d_ops, strict=True) if n > 0 and np.isfinite(v)}
+
+
+class StorageCollector:
+    """Disks, NFS mounts, Lustre llite instances and volumes of one host."""
+
+    name = "storage"
+
+    def __init__(self, host: str, *, proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys"),
+                 disks_include: Sequence[str] = (), disks_exclude: Sequence[str] = ("loop*", "ram*", "zram*",
+                 "sr*", "fd*"), volumes: Sequence[str] = ()) -> None:
+        self.host, self.proc_root, self.sys_root = host, proc_root, sys_root
+        self.disks_include, self.disks_exclude, self.volumes = disks_include, disks_exclude, volumes
+        self.latency = IntervalMean()
+
+    def _disks(self, ts: float) -> tuple[list[Sample], list[tuple[str, str, float, float]]]:
+        text = read_text(self.proc_root / "diskstats") or ""
+        try:
+            stats = parse_diskstats(text)
+        except ParseError as exc:
+            log.warning("storage %s: /proc/diskstats: %s; disks skipped", self.host, exc)
+            return [], []
+        out, lat = [], []
+        for dev in select(stats, self.disks_include, self.disks_exclude):
+            src, f = f"{self.host}:{dev}", stats[dev]
+            out.extend(disk_samples(f, ts, src))
+            for op in ("read", "write"):
+                if f"{op}s" in f and f"{op}_ms" in f:
+                    lat.append((src, f"{op}_latency_seconds", f[f"{op}s"], f[f"{op}_ms"] / 1e3))
+        return out, lat
+
+    def _nfs(self, ts: float) -> tuple[list[Sample], list[tuple[str, str, float, float]]]:
+        out, lat = [], []
+        for mount in parse_mountstats(read_text(self.proc_root / "self/mountstats") or ""):
+            src = f"{self.host}:{mount.mountpoint}"
+            out.extend(nfs_samples(mount, ts, src))
+            for op in ("READ", "WRITE"):
+                if op in mount.ops:
+                    f = mount.ops[op]
+                    lat.append((src, f"{op.lower()}_latency_seconds", f["ops"], f["execute_ms"] / 1e3))
+        return out, lat
+
+    def _lustre(self, ts: float) -> list[Sample]:
+        mounts = {}  # fsname -> mountpoint, from "mgs@tcp:/fsname /mnt/x lustre ..."
+        for line in (read_text(self.proc_root / "mounts") or "").splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[2] == "lustre" and ":/" in parts[0]:
+                mounts[parts[0].rsplit(":/", 1)[1]] = parts[1]
+        out: list[Sample] = []
+        for base in (self.proc_root / "fs/lustre/llite", self.sys_root / "kernel/debug/lustre/llite"):
+            for inst in _listdir(base):
+                text = read_text(base / inst / "stats")
+                if text is None:
+                    continue
+                fsname = inst.rsplit("-", 1)[0]
+                src = f"{self.host}:{mounts.get(fsname, 'lustre/' + inst)}"
+                try:
+                    out.extend(lustre_samples(parse_lprocfs_stats(text), ts, src))
+                except ParseError as exc:
+                    log.warning("storage %s: llite %s: %s; skipped", self.host, inst, exc)
+        return out
+
+    def _volumes(self, ts: float) -> list[Sample]:
+        out = []
+        for path in self.volumes:
+            try:
+                st = os.statvfs(path)
+            except OSError as exc:
+                log.warning("storage %s:%s: statvfs failed: %s", self.host, path, exc)
+                continue
+            src = f"{self.host}:{path}"
+            out.append(Sample(ts, src, "free_bytes", float(st.f_bavail * st.f_frsize)))
+            out.append(Sample(ts, src, "size_bytes", float(st.f_blocks * st.f_frsize)))
+        return out
+
+    def poll(self) -> list[Sample]:
+        ts = now()
+        disks, lat_d = self._disks(ts)
+        nfs, lat_n = self._nfs(ts)
+        out = disks + nfs + self._lustre(ts) + self._volumes(ts)
+        for (src, metric), value in self.latency.update(lat_d + lat_n).items():
+            out.append(Sample(ts, src, metric, value))
+        return out
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []

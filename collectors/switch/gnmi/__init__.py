@@ -1,0 +1,1 @@
+"""gNMI streaming telemetry: Capabilities, Subscribe STREAM (SAMPLE + ON_CHANGE), reconnect."""

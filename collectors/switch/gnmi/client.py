@@ -1,0 +1,151 @@
+"""gNMI collector for one device: a Subscribe STREAM kept open, reopened with backoff.
+
+Counters are SAMPLEd at the device's interval, oper-status and LLDP neighbours are ON_CHANGE.
+Each SubscribeResponse batch is parsed and handed to ``emit`` as a :class:`PollResult`; the
+scheduler owns the backoff bookkeeping and ``collector_up`` via the callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import grpc
+
+from collectors.errors import CollectionError
+
+from .. import lldp
+from ..base import PollResult, speeds_of
+from ..inventory import Device
+from ..resets import ResetTracker
+from . import paths
+from .parse import parse
+from .proto import gnmi_pb2, gnmi_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+_ENCODING = {"json_ietf": gnmi_pb2.JSON_IETF, "json": gnmi_pb2.JSON, "proto": gnmi_pb2.PROTO}
+
+
+def path_of(text: str) -> gnmi_pb2.Path:
+    return gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name=p) for p in text.strip("/").split("/") if p])
+
+
+class GnmiCollector:
+    def __init__(self, device: Device) -> None:
+        if device.gnmi is None:
+            raise CollectionError(f"{device.name}: no gnmi settings")
+        self.device = device
+        self.settings = device.gnmi
+        self.name = f"{device.name}/gnmi"
+        self.resets = ResetTracker()
+        self.encodings: list[int] = []
+
+    def _channel(self) -> grpc.aio.Channel:
+        target = f"{self.device.address}:{self.settings.port}"
+        if not self.settings.tls:
+            return grpc.aio.insecure_channel(target)
+        root = self.settings.ca_file.read_bytes() if self.settings.ca_file else None
+        options = []
+        if self.settings.server_name:
+            options.append(("grpc.ssl_target_name_override", self.settings.server_name))
+        return grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=root), options)
+
+    def _metadata(self) -> list[tuple[str, str]]:
+        password = self.device.secret(self.settings.password)
+        if self.settings.username and password:
+            return [("username", self.settings.username), ("password", password.get_secret_value())]
+        return []
+
+    def request(self) -> gnmi_pb2.SubscribeRequest:
+        interval_ns = int(self.device.interval * 1e9)
+        subs = [
+            gnmi_pb2.Subscription(
+                path=path_of(p),
+                mode=gnmi_pb2.SAMPLE if mode == "SAMPLE" else gnmi_pb2.ON_CHANGE,
+                sample_interval=interval_ns if mode == "SAMPLE" else 0,
+            )
+            for p, mode in paths.SUBSCRIPTIONS
+            if self.device.lldp or not p.startswith("/lldp")
+        ]
+        wanted = _ENCODING[self.settings.encoding]
+        encoding = wanted if not self.encodings or wanted in self.encodings else self.encodings[0]
+        return gnmi_pb2.SubscribeRequest(
+            subscribe=gnmi_pb2.SubscriptionList(
+                subscription=subs, mode=gnmi_pb2.SubscriptionList.STREAM, encoding=encoding
+            )
+        )
+
+    def _result(self, notification: gnmi_pb2.Notification) -> PollResult:
+        batch = parse(self.device.name, [notification], self.device.wants)
+        samples = self.resets.mark(batch.samples, epochs=batch.counter_epoch)
+        rows = [(itf, state) for (itf, _), state in batch.lldp.items()]
+        links = lldp.links_from_openconfig(self.device.name, rows, speeds_of(samples)) if rows else []
+        return PollResult(samples, links, batch.problems)
+
+    async def poll(self) -> PollResult:
+        """One-shot: subscribe, gather until the target's ``sync_response``, hang up (``--once``)."""
+        merged = PollResult()
+
+        async def gather(r: PollResult) -> None:
+            merged.samples.extend(r.samples)
+            merged.links.extend(r.links)
+            merged.problems.extend(r.problems)
+
+        await self.stream(gather, until_sync=True)
+        return merged
+
+    async def aclose(self) -> None:
+        return None
+
+    async def stream(
+        self,
+        emit: Callable[[PollResult], Awaitable[None]],
+        on_connected: Callable[[], None] | None = None,
+        until_sync: bool = False,
+    ) -> None:
+        """Run one subscription until the stream ends or fails (then raise ``CollectionError``)."""
+        metadata = self._metadata()
+        async with self._channel() as channel:
+            stub = gnmi_pb2_grpc.gNMIStub(channel)
+            try:
+                caps = await stub.Capabilities(
+                    gnmi_pb2.CapabilityRequest(), metadata=metadata, timeout=self.device.timeout
+                )
+                self.encodings = list(caps.supported_encodings)
+                call = stub.Subscribe(iter([self.request()]), metadata=metadata)
+                if on_connected:
+                    on_connected()
+                async for resp in call:
+                    if resp.HasField("update"):
+                        await emit(self._result(resp.update))
+                    elif resp.sync_response and until_sync:
+                        call.cancel()
+                        return
+                    elif resp.HasField("error"):
+                        raise CollectionError(f"{self.device.name}: gNMI error {resp.error.message}")
+            except grpc.aio.AioRpcError as exc:
+                raise CollectionError(f"{self.device.name}: gNMI {exc.code().name}: {exc.details()}") from exc
+        raise CollectionError(f"{self.device.name}: gNMI stream ended")
+
+    async def run(
+        self,
+        emit: Callable[[PollResult], Awaitable[None]],
+        on_state: Callable[[bool], None],
+        backoff: Callable[[], float],
+        reset_backoff: Callable[[], None],
+    ) -> None:
+        """Keep the stream up forever: reconnect after ``backoff()`` seconds on every failure."""
+
+        def connected() -> None:
+            on_state(True)
+            reset_backoff()
+
+        while True:
+            try:
+                await self.stream(emit, on_connected=connected)
+            except CollectionError as exc:
+                log.warning("%s: %s", self.device.name, exc)
+            on_state(False)
+            await asyncio.sleep(backoff())

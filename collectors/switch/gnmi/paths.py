@@ -1,0 +1,44 @@
+"""OpenConfig path → canonical metric table for gNMI, and the subscriptions we ask for.
+
+Paths are element names with keys and module prefixes (``oc-if:``) removed. Two vendor leaves seen
+in a real Ciena stream are aliases here (``in-crc-error-pkts``, ``link-flap-events``); a table row,
+not a branch in code.
+"""
+
+from __future__ import annotations
+
+_IF = ("interfaces", "interface")
+_C = (*_IF, "state", "counters")
+_E = (*_IF, "ethernet", "state", "counters")
+
+# path → (metric, rank): several paths may feed one metric; the lowest rank present wins
+COUNTERS: dict[tuple[str, ...], tuple[str, int]] = {
+    (*_C, "in-octets"): ("rx_bytes_total", 0),
+    (*_C, "out-octets"): ("tx_bytes_total", 0),
+    (*_C, "in-pkts"): ("rx_packets_total", 0),
+    (*_C, "out-pkts"): ("tx_packets_total", 0),
+    (*_C, "in-discards"): ("rx_discards_total", 0),
+    (*_C, "out-discards"): ("tx_discards_total", 0),
+    (*_C, "in-errors"): ("rx_errors_total", 0),
+    (*_C, "out-errors"): ("tx_errors_total", 0),
+    (*_C, "in-fcs-errors"): ("rx_fcs_errors_total", 0),
+    (*_E, "in-crc-errors"): ("rx_fcs_errors_total", 1),
+    (*_C, "in-crc-error-pkts"): ("rx_fcs_errors_total", 2),  # Ciena
+    (*_E, "in-mac-pause-frames"): ("rx_pause_frames_total", 0),
+    (*_E, "out-mac-pause-frames"): ("tx_pause_frames_total", 0),
+    (*_C, "carrier-transitions"): ("carrier_transitions_total", 0),
+    (*_C, "link-flap-events"): ("link_down_total", 0),  # Ciena: one event per down/up cycle
+}
+OPER_STATUS = (*_IF, "state", "oper-status")
+LAST_CLEAR = (*_C, "last-clear")
+NAME_LEAF = (*_C, "name")  # Ciena puts the interface name as a leaf next to the counters
+PORT_SPEED = (*_IF, "ethernet", "state", "port-speed")
+
+# (path, mode) pairs the collector subscribes to; SAMPLE for counters, ON_CHANGE for state
+SUBSCRIPTIONS: tuple[tuple[str, str], ...] = (
+    ("/interfaces/interface/state/counters", "SAMPLE"),
+    ("/interfaces/interface/ethernet/state/counters", "SAMPLE"),
+    ("/interfaces/interface/state/oper-status", "ON_CHANGE"),
+    ("/interfaces/interface/ethernet/state/port-speed", "ON_CHANGE"),
+    ("/lldp/interfaces/interface/neighbors/neighbor/state", "ON_CHANGE"),
+)

@@ -1,0 +1,1 @@
+"""NETCONF (ncclient) port counters: openconfig-interfaces, IOS-XR native, ietf-interfaces."""

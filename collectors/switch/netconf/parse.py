@@ -1,0 +1,112 @@
+"""Pure NETCONF parse: an ``<rpc-reply>`` to ``<get>`` → samples, using a :class:`Model` table."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from xml.etree import ElementTree as ET
+
+from collectors.core import Sample
+from collectors.errors import ParseError
+
+from .models import OC_ETH, OC_SPEEDS, Leaf, Model
+
+_NC = "urn:ietf:params:xml:ns:netconf:base:1.0"
+# a leaf of type "speed" above this is a sentinel for "unknown" (yuma123 reports 2**64 - 10**6)
+_MAX_SPEED = 1.6e13
+
+
+@dataclass
+class NetconfPoll:
+    samples: list[Sample] = field(default_factory=list)
+    counter_epoch: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def _path(p: str, model: Model) -> str:
+    return p.format(ns=f"{{{model.namespace}}}", eth=f"{{{OC_ETH}}}")
+
+
+def _value(leaf: Leaf, raw: str) -> float | None:
+    raw = raw.strip()
+    if leaf.transform == "up":
+        return 1.0 if raw.lower() == "up" else 0.0
+    if leaf.transform == "oc_speed":
+        return OC_SPEEDS.get(raw.rpartition(":")[2])
+    value = float(int(raw))  # counters are uint64: a float or text here is a malformed reply
+    if leaf.transform == "speed_bps" and value > _MAX_SPEED:
+        return None
+    return value
+
+
+def parse(
+    device: str, reply_xml: str | bytes, model: Model, ts: float, wants: Callable[[str], bool] | None = None
+) -> NetconfPoll:
+    try:
+        root = ET.fromstring(reply_xml)
+    except ET.ParseError as exc:
+        raise ParseError(f"{device}: reply is not XML: {exc}") from exc
+    data = root.find(f"{{{_NC}}}data")
+    if data is None:
+        raise ParseError(f"{device}: rpc-reply without <data>")
+    out = NetconfPoll()
+    required: dict[tuple[str, int], int] = defaultdict(int)
+    for leaf in model.leaves:
+        required[(leaf.metric, leaf.rank)] += leaf.required
+    for entry in data.iterfind(_path(model.entries, model)):
+        name = (entry.findtext(_path(model.name_path, model)) or "").strip()
+        if not name:
+            out.problems.append("interface entry without a name, skipped")
+            continue
+        if wants is not None and not wants(name):
+            continue
+        source = f"{device}:{name}"
+        parts: dict[tuple[str, int], list[float]] = defaultdict(list)
+        seen_required: dict[tuple[str, int], int] = defaultdict(int)
+        for leaf in model.leaves:
+            raw = entry.findtext(_path(leaf.path, model))
+            if raw is None:
+                continue
+            try:
+                value = _value(leaf, raw)
+            except ValueError:
+                out.problems.append(f"{name}: {leaf.path.rpartition('}')[2]}={raw!r} is not a number")
+                continue
+            if value is None:
+                continue
+            parts[(leaf.metric, leaf.rank)].append(value)
+            seen_required[(leaf.metric, leaf.rank)] += leaf.required
+        best: dict[str, tuple[int, float]] = {}
+        for (metric, rank), values in parts.items():
+            if seen_required[(metric, rank)] < required[(metric, rank)]:
+                continue
+            if metric not in best or rank < best[metric][0]:
+                best[metric] = (rank, sum(values))
+        for metric, (_, value) in sorted(best.items()):
+            out.samples.append(Sample(ts, source, metric, value))
+        if model.epoch_path:
+            epoch = entry.findtext(_path(model.epoch_path, model))
+            if epoch is not None:
+                out.counter_epoch[source] = epoch.strip()
+    return out
+
+
+OC_LLDP = "http://openconfig.net/yang/lldp"
+LLDP_FILTER = f'<lldp xmlns="{OC_LLDP}"><interfaces/></lldp>'
+
+
+def lldp_rows(reply_xml: str | bytes) -> list[tuple[str, dict[str, str]]]:
+    """openconfig-lldp reply → ``(local interface, neighbour state leaves)`` rows."""
+    try:
+        root = ET.fromstring(reply_xml)
+    except ET.ParseError as exc:
+        raise ParseError(f"LLDP reply is not XML: {exc}") from exc
+    ns = f"{{{OC_LLDP}}}"
+    rows: list[tuple[str, dict[str, str]]] = []
+    for itf in root.iter(f"{ns}interface"):
+        local = (itf.findtext(f"{ns}name") or "").strip()
+        for state in itf.iterfind(f"{ns}neighbors/{ns}neighbor/{ns}state"):
+            leaves = {child.tag.rpartition("}")[2]: (child.text or "").strip() for child in state}
+            rows.append((local, leaves))
+    return rows

@@ -1,0 +1,139 @@
+"""Pure SNMP parse: varbinds ``(numeric OID, value)`` → samples named ``device:ifName``.
+
+Values arrive already unwrapped from pysnmp (``int`` for INTEGER/Counter/Gauge/TimeTicks, ``bytes``
+for OCTET STRING). A varbind that does not fit its column (a counter that is a string, an index that
+is not a number) is reported in ``problems`` and skipped; the rest of the poll is kept.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from collectors.core import Sample
+
+from . import oids
+from .oids import Column
+
+Value = int | bytes | str
+
+_WRAP32_SATURATED = 4294967295  # ifSpeed reports this when the real speed does not fit
+
+
+@dataclass
+class SnmpPoll:
+    """What one poll says: samples plus what reset detection needs."""
+
+    samples: list[Sample] = field(default_factory=list)
+    uptime_ticks: int | None = None
+    # source → (ifIndex, ifCounterDiscontinuityTime or None): either changing means a reset
+    counter_epoch: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    if_names: dict[int, str] = field(default_factory=dict)
+
+
+def text(value: Value) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace").strip("\x00").strip()
+    return str(value).strip()
+
+
+def _column_index(oid: str, table: Mapping[str, Column]) -> tuple[Column, str] | None:
+    """Split an instance OID into its column and index; one- then two-component indexes."""
+    head, _, idx = oid.rpartition(".")
+    col = table.get(head)
+    if col is not None and col.index == "if":
+        return col, idx
+    head2, _, idx2 = head.rpartition(".")
+    col = table.get(head2)
+    if col is not None and col.index == "if.prio":
+        return col, f"{idx2}.{idx}"
+    return None
+
+
+def _value(col: Column, raw: Value) -> float | None:
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise TypeError(f"expected a number, got {type(raw).__name__}")
+    if col.transform == "oper_up":
+        return 1.0 if raw == 1 else 0.0  # ifOperStatus up(1); everything else is not forwarding
+    if col.transform == "speed32" and raw >= _WRAP32_SATURATED:
+        return None  # saturated: the real speed is unknown here, leave it absent
+    return raw * col.scale
+
+
+def parse(
+    device: str,
+    varbinds: Iterable[tuple[str, Value]],
+    ts: float,
+    columns: Iterable[Column] = oids.STANDARD,
+    wants: object = None,
+) -> SnmpPoll:
+    """Map one poll's varbinds to samples. ``wants`` is an optional ``ifName -> bool`` filter."""
+    table = {c.oid: c for c in columns}
+    out = SnmpPoll()
+    names: dict[int, str] = {}
+    descr: dict[int, str] = {}
+    disc: dict[int, int] = {}
+    # (ifIndex, metric, labels, column labels, rank) → part values; parts of one rank are summed
+    Key = tuple[int, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], int]
+    parts: dict[Key, list[float]] = defaultdict(list)
+    ncols: dict[tuple[str, tuple[tuple[str, str], ...], int], int] = defaultdict(int)
+    for c in table.values():
+        ncols[(c.metric, c.labels, c.rank)] += 1
+
+    for oid, raw in varbinds:
+        oid = oid.lstrip(".")
+        try:
+            if oid == oids.SYS_UPTIME:
+                out.uptime_ticks = int(raw)
+                continue
+            head, _, last = oid.rpartition(".")
+            if head == oids.IF_NAME:
+                names[int(last)] = text(raw)
+                continue
+            if head == oids.IF_DESCR:
+                descr[int(last)] = text(raw)
+                continue
+            if head == oids.IF_COUNTER_DISCONTINUITY:
+                disc[int(last)] = int(raw)
+                continue
+            hit = _column_index(oid, table)
+            if hit is None:
+                continue
+            col, idx = hit
+            value = _value(col, raw)
+            if value is None:
+                continue
+            if col.index == "if.prio":
+                if_s, prio = idx.split(".")
+                labels = (*col.labels, ("priority", str(int(prio))))
+                if_index = int(if_s)
+            else:
+                labels, if_index = col.labels, int(idx)
+            parts[(if_index, col.metric, labels, col.labels, col.rank)].append(value)
+        except (TypeError, ValueError) as exc:
+            out.problems.append(f"{oid}: {exc}")
+
+    out.if_names = {i: names.get(i) or descr[i] for i in descr} | names
+    best: dict[tuple[int, str, tuple[tuple[str, str], ...]], tuple[int, float]] = {}
+    for (if_index, metric, labels, col_labels, rank), values in parts.items():
+        if len(values) != ncols[(metric, col_labels, rank)]:
+            continue  # a summed metric with a missing part would under-count: leave it absent
+        key = (if_index, metric, labels)
+        if key not in best or rank < best[key][0]:
+            best[key] = (rank, float(sum(values)))
+
+    for (if_index, metric, labels), (_, value) in sorted(best.items()):
+        name = names.get(if_index) or descr.get(if_index)
+        if not name:
+            out.problems.append(f"ifIndex {if_index}: no ifName/ifDescr, samples skipped")
+            continue
+        if callable(wants) and not wants(name):
+            continue
+        source = f"{device}:{name}"
+        out.samples.append(Sample(ts, source, metric, value, dict(labels) if labels else None))
+        out.counter_epoch.setdefault(source, (if_index, disc.get(if_index)))
+    # the same "no name" complaint once per ifIndex is enough
+    out.problems = list(dict.fromkeys(out.problems))
+    return out

@@ -1,0 +1,397 @@
+"""Automatic timing of ``torch.distributed`` collectives, sync and ``async_op=True``.
+
+The functions in the ``torch.distributed`` namespace are replaced by thin wrappers (the originals
+are kept and restored by ``uninstall``). Code that looks them up there at call time, as FSDP and the
+DDP default comm hooks do, is covered; a name bound with ``from torch.distributed import all_reduce``
+before ``install`` is not. DDP's own bucketed all-reduces run in C++ and are caught with
+:func:`ddp_comm_hook` instead.
+
+What is timed, per call: op, bytes of this rank's input, group name and size, a per-group sequence
+number (collectives run in the same order on every member, so ``(group, seq)`` names one collective
+across ranks), and the training step it was issued in.
+
+- CPU tensors (gloo): monotonic clock around the call; an async op ends when its future completes
+  (a callback, no extra thread), or when ``wait()`` returns where the backend has no future.
+- CUDA tensors: two CUDA events around the work on the current stream, resolved later by a daemon
+  thread with ``query()``/``elapsed_time`` (no device sync in the training loop). Wall times come
+  from one anchor event synchronised once when the recorder starts timing CUDA.
+
+torch is imported only by ``install`` (the recorder calls it lazily).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collectors.training.recorder import Recorder
+
+log = logging.getLogger("fabricscope.training")
+
+# name in torch.distributed -> (op as posted, parameters whose tensors count as this rank's bytes)
+SPECS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "all_reduce": ("all_reduce", ("tensor",)),
+    "broadcast": ("broadcast", ("tensor",)),
+    "reduce": ("reduce", ("tensor",)),
+    "all_gather": ("all_gather", ("tensor",)),
+    "all_gather_into_tensor": ("all_gather_into_tensor", ("input_tensor",)),
+    "all_gather_single": ("all_gather_into_tensor", ("input_tensor",)),  # its newer name (2.13)
+    "reduce_scatter": ("reduce_scatter", ("input_list",)),
+    "reduce_scatter_tensor": ("reduce_scatter_tensor", ("input",)),
+    "reduce_scatter_single": ("reduce_scatter_tensor", ("input",)),
+    "all_to_all": ("all_to_all", ("input_tensor_list",)),
+    "all_to_all_single": ("all_to_all_single", ("input",)),
+    "barrier": ("barrier", ()),
+    "send": ("send", ("tensor",)),
+    "recv": ("recv", ("tensor",)),
+    "isend": ("send", ("tensor",)),
+    "irecv": ("recv", ("tensor",)),
+}
+_ALWAYS_ASYNC = frozenset({"isend", "irecv"})
+# Point-to-point ops: numbered per (group, direction, peer), not in the group's collective sequence
+# (ranks that are not the peer never see them, and would fall out of step).
+_PEER_PARAM = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
+_PENDING_MAX = 100_000  # CUDA event pairs waiting to be resolved before new ones are dropped
+
+
+def nbytes(obj: Any) -> int:
+    """Bytes of a tensor or of a list of tensors (0 for anything else)."""
+    if isinstance(obj, (list, tuple)):
+        return sum(nbytes(t) for t in obj)
+    try:
+        return int(obj.numel()) * int(obj.element_size())
+    except AttributeError:
+        return 0
+
+
+class _Group:
+    __slots__ = ("name", "p2p", "pg", "seq", "size")
+
+    def __init__(self, pg: Any, name: str, size: int | None) -> None:
+        self.pg, self.name, self.size, self.seq = pg, name, size, 0
+        self.p2p: dict[tuple[str, Any], int] = {}
+
+
+class TimedWork:
+    """A Work whose ``wait()`` (or first ``is_completed()`` that says yes) closes its record.
+
+    Used where a backend's Work has no future, and for CUDA async ops (the end event must be
+    recorded after ``wait()`` has made the current stream wait for the collective).
+    """
+
+    __slots__ = ("_done", "_needs_wait", "_on_done", "_work")
+
+    def __init__(self, work: Any, on_done: Any) -> None:
+        self._work, self._on_done, self._done = work, on_done, False
+        self._needs_wait = getattr(on_done, "needs_wait", False)
+
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self._on_done()
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        out = self._work.wait(*args, **kwargs)
+        self._finish()
+        return out
+
+    def is_completed(self) -> bool:
+        done = bool(self._work.is_completed())
+        if done and not self._needs_wait:
+            self._finish()
+        return done
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
+class CollectiveTimer:
+    """Owns the wrappers, the per-group sequence numbers and the CUDA event resolver."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.dist: Any = None
+        self.torch: Any = None
+        self.originals: dict[str, Any] = {}
+        self.groups: dict[int, _Group] = {}
+        self.aliases: dict[int, str] = {}
+        self.tls = threading.local()
+        self.errors = 0
+        self.recorded = 0
+        self._pending: deque[tuple[Any, Any, dict[str, Any]]] = deque()
+        self._resolver: threading.Thread | None = None
+        self._anchor: tuple[Any, float] | None = None  # (CUDA event, wall time it completed)
+        self._stop = threading.Event()
+
+    # -- install / uninstall -----------------------------------------------------------------------
+    def install(self) -> bool:
+        try:
+            import torch
+            import torch.distributed as dist
+        except ImportError:
+            return False
+        if not dist.is_available():
+            return False
+        self.torch, self.dist = torch, dist
+        for name, (op, tensor_params) in SPECS.items():
+            fn = getattr(dist, name, None)
+            if fn is None or name in self.originals:
+                continue
+            original = getattr(fn, "__fabricscope_original__", fn)  # never wrap a wrapper
+            setattr(dist, name, self._wrap(name, op, original, tensor_params))
+            self.originals[name] = original
+        return True
+
+    def uninstall(self) -> None:
+        for name, fn in self.originals.items():
+            setattr(self.dist, name, fn)
+        self.originals.clear()
+        self._stop.set()
+
+    def _wrap(self, name: str, op: str, fn: Any, tensor_params: tuple[str, ...]) -> Any:
+        params = list(inspect.signature(fn).parameters)
+        t_pos = [(params.index(p), p) for p in tensor_params if p in params]
+        g_pos = params.index("group") if "group" in params else -1
+        a_pos = params.index("async_op") if "async_op" in params else -1
+        always_async = name in _ALWAYS_ASYNC
+        peer = _PEER_PARAM.get(name)
+        p_pos = params.index(peer) if peer in params else -1
+        spec = (op, t_pos, g_pos, a_pos, always_async, peer, p_pos)
+        perf = time.perf_counter
+        rec, tls, done = self.rec, self.tls, self._done
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not rec.collectives_on or getattr(tls, "suppress", False):
+                return fn(*args, **kwargs)
+            cuda = self._cuda_start(args, kwargs, t_pos) if rec.cuda_on else None
+            t0 = perf()
+            res = fn(*args, **kwargs)
+            t1 = perf()
+            try:
+                return done(spec, args, kwargs, t0, t1, res, cuda)
+            except Exception:  # timing must never break the collective's caller
+                self.errors += 1
+                return res
+
+        wrapper.__fabricscope_original__ = fn  # type: ignore[attr-defined]
+        return wrapper
+
+    # -- per call ---------------------------------------------------------------------------------
+    def _done(self, spec: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], t0: float,
+              t1: float, res: Any, cuda: Any) -> Any:
+        op, t_pos, g_pos, a_pos, always_async, peer, p_pos = spec
+        group = kwargs["group"] if "group" in kwargs else (args[g_pos] if 0 <= g_pos < len(args) else None)
+        g = self.group(group)
+        if peer is None:
+            g.seq += 1
+            seq = g.seq
+        else:
+            key = (op, kwargs[peer] if peer in kwargs else (args[p_pos] if 0 <= p_pos < len(args) else None))
+            seq = g.p2p[key] = g.p2p.get(key, 0) + 1
+        size = 0
+        for pos, pname in t_pos:
+            size += nbytes(kwargs[pname] if pname in kwargs else (args[pos] if pos < len(args) else None))
+        meta = self.rec._collective_meta(op, seq, size, g.name, g.size)
+        if "async_op" in kwargs:
+            is_async = always_async or bool(kwargs["async_op"])
+        else:
+            is_async = always_async or (0 <= a_pos < len(args) and bool(args[a_pos]))
+        if cuda is not None:
+            meta["_issued"] = t0 + self.rec.wall_offset
+            if is_async and res is not None:
+                return TimedWork(res, _CudaEnd(self, cuda, meta))
+            self._cuda_end(cuda, meta)
+            return res
+        if is_async and res is not None:
+            return self.track_async(res, meta, t0)
+        self.emit(meta, t0, t1)
+        return res
+
+    def track_async(self, work: Any, meta: dict[str, Any], t0: float) -> Any:
+        """End the record when the work completes (future callback), else when it is waited on."""
+        perf = time.perf_counter
+        try:
+            fut = work.get_future()
+        except Exception:  # e.g. gloo send/recv: no future
+            return TimedWork(work, lambda: self.emit(meta, t0, perf()))
+        fut.add_done_callback(lambda _f: self.emit(meta, t0, perf()))
+        return work
+
+    def emit(self, meta: dict[str, Any], t0: float, t1: float) -> None:
+        off = self.rec.wall_offset
+        meta["start"] = t0 + off
+        meta["end"] = t1 + off
+        self.recorded += 1
+        self.rec._submit("collectives", meta)
+
+    def group(self, pg: Any) -> _Group:
+        if pg is None:
+            pg = self.dist.group.WORLD
+        g = self.groups.get(id(pg))
+        if g is None:
+            g = self.groups[id(pg)] = _Group(pg, self._group_name(pg), _size(pg))
+        return g
+
+    def _group_name(self, pg: Any) -> str:
+        alias = self.aliases.get(id(pg))
+        if alias:
+            return alias
+        if pg is self.dist.group.WORLD:
+            return "world"
+        name = str(getattr(pg, "group_name", "") or "")
+        desc = str(getattr(pg, "group_desc", "") or "")
+        # group_name is unique and equal on every member; the description makes it readable.
+        return f"{desc}.{name}" if desc and desc != "undefined" else name or "unknown"
+
+    def name_group(self, pg: Any, name: str) -> None:
+        self.aliases[id(pg)] = name
+        g = self.groups.get(id(pg))
+        if g is not None:
+            g.name = name
+
+    # -- CUDA -------------------------------------------------------------------------------------
+    def _cuda_start(self, args: tuple[Any, ...], kwargs: dict[str, Any], t_pos: list[tuple[int, str]]) -> Any:
+        try:
+            t = None
+            if t_pos:  # the first tensor argument tells where the collective runs
+                pos, pname = t_pos[0]
+                t = kwargs[pname] if pname in kwargs else (args[pos] if pos < len(args) else None)
+                if isinstance(t, (list, tuple)):
+                    t = t[0] if t else None
+            if t is None or not getattr(t, "is_cuda", False):
+                return None
+            ev = self.torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        except Exception:
+            self.errors += 1
+            return None
+
+    def _cuda_end(self, start: Any, meta: dict[str, Any]) -> None:
+        end = self.torch.cuda.Event(enable_timing=True)
+        end.record()
+        if len(self._pending) >= _PENDING_MAX:
+            self.rec._count_drop(1)
+            return
+        self._pending.append((start, end, meta))
+        if self._resolver is None:
+            self._resolver = threading.Thread(target=self._resolve_loop, name="fabricscope-cuda", daemon=True)
+            self._resolver.start()
+
+    def anchor_cuda(self) -> None:
+        """One device sync, outside the training loop, to map CUDA event times to wall time."""
+        try:
+            torch = self.torch
+            torch.cuda.synchronize()
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            ev.synchronize()
+            self._anchor = (ev, time.time())
+        except Exception as e:
+            log.debug("fabricscope: no CUDA anchor: %s", e)
+
+    def _resolve_loop(self) -> None:
+        while not self._stop.wait(0.1):
+            self.resolve()
+
+    def resolve(self) -> int:
+        """Post the CUDA-timed collectives whose end event has completed, oldest first."""
+        n = 0
+        while self._pending:
+            start, end, meta = self._pending[0]
+            try:
+                if not end.query():
+                    break
+                dur = start.elapsed_time(end) / 1000.0
+                if self._anchor is not None:
+                    ev, wall = self._anchor
+                    meta["start"] = wall + ev.elapsed_time(start) / 1000.0
+                else:  # no anchor: the CPU issue time stands in for the GPU start
+                    meta["start"] = meta.pop("_issued", time.time())
+                meta.pop("_issued", None)
+                meta["end"] = meta["start"] + dur
+                self.recorded += 1
+                self.rec._submit("collectives", meta)
+            except Exception:
+                self.errors += 1
+            self._pending.popleft()
+            n += 1
+        return n
+
+
+class _CudaEnd:
+    """Records the end event once ``wait()`` returned (the stream now waits for the collective)."""
+
+    needs_wait = True
+    __slots__ = ("meta", "start", "timer")
+
+    def __init__(self, timer: CollectiveTimer, start: Any, meta: dict[str, Any]) -> None:
+        self.timer, self.start, self.meta = timer, start, meta
+
+    def __call__(self) -> None:
+        try:
+            self.timer._cuda_end(self.start, self.meta)
+        except Exception:
+            self.timer.errors += 1
+
+
+def _size(pg: Any) -> int | None:
+    try:
+        return int(pg.size())
+    except Exception:
+        return None
+
+
+def ddp_comm_hook(rec: Recorder, inner: Any = None) -> Any:
+    """A DDP comm hook that times each gradient bucket's all-reduce.
+
+    ``ddp.register_comm_hook(state, rec.ddp_comm_hook())`` times the default averaging all-reduce;
+    pass ``inner`` (any hook, e.g. ``fp16_compress_hook``) to time that one instead. The collectives
+    the inner hook issues through ``torch.distributed`` are not counted twice.
+    """
+    timer = rec._timer()
+    if inner is None:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook as inner
+
+    # No annotations: DDP checks them and accepts only its own types or none.
+    def hook(state, bucket):
+        if not rec.collectives_on or timer is None:
+            return inner(state, bucket)
+        g = None
+        meta = None
+        t0 = time.perf_counter()
+        try:
+            g = timer.group(state if state is not None and hasattr(state, "size") else None)
+            g.seq += 1
+            buf = bucket.buffer()
+            meta = rec._collective_meta("all_reduce", g.seq, nbytes(buf), g.name, g.size)
+            cuda = getattr(buf, "is_cuda", False)
+        except Exception:
+            timer.errors += 1
+            cuda = False
+        start_ev = timer._cuda_start((buf,), {}, [(0, "tensor")]) if (cuda and meta is not None) else None
+        timer.tls.suppress = True
+        try:
+            fut = inner(state, bucket)
+        finally:
+            timer.tls.suppress = False
+        if meta is None:
+            return fut
+        if start_ev is not None:
+            # The callback runs with the current stream synchronised with the collective's.
+            def _end(f: Any) -> Any:
+                timer._cuda_end(start_ev, meta)
+                return f.value()
+
+            return fut.then(_end)
+        fut.add_done_callback(lambda _f: timer.emit(meta, t0, time.perf_counter()))
+        return fut
+
+    return hook

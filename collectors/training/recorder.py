@@ -1,0 +1,476 @@
+"""The training-side recorder: steps, phases, checkpoints and collectives of one rank.
+
+Three lines instrument a script::
+
+    from collectors.training import Recorder
+    rec = Recorder().start()                 # FABRICSCOPE_URL, FABRICSCOPE_JOB from the environment
+    with rec.step(n): ...                    # around each training step
+
+Contract with the training loop: nothing here raises into it and nothing blocks it. Records are
+handed to a background :class:`~collectors.sinks.http.HttpSender` (bounded queue, retries, spool);
+any internal error is counted in ``stats["errors"]`` and otherwise ignored. Without a URL the
+recorder is a no-op. Timestamps posted are wall clock, durations come from ``perf_counter``: each
+step re-anchors the monotonic clock to ``time.time()`` once, so a step costs one wall-clock read.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from collectors.sinks.http import HttpSender, redact_url
+from collectors.training import placement
+from collectors.training.collectives import CollectiveTimer, ddp_comm_hook
+
+log = logging.getLogger("fabricscope.training")
+
+
+class _Null:
+    """What a disabled recorder hands out: a context manager and mark that does nothing."""
+
+    bytes: int | None = None
+
+    def __enter__(self) -> _Null:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NULL = _Null()
+
+
+class _Step:
+    __slots__ = ("n", "rec")
+
+    def __init__(self, rec: Recorder, n: int) -> None:
+        self.rec, self.n = rec, n
+
+    def __enter__(self) -> _Step:
+        self.rec.step_begin(self.n)
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.rec.step_end(completed=exc_type is None)
+
+
+class _PhaseEnd:
+    __slots__ = ("rec",)
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+
+    def __enter__(self) -> _PhaseEnd:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.rec.phase_end()
+
+
+class _Checkpoint:
+    """``with rec.checkpoint(path) as ck: save(...); ck.bytes = n`` (bytes optional if path exists)."""
+
+    def __init__(self, rec: Recorder, path: str | None) -> None:
+        self.rec, self.path, self.bytes = rec, path, None
+
+    def __enter__(self) -> _Checkpoint:
+        self.rec.checkpoint_begin(self.path)
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.rec.checkpoint_end(self.bytes, failed=exc_type is not None)
+
+
+def _env_int(env: Any, *names: str) -> int | None:
+    for n in names:
+        v = env.get(n, "")
+        if v.strip().isdigit():
+            return int(v)
+    return None
+
+
+class Recorder:
+    """One per training process. Arguments override the ``FABRICSCOPE_*`` environment."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        job: str | None = None,
+        *,
+        token: str | None = None,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        host: str | None = None,
+        gpu: str | None = None,
+        nic: str | None = None,
+        spool: str | Path | None = None,
+        labels: dict[str, str] | None = None,
+        collectives: bool | None = None,
+        sysfs_root: str | Path = "/sys",
+        env: Any = None,
+        sender: HttpSender | None = None,
+        exit_timeout_s: float = 5.0,
+        **sender_options: Any,
+    ) -> None:
+        env = os.environ if env is None else env
+        self.url = url or env.get("FABRICSCOPE_URL") or None
+        # torchrun and Slurm give every rank the same run id: a sane default job name.
+        self.job: str | None = (job or env.get("FABRICSCOPE_JOB") or env.get("TORCHELASTIC_RUN_ID")
+                                or env.get("SLURM_JOB_ID") or None)
+        self.enabled = bool((self.url or sender) and self.job)
+        if not self.enabled and (self.url or self.job):
+            log.warning("fabricscope: recorder disabled: both a URL and a job name are needed")
+        self._token = token or env.get("FABRICSCOPE_TOKEN") or None
+        self._spool_dir = spool or env.get("FABRICSCOPE_SPOOL") or (
+            Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fabricscope" / "spool")
+        self._rank = rank if rank is not None else _env_int(env, "RANK", "FABRICSCOPE_RANK")
+        self._local_rank = local_rank if local_rank is not None else _env_int(env, "LOCAL_RANK")
+        self._host, self._gpu, self._nic = host, gpu, nic
+        self._labels = labels
+        self._sysfs_root = sysfs_root
+        self._env = env
+        self._sender = sender
+        self._sender_options = sender_options
+        self._exit_timeout = exit_timeout_s
+        want = collectives if collectives is not None else env.get("FABRICSCOPE_COLLECTIVES", "1") != "0"
+        self._want_collectives = want
+        self.collectives_on = False
+        self.cuda_on = False
+        self.wall_offset = time.time() - time.perf_counter()
+        self._timer_obj: CollectiveTimer | None = None
+        self._registered = False
+        self._started = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._errors = 0
+        self._drops = 0
+        self._step: int | None = None
+        self._step_t0 = 0.0
+        self._phases: dict[str, float] = {}
+        self._phase: str | None = None
+        self._phase_t0 = 0.0
+        self._phase_end = _PhaseEnd(self)
+        self._ckpt: tuple[float, str | None, int | None] | None = None
+
+    def __repr__(self) -> str:  # the token never appears
+        url = redact_url(self.url) if self.url else None
+        return f"Recorder(url={url!r}, job={self.job!r}, rank={self._rank!r}, enabled={self.enabled})"
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> Recorder:
+        """Hook collectives, register rank placement when the rank is known, flush at exit."""
+        if not self.enabled or self._started:
+            return self
+        self._started = True
+        try:
+            self._maybe_hook()
+            if self._rank_known():
+                self._register()
+            atexit.register(self.close)
+            import multiprocessing.util as mpu
+
+            # fork-started children skip atexit; multiprocessing finalizers still run there.
+            mpu.Finalize(self, Recorder.close, args=(self,), exitpriority=10)
+        except Exception as e:
+            self._errors += 1
+            log.warning("fabricscope: start incomplete: %s", e)
+        return self
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Resolve pending CUDA timings, send or spool what is queued. Idempotent."""
+        if self._closed or not self.enabled:
+            return
+        self._closed = True
+        self.collectives_on = False
+        try:
+            if not self._registered and self._started:
+                self._register()
+            t = self._timer_obj
+            if t is not None:
+                if t._pending and self.cuda_on:
+                    t.torch.cuda.synchronize()  # at exit a sync costs nothing to training
+                t.resolve()
+                t._stop.set()
+            if self._sender is not None:
+                self._sender.close(self._exit_timeout if timeout_s is None else timeout_s)
+        except Exception as e:
+            log.warning("fabricscope: close: %s", e)
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Push out what is queued now; True when it all reached the service."""
+        try:
+            if self._timer_obj is not None:
+                self._timer_obj.resolve()
+            return self._sender.flush(timeout_s) if self._sender is not None else True
+        except Exception:
+            return False
+
+    @property
+    def stats(self) -> dict[str, int]:
+        out = dict(self._sender.stats) if self._sender is not None else {}
+        t = self._timer_obj
+        out["collectives_recorded"] = t.recorded if t else 0
+        out["errors"] = self._errors + (t.errors if t else 0)
+        out["dropped"] = out.get("dropped", 0) + self._drops
+        return out
+
+    # -- steps and phases ---------------------------------------------------------------------------
+    def step(self, n: int) -> _Step | _Null:
+        return _Step(self, n) if self.enabled else _NULL
+
+    def step_begin(self, n: int) -> None:
+        if not self.enabled:
+            return
+        try:
+            now = time.perf_counter()
+            self.wall_offset = time.time() - now
+            if not self._started:
+                self.start()  # a forgotten start(): hook and flush at exit all the same
+            elif self._timer_obj is None:
+                self._maybe_hook()
+            if not self._registered:
+                self._register()
+            self._step = int(n)
+            self._phases = {}
+            self._phase = None
+            self._step_t0 = time.perf_counter()
+        except Exception:
+            self._errors += 1
+
+    def step_end(self, completed: bool = True) -> None:
+        """Post the step (a step left by an exception is not a step and is not posted)."""
+        if not self.enabled or self._step is None:
+            return
+        try:
+            t1 = time.perf_counter()
+            self._close_phase(t1)
+            off = self.wall_offset
+            rec: dict[str, Any] = {"rank": self.rank, "step": self._step,
+                                   "start": self._step_t0 + off, "end": t1 + off}
+            if self._phases:
+                rec["phases"] = self._phases
+            self._step = None
+            if completed:
+                self._submit("steps", rec)
+        except Exception:
+            self._errors += 1
+
+    def phase(self, name: str) -> _PhaseEnd | _Null:
+        """Mark that phase ``name`` starts now (the running one ends). As a context manager the
+        phase also ends with the block. Seconds per phase are summed into the step record."""
+        if not self.enabled:
+            return _NULL
+        try:
+            now = time.perf_counter()
+            self._close_phase(now)
+            self._phase, self._phase_t0 = name, now
+        except Exception:
+            self._errors += 1
+        return self._phase_end
+
+    def phase_end(self) -> None:
+        try:
+            self._close_phase(time.perf_counter())
+        except Exception:
+            self._errors += 1
+
+    def _close_phase(self, now: float) -> None:
+        if self._phase is not None:
+            if self._step is not None:
+                self._phases[self._phase] = self._phases.get(self._phase, 0.0) + (now - self._phase_t0)
+            self._phase = None
+
+    # -- checkpoints --------------------------------------------------------------------------------
+    def checkpoint(self, path: str | os.PathLike[str] | None = None) -> _Checkpoint | _Null:
+        return _Checkpoint(self, os.fspath(path) if path is not None else None) if self.enabled else _NULL
+
+    def checkpoint_begin(self, path: str | os.PathLike[str] | None = None) -> None:
+        if not self.enabled:
+            return
+        try:
+            p = os.fspath(path) if path is not None else None
+            self._ckpt = (time.perf_counter(), p, self._step)
+            if self._step is not None:
+                self.phase("checkpoint")
+        except Exception:
+            self._errors += 1
+
+    def checkpoint_end(self, bytes: int | None = None, *, failed: bool = False) -> None:  # noqa: A002
+        """Post a ``checkpoint`` event; ``bytes`` defaults to the size of what is at the path."""
+        if not self.enabled or self._ckpt is None:
+            return
+        try:
+            t1 = time.perf_counter()
+            t0, path, step = self._ckpt
+            self._ckpt = None
+            if self._phase == "checkpoint":
+                self._close_phase(t1)
+            if bytes is None and path is not None and not failed:
+                bytes = _size_of(path)
+            off = self.wall_offset
+            host = self._host or self._env.get("FABRICSCOPE_HOST") or socket.gethostname()
+            attrs: dict[str, Any] = {"rank": self.rank}
+            if bytes is not None:
+                attrs["bytes"] = int(bytes)
+            if path is not None:
+                attrs["path"] = path
+            if step is not None:
+                attrs["step"] = step
+            if failed:
+                attrs["failed"] = True
+            ev = {"kind": "checkpoint", "source": f"{host}:{_mount_point(path)}" if path else host,
+                  "start": t0 + off, "end": t1 + off, "attrs": attrs}
+            self._submit("events", ev)
+        except Exception:
+            self._errors += 1
+
+    # -- collectives --------------------------------------------------------------------------------
+    def ddp_comm_hook(self, inner: Any = None) -> Any:
+        """``ddp.register_comm_hook(pg_or_None, rec.ddp_comm_hook())``: times gradient buckets."""
+        return ddp_comm_hook(self, inner)
+
+    def name_group(self, group: Any, name: str) -> None:
+        """Post collectives of ``group`` under ``name`` (e.g. ``dp0``, ``tp3``)."""
+        t = self._timer()
+        if t is not None:
+            t.name_group(group, name)
+
+    def record_collective(self, op: str, start: float, end: float, *, bytes: int | None = None,  # noqa: A002
+                          group: str | None = None, group_size: int | None = None,
+                          seq: int | None = None) -> None:
+        """Post a collective timed by other means (wall-clock ``start``/``end``)."""
+        if not self.enabled:
+            return
+        try:
+            meta = self._collective_meta(op, seq, bytes, group, group_size)
+            meta["start"], meta["end"] = start, end
+            self._submit("collectives", meta)
+        except Exception:
+            self._errors += 1
+
+    def _collective_meta(self, op: str, seq: int | None, nbytes: int | None, group: str | None,
+                         group_size: int | None) -> dict[str, Any]:
+        m: dict[str, Any] = {"rank": self._rank if self._rank is not None else self.rank, "op": op}
+        if seq is not None:
+            m["seq"] = seq
+        if nbytes is not None:
+            m["bytes"] = nbytes
+        if group is not None:
+            m["group"] = group
+        if group_size is not None:
+            m["group_size"] = group_size
+        if self._step is not None:
+            m["step"] = self._step
+        return m
+
+    def _maybe_hook(self) -> None:
+        # Only once the script has imported torch itself: the hook never pulls torch in.
+        if self._want_collectives and "torch" in sys.modules:
+            self._timer()
+
+    def _timer(self) -> CollectiveTimer | None:
+        if self._timer_obj is None and self.enabled:
+            t = CollectiveTimer(self)
+            if t.install():
+                self._timer_obj = t
+                self.collectives_on = True
+                try:
+                    self.cuda_on = bool(t.torch.cuda.is_available())
+                    if self.cuda_on and t.torch.cuda.is_initialized():
+                        t.anchor_cuda()
+                except Exception:
+                    self.cuda_on = False
+        return self._timer_obj
+
+    # -- rank, placement, sending -------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        if self._rank is None:
+            dist = sys.modules.get("torch.distributed")
+            try:
+                if dist is not None and dist.is_available() and dist.is_initialized():
+                    self._rank = int(dist.get_rank())
+            except Exception:
+                pass
+        return self._rank if self._rank is not None else 0
+
+    def _rank_known(self) -> bool:
+        self.rank  # noqa: B018 - resolves from torch.distributed when it is initialised
+        return self._rank is not None
+
+    def _register(self) -> None:
+        """``PUT /v1/jobs/{job}`` with this rank's placement (once)."""
+        try:
+            gpu_name, gpu_pci = placement.gpu_of_this_process(self._env)
+            t = self._timer_obj
+            if t is not None and self.cuda_on and t._anchor is None and t.torch.cuda.is_initialized():
+                t.anchor_cuda()  # the first step: the one device sync this hook ever adds
+            entry = placement.detect(self.rank, local_rank=self._local_rank, host=self._host,
+                                     gpu=self._gpu or gpu_name, gpu_pci=gpu_pci, nic=self._nic,
+                                     env=self._env, sysfs_root=self._sysfs_root)
+            body: dict[str, Any] = {"ranks": [entry]}
+            if self._labels:
+                body["labels"] = dict(self._labels)
+            s = self._get_sender()
+            if s is not None:
+                s.put_job(self.job or "", body)
+            self._registered = True
+        except Exception as e:
+            self._errors += 1
+            self._registered = True  # do not retry on every step
+            log.warning("fabricscope: rank placement not registered: %s", e)
+
+    def _get_sender(self) -> HttpSender | None:
+        if self._sender is None and self.enabled and not self._closed:
+            with self._lock:
+                if self._sender is None:
+                    spool_file = None
+                    if self._spool_dir:
+                        who = f"rank{self._rank}" if self._rank_known() else f"pid{os.getpid()}"
+                        job = re.sub(r"[^A-Za-z0-9_.-]", "_", self.job or "job")
+                        spool_file = Path(self._spool_dir) / f"{job}.{who}.jsonl"
+                    self._sender = HttpSender(self.url or "", token=self._token, spool_path=spool_file,
+                                              **self._sender_options)
+        return self._sender
+
+    def _submit(self, kind: str, item: dict[str, Any]) -> None:
+        s = self._sender if self._sender is not None else self._get_sender()
+        if s is not None:
+            s.submit(kind, item, job=self.job)
+
+    def _count_drop(self, n: int) -> None:
+        self._drops += n
+
+
+def _size_of(path: str) -> int | None:
+    """Bytes at ``path``: a file's size or a directory tree's total (sharded checkpoints)."""
+    try:
+        p = Path(path)
+        if p.is_file():
+            return p.stat().st_size
+        if p.is_dir():
+            return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    except OSError:
+        pass
+    return None
+
+
+def _mount_point(path: str) -> str:
+    """The mount point holding ``path`` (``/mnt/ckpt``), the volume the storage collectors name."""
+    p = Path(os.path.abspath(path))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        while not os.path.ismount(p) and p != p.parent:
+            p = p.parent
+    except OSError:
+        pass
+    return str(p)
