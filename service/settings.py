@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -52,8 +53,46 @@ class Settings(BaseSettings):
     alert_interval_s: float = Field(default=10.0, ge=0)
     retention_interval_s: float = Field(default=3600.0, ge=0)
 
+    # Step-time regression alerts (service/alerts). Detector: CUSUM over the robust baseline.
+    alert_min_regression: float = Field(default=0.03, gt=0, lt=10)  # smallest sustained slowdown to alert on
+    alert_threshold: float = Field(default=10.0, gt=0)  # CUSUM decision interval, in baseline noise units
+    alert_min_steps: int = Field(default=20, ge=1)  # a regression must last this many steps to fire
+    alert_recovery_steps: int = Field(default=20, ge=1)  # steps back near baseline to resolve
+    alert_baseline_window: int = Field(default=100, ge=20)  # healthy steps in the baseline
+    alert_backfill_steps: int = Field(default=1000, ge=0)  # a job new to the detector is judged from this far back
+    alert_step_lag: int = Field(default=2, ge=0)  # a step is judged once all ranks reported or this many newer exist
+    alert_cooldown_s: float = Field(default=300.0, ge=0)  # resolve notices held this long; a relapse reopens
+    # Webhook delivery: its own background job, never in the ingest or attribution path.
+    delivery_interval_s: float = Field(default=5.0, ge=0)
+    delivery_timeout_s: float = Field(default=5.0, gt=0)  # per HTTP attempt
+    delivery_batch: int = Field(default=50, ge=1)  # attempts per run at most
+    delivery_budget_s: float = Field(default=30.0, gt=0)  # wall time per run at most
+    delivery_backoff_s: float = Field(default=5.0, gt=0)  # first retry delay; doubles per attempt
+    delivery_backoff_max_s: float = Field(default=900.0, gt=0)
+    delivery_max_age_s: float = Field(default=86_400.0, gt=0)  # then the delivery is given up (state failed)
+
     log_level: str = "INFO"
     log_json: bool = False
+
+    # Scale-out (docs/scaling.md). "direct": HTTP ingest writes to the database; "nats": it validates,
+    # then publishes to NATS JetStream and `fabricscope writer` processes write.
+    ingest_mode: Literal["direct", "nats"] = "direct"
+    # One URL or a comma-separated list (a NATS cluster); may hold user:password, hence secret.
+    nats_url: SecretStr = SecretStr("nats://127.0.0.1:4222")
+    nats_stream: str = Field(default="FABRICSCOPE_INGEST", pattern=r"^[A-Za-z0-9_-]+$")
+    nats_consumer: str = Field(default="fabricscope-writers", pattern=r"^[A-Za-z0-9_-]+$")
+    nats_replicas: int = Field(default=1, ge=1, le=5)  # 3 on a NATS cluster
+    # The stream is a work queue: it holds only what writers have not committed yet. When full,
+    # publishers are refused (they spool / get 503) instead of old data being discarded.
+    nats_max_bytes: int = Field(default=8 << 30, ge=1 << 20)
+    nats_max_age_s: float = Field(default=7 * 86_400.0, gt=0)
+    nats_dedupe_window_s: float = Field(default=120.0, ge=0)  # Nats-Msg-Id duplicate window
+    nats_timeout_s: float = Field(default=5.0, gt=0)  # publish acknowledgement timeout
+    # Writers: messages per fetch, unacknowledged messages over all writers (back-pressure), and
+    # how long a fetched message may stay unacknowledged before it is redelivered.
+    writer_fetch: int = Field(default=16, ge=1, le=1000)
+    writer_max_ack_pending: int = Field(default=256, ge=1)
+    writer_ack_wait_s: float = Field(default=60.0, ge=1)
 
     @field_validator("log_level")
     @classmethod

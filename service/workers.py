@@ -48,13 +48,16 @@ def start_background(pool: ConnectionPool, settings: Settings) -> BackgroundSche
         sched.add_job(_guarded(pool, "attribution", lambda c: process_pending(c)), "interval",
                       seconds=settings.correlate_interval_s, id="correlate", jitter=1)
     if settings.alert_interval_s > 0:
-        try:
-            from service.alerts.engine import run_once as alerts_once
-        except ImportError:
-            alerts_once = None
-        if alerts_once is not None:
-            sched.add_job(_guarded(pool, "alerts", lambda c: alerts_once(c, settings=settings)), "interval",
-                          seconds=settings.alert_interval_s, id="alerts", jitter=1)
+        from service.alerts.engine import run_once as alerts_once
+
+        sched.add_job(_guarded(pool, "alerts", lambda c: alerts_once(c, settings=settings)), "interval",
+                      seconds=settings.alert_interval_s, id="alerts", jitter=1)
+    if settings.delivery_interval_s > 0:
+        from service.alerts.delivery import deliver_due
+
+        # its own job: a slow receiver never delays ingest, attribution or alerting
+        sched.add_job(_guarded(pool, "deliveries", lambda c: deliver_due(c, settings=settings)), "interval",
+                      seconds=settings.delivery_interval_s, id="deliveries", jitter=1)
     if settings.retention_interval_s > 0:
         sched.add_job(_guarded(pool, "retention", lambda c: retention(c, days=settings.retention_days)), "interval",
                       seconds=settings.retention_interval_s, id="retention")

@@ -13,15 +13,19 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from prometheus_client import REGISTRY
 from psycopg_pool import PoolTimeout
 
+from service.api.gzip_body import GzipRequestMiddleware
 from service.api.routes import alerts, health, ingest, jobs, sources, steps, topology
 from service.api.schemas import INGEST_MODELS
 from service.db.database import database_url, make_pool
 from service.db.writer import SampleWriter
 from service.ingest.errors import IngestError
 from service.observability import metrics as m
+from service.observability.access import AccessLog
 from service.observability.logs import request_id_var
+from service.observability.queues import register_queue_depths
 from service.settings import Settings, get_settings
 
 log = logging.getLogger("fabricscope.api")
@@ -45,6 +49,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = database_url(settings)
         app.state.pool = make_pool(url, settings)
+        queue_depths = register_queue_depths(app.state.pool.connection)
         app.state.flavour = _flavour(url)
         workers = None
         if background:
@@ -56,6 +61,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
         finally:
             if workers is not None:
                 workers.shutdown(wait=True)  # let a running job finish before the pool closes
+            REGISTRY.unregister(queue_depths)
             app.state.pool.close()
 
     app = FastAPI(
@@ -70,6 +76,9 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
     for r in (health.router, ingest.router, topology.router, jobs.router, steps.router, sources.router,
               alerts.router):
         app.include_router(r)
+
+    app.add_middleware(GzipRequestMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(AccessLog)  # added before request_id below, so it runs inside it and logs the id
 
     @app.middleware("http")
     async def request_id(request: Request, call_next: Any) -> Any:

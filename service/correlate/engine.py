@@ -25,6 +25,7 @@ from service.correlate.localize import (
     rank_candidates,
     series_groups,
 )
+from service.observability.metrics import attribution_timer
 
 HISTORY_STEPS = 160  # steps of history fetched to rebuild the baseline
 HIST_S = 90.0  # seconds of a source's own history it is compared with
@@ -171,6 +172,14 @@ def _net_cause(ev: pd.DataFrame, coverage: float) -> dict[str, Any]:
 
 def attribute_step(conn: Any, *, job: str, step: int, store: bool = True) -> dict[str, Any] | None:
     """The attribution of one step (API.md), or None when the step does not exist."""
+    with attribution_timer() as timing:
+        out = _attribute(conn, job=job, step=step, store=store)
+        if out is not None:
+            timing["layer"] = out["layer"]
+    return out
+
+
+def _attribute(conn: Any, *, job: str, step: int, store: bool) -> dict[str, Any] | None:
     ranks, topo, meta = _job_topo(conn, job)
     summ = _summaries(conn, job, step - HISTORY_STEPS, step, len(ranks))
     if summ.empty or int(summ["step"].iloc[-1]) != step:

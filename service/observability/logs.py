@@ -7,6 +7,7 @@ import json
 import logging
 import time
 
+EXTRA_FIELDS = ("http", "device", "job", "webhook")
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 
@@ -18,6 +19,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        for key in EXTRA_FIELDS:  # structured context passed as logging `extra=`
+            if hasattr(record, key):
+                out[key] = getattr(record, key)
         rid = request_id_var.get()
         if rid:
             out["request_id"] = rid

@@ -125,3 +125,19 @@ def test_topology_import_cli(tmp_path: Path, database_url: str, db_conn: psycopg
         assert "devices.0.kind" in res.output
     finally:
         get_settings.cache_clear()
+
+
+def test_gzip_bodies_on_json_routes(api: httpx.Client) -> None:
+    import gzip
+
+    import orjson
+
+    job = f"gz-{uuid.uuid4().hex[:6]}"
+    body = gzip.compress(orjson.dumps({"ranks": [{"rank": 0, "host": "node01", "nic": "mlx5_0"}]}))
+    r = api.put(f"/v1/jobs/{job}", content=body, headers={"Content-Encoding": "gzip",
+                                                         "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert api.get(f"/v1/jobs/{job}").json()["ranks"][0]["nic"] == "mlx5_0"
+    r = api.put(f"/v1/jobs/{job}", content=b"not gzip", headers={"Content-Encoding": "gzip",
+                                                                "Content-Type": "application/json"})
+    assert r.status_code == 422

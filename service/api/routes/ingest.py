@@ -16,6 +16,7 @@ from service.ingest import store
 from service.ingest import validate as v
 from service.ingest.errors import IngestError, TooLarge
 from service.observability import metrics as m
+from service.settings import Settings
 
 router = APIRouter(prefix="/v1/ingest", tags=["ingest"], dependencies=[IngestAuth])
 
@@ -58,6 +59,13 @@ async def _read_json(request: Request, max_bytes: int) -> Any:
         raise IngestError(["body"], f"invalid JSON: {exc}", "json_invalid") from exc
 
 
+async def _to_bus(request: Request, settings: Settings, kind: str, body: Any, n: int) -> dict[str, Any]:
+    """ingest_mode=nats: the body is valid; publish it for `fabricscope writer` instead of writing."""
+    from service.bus.api import publish_batch
+
+    return await publish_batch(request.app, settings, kind, body, n)
+
+
 def _limits(settings: SettingsDep) -> v.Limits:
     return v.Limits(settings.max_batch, settings.min_ts, time.time() + settings.max_future_s)
 
@@ -85,6 +93,8 @@ async def ingest_samples(request: Request, pool: PoolDep, settings: SettingsDep,
     body = await _read_json(request, settings.max_body_bytes)
     cols = v.samples(body, _limits(settings))
     await _strict(pool, settings, sorted(set(cols.source)), "samples")
+    if settings.ingest_mode == "nats":
+        return await _to_bus(request, settings, "samples", body, len(cols))
 
     def write() -> dict[str, Any]:
         with pool.connection() as conn:
@@ -104,6 +114,8 @@ async def ingest_steps(request: Request, pool: PoolDep, settings: SettingsDep) -
     body = await _read_json(request, settings.max_body_bytes)
     rows = v.steps(body, _limits(settings))
     v.job_name(body)
+    if settings.ingest_mode == "nats":
+        return await _to_bus(request, settings, "steps", body, len(rows))
 
     def write() -> dict[str, Any]:
         with pool.connection() as conn:
@@ -123,6 +135,8 @@ async def ingest_collectives(request: Request, pool: PoolDep, settings: Settings
     body = await _read_json(request, settings.max_body_bytes)
     rows = v.collectives(body, _limits(settings))
     v.job_name(body)
+    if settings.ingest_mode == "nats":
+        return await _to_bus(request, settings, "collectives", body, len(rows))
 
     def write() -> dict[str, Any]:
         with pool.connection() as conn:
@@ -142,6 +156,8 @@ async def ingest_events(request: Request, pool: PoolDep, settings: SettingsDep) 
     body = await _read_json(request, settings.max_body_bytes)
     rows = v.events(body, _limits(settings))
     await _strict(pool, settings, [r[1] for r in rows], "events")
+    if settings.ingest_mode == "nats":
+        return await _to_bus(request, settings, "events", body, len(rows))
 
     def write() -> dict[str, Any]:
         with pool.connection() as conn:

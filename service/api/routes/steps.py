@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -10,7 +9,6 @@ from fastapi import APIRouter, HTTPException, Path, Query
 
 from service.api.deps import ConnDep, ReadAuth
 from service.api.schemas import Attribution, StepRow
-from service.observability import metrics as m
 
 router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
 
@@ -56,9 +54,7 @@ def list_steps(
 def attribution(conn: ConnDep, job: str = JobName, step: int = Path(ge=0, lt=2**63)) -> Any:
     attribute_step = _engine("attribute_step")
     _known_job(conn, job)
-    t0 = time.perf_counter()
-    out = attribute_step(conn, job=job, step=step, store=True)
-    m.ATTRIBUTION_SECONDS.observe(time.perf_counter() - t0)
+    out = attribute_step(conn, job=job, step=step, store=True)  # timed inside (fabricscope_attribution_seconds)
     if out is None:
         raise HTTPException(404, detail=f"job '{job}' has no step {step}")
     return out

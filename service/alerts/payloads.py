@@ -1,0 +1,102 @@
+"""Webhook bodies (generic JSON, Slack, PagerDuty Events v2) and their signature. Pure functions.
+
+A body is rendered once, when the notification is queued, and stored: every retry sends the very
+same bytes, so the signature and the Idempotency-Key stay valid across attempts and restarts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+EVENTS = ("step_regression",)
+SIGNATURE_HEADER = "X-Fabricscope-Signature"
+
+
+def sign(secret: str, body: bytes) -> str:
+    """`sha256=<hex HMAC-SHA256 of the exact body>` (receivers: compare with hmac.compare_digest)."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def idempotency_key(alert_id: int, status: str, reopened: int) -> str:
+    # one key per alert transition; a reopened alert's new firing notice is a new transition
+    return f"fabricscope-alert-{alert_id}-{status}-{reopened}"
+
+
+def _pct(alert: dict[str, Any]) -> str:
+    r = alert.get("regression")
+    return f"{r * 100:+.1f}%" if isinstance(r, float) else "?"
+
+
+def _headline(alert: dict[str, Any], status: str) -> str:
+    job = alert["job"]
+    if status == "resolved":
+        return (f"[resolved] job {job}: step time back to baseline ({alert['baseline_s']:.3f}s) at step "
+                f"{alert.get('resolved_step')}; {alert['lost_s']:.1f}s lost over {alert['steps']} steps")
+    return (f"[firing] job {job}: step time regression {_pct(alert)} ({alert['baseline_s']:.3f}s -> "
+            f"{alert['current_s']:.3f}s) since step {alert['since_step']}; {alert['lost_s']:.1f}s lost so far")
+
+
+def _cause(alert: dict[str, Any]) -> str:
+    att = alert.get("attribution") or {}
+    comps = att.get("components") or []
+    if not att.get("available") or not comps:
+        return "cause: not attributed yet"
+    top = comps[0]
+    return (f"likely cause: {top['layer']} {top.get('component') or ''} "
+            f"({top['lost_s']:.1f}s of the attributed loss over {top['steps']} steps)").replace("  ", " ")
+
+
+def generic(alert: dict[str, Any], *, status: str, key: str, now: datetime,
+            routing_key: str | None = None) -> dict[str, Any]:
+    return {"event": "step_regression", "status": status, "idempotency_key": key,
+            "created_at": now.isoformat(), "summary": _headline(alert, status), "alert": alert}
+
+
+def slack(alert: dict[str, Any], *, status: str, key: str, now: datetime,
+          routing_key: str | None = None) -> dict[str, Any]:
+    text = _headline(alert, status)
+    lines = [f"*{text}*"]
+    if status == "firing":
+        lines.append(_cause(alert))
+    lines.append(f"alert #{alert['id']} · `GET /v1/alerts/{alert['id']}`")
+    return {"text": text, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)}}]}
+
+
+def pagerduty(alert: dict[str, Any], *, status: str, key: str, now: datetime,
+              routing_key: str | None) -> dict[str, Any]:
+    """PagerDuty Events API v2 (`POST https://events.pagerduty.com/v2/enqueue`)."""
+    body: dict[str, Any] = {"routing_key": routing_key or "", "dedup_key": f"fabricscope-alert-{alert['id']}",
+                            "event_action": "resolve" if status == "resolved" else "trigger"}
+    if status == "resolved":
+        return body
+    comps = (alert.get("attribution") or {}).get("components") or []
+    payload: dict[str, Any] = {
+        "summary": (_headline(alert, status) + "; " + _cause(alert))[:1024],
+        "source": alert["job"],
+        "severity": "error" if (alert.get("regression") or 0) >= 0.2 else "warning",
+        "timestamp": alert.get("detected_at") or now.isoformat(),
+        "group": alert["job"],
+        "class": "step_regression",
+        "custom_details": alert,
+    }
+    if comps and comps[0].get("component"):
+        payload["component"] = comps[0]["component"]
+    body["payload"] = payload
+    body["client"] = "fabricscope"
+    return body
+
+
+RENDERERS: dict[str, Callable[..., dict[str, Any]]] = {"generic": generic, "slack": slack, "pagerduty": pagerduty}
+FORMATS = tuple(RENDERERS)
+
+
+def render(fmt: str, alert: dict[str, Any], *, status: str, key: str, routing_key: str | None = None,
+           now: datetime | None = None) -> bytes:
+    doc = RENDERERS[fmt](alert, status=status, key=key, now=now or datetime.now(UTC), routing_key=routing_key)
+    return orjson.dumps(doc)
