@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import typer
 
+from collectors import selfmetrics
 from collectors.core import Collector, Sample, now
 from collectors.errors import ConfigError, FabricscopeError
 from collectors.events import EventDetector
@@ -28,6 +29,7 @@ from collectors.host.ethtool_ioctl import EthtoolIoctl
 from collectors.host.nic import EthtoolSource, NicCollector, SubprocessEthtool
 from collectors.host.rdma import RdmaCollector
 from collectors.host.storage import StorageCollector
+from collectors.selfmetrics import observe_poll
 
 log = logging.getLogger("fabricscope.agent")
 
@@ -85,12 +87,16 @@ class Agent:
     def run_collector(self, collector: Collector) -> list[Sample]:
         """One poll: samples and derived events go to the sink. Failures are logged, not raised."""
         self.stats["polls"] += 1
+        t0 = time.monotonic()
         try:
             samples = collector.poll()
         except (FabricscopeError, OSError) as exc:
             self.stats["errors"] += 1
             log.warning("agent %s: %s poll failed: %s", self.cfg.host, collector.name, exc)
+            observe_poll(f"{self.cfg.host}:{collector.name}", ok=False, seconds=time.monotonic() - t0)
             return []
+        observe_poll(f"{self.cfg.host}:{collector.name}", ok=True, seconds=time.monotonic() - t0,
+                     samples=len(samples))
         events = self.detector.feed(samples) if collector.name in ("nic", "rdma") else []
         for s in samples:
             self._submit("samples", s.to_json())
@@ -141,9 +147,12 @@ def agent_command(
     config: Path = typer.Option(..., "--config", "-c", help="Agent YAML config (see agent.example.yaml)."),
     once: bool = typer.Option(False, "--once", help="Poll every collector once, flush and exit."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
+    metrics_port: int | None = typer.Option(None, "--metrics-port",
+                                            help="Serve Prometheus self-metrics on 127.0.0.1:PORT."),
 ) -> None:
     """Run the host agent: NIC, RDMA/InfiniBand and storage collectors, pause/ECN/flap events."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    selfmetrics.serve(metrics_port)
     try:
         cfg = load_config(config)
     except ConfigError as exc:

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import typer
 
+from collectors import selfmetrics
 from collectors.errors import ConfigError
 
 from .inventory import load_inventory
@@ -82,9 +83,11 @@ def collect_command(
     once: bool = typer.Option(False, help="Poll every device once and exit (status 1 if any failed)."),
     max_backoff: float = typer.Option(300.0, help="Cap of the per-device backoff, seconds."),
     log_level: str = typer.Option("INFO", help="Logging level."),
+    metrics_port: int | None = typer.Option(None, help="Serve Prometheus self-metrics on 127.0.0.1:PORT."),
 ) -> None:
     """Poll switch port counters (SNMP, NETCONF, gNMI) and LLDP neighbours."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    selfmetrics.serve(metrics_port)
     try:
         i, n = parse_shard(shard)
         devices = select(load_inventory(inventory).devices, i, n)

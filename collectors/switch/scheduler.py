@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from collectors.core import Sample, now
+from collectors.selfmetrics import observe_poll
 
 from .backoff import Backoff
 from .base import PollResult, SwitchCollector
@@ -120,6 +121,7 @@ class SwitchScheduler:
                 log.warning("%s: publishing %d LLDP links failed: %s", t.device.name, len(links), exc)
 
     def _self_metrics(self, t: _Target, up: bool, duration: float | None) -> None:
+        observe_poll(t.device.name, ok=up, seconds=duration or 0.0)
         labels = {"protocol": t.protocol}
         ts = now()
         self.sink.submit("samples", Sample(ts, t.device.name, "collector_up", 1.0 if up else 0.0, labels).to_json())

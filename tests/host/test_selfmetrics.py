@@ -1,0 +1,27 @@
+"""The agent's per-collector poll results reach Prometheus (`--metrics-port`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from collectors import selfmetrics
+from tests.host.test_agent_live import _fixture_agent
+from tests.support import free_port
+
+
+def test_agent_polls_are_exported_on_the_metrics_port(tmp_path: Path) -> None:
+    agent, sink = _fixture_agent("http://127.0.0.1:9", tmp_path, 1 << 20)
+    port = free_port()
+    server = selfmetrics.serve(port)
+    try:
+        agent.run_once()
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    finally:
+        sink.close(0.5)
+        if server is not None:
+            server[0].shutdown()
+    up = [line for line in text.splitlines() if line.startswith('fabricscope_collector_up{device="outage:nic"}')]
+    assert up and up[0].endswith(" 1.0")
+    assert 'fabricscope_collector_polls_total{device="outage:nic",result="ok"}' in text
