@@ -168,6 +168,7 @@ def _register_optional() -> None:
         ("collect", "collectors.switch.cli", "collect_command"),
         ("simulate", "service.simulate.cli", "simulate_command"),
         ("demo", "service.demo", "demo_command"),
+        ("writer", "service.bus.cli", "writer_command"),
     ]
     for name, module, attr in optional:
         try:

@@ -43,9 +43,18 @@ def _guarded(pool: ConnectionPool, name: str, fn: Callable[[psycopg.Connection],
 def start_background(pool: ConnectionPool, settings: Settings) -> BackgroundScheduler:
     sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
     if settings.correlate_interval_s > 0:
+        from service.bus.leases import JobPartitioner
         from service.correlate import process_pending
 
-        sched.add_job(_guarded(pool, "attribution", lambda c: process_pending(c)), "interval",
+        # Several `serve` processes split the jobs between them with leases (one owner per job).
+        part = JobPartitioner("correlate", ttl_s=max(30.0, 3 * settings.correlate_interval_s))
+
+        def correlate(conn: psycopg.Connection) -> None:
+            jobs = [r[0] for r in conn.execute("SELECT name FROM jobs ORDER BY name").fetchall()]
+            for job in part.claim(conn, jobs):
+                process_pending(conn, job=job)
+
+        sched.add_job(_guarded(pool, "attribution", correlate), "interval",
                       seconds=settings.correlate_interval_s, id="correlate", jitter=1)
     if settings.alert_interval_s > 0:
         from service.alerts.engine import run_once as alerts_once

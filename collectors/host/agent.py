@@ -46,12 +46,16 @@ def make_sink(cfg: SinkConfig) -> Sink:
 
         sink: Sink = DbSink(cfg.dsn)
         return sink
+    assert cfg.url is not None  # parse_config guarantees exactly one of url/dsn
+    kwargs: dict[str, Any] = {"spool_path": cfg.spool_path, "spool_max_bytes": cfg.spool_max_bytes,
+                              "batch_max": cfg.batch_max, "flush_interval_s": cfg.flush_interval_s}
+    if cfg.url.split("://", 1)[0].lower() in ("nats", "tls", "ws", "wss"):
+        from collectors.sinks.nats import NatsSender  # only then is nats-py needed
+
+        return NatsSender(cfg.url, **kwargs)
     from collectors.sinks.http import HttpSender
 
-    assert cfg.url is not None  # parse_config guarantees exactly one of url/dsn
-    return HttpSender(cfg.url, token=cfg.token, spool_path=cfg.spool_path,
-                      spool_max_bytes=cfg.spool_max_bytes, batch_max=cfg.batch_max,
-                      flush_interval_s=cfg.flush_interval_s)
+    return HttpSender(cfg.url, token=cfg.token, **kwargs)
 
 
 def make_ethtool(mode: str, binary: str) -> EthtoolSource | None:

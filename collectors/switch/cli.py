@@ -47,6 +47,10 @@ class LinkPublisher:
 
 def _sink(url: str | None, token: str | None, dsn: str | None) -> Any:
     if url:
+        if url.split("://", 1)[0].lower() in ("nats", "tls", "ws", "wss"):
+            from collectors.sinks.nats import NatsSender  # only then is nats-py needed
+
+            return NatsSender(url)
         from collectors.sinks.http import HttpSender
 
         return HttpSender(url, token=token)

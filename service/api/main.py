@@ -61,6 +61,9 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
         finally:
             if workers is not None:
                 workers.shutdown(wait=True)  # let a running job finish before the pool closes
+            bus = getattr(app.state, "bus", None)  # the NATS publisher, created on first use
+            if bus is not None:
+                await bus.close()
             REGISTRY.unregister(queue_depths)
             app.state.pool.close()
 

@@ -28,6 +28,8 @@ SeriesKey = tuple[str, str, str]  # (source, metric, labels as sorted JSON or ""
 class Written:
     count: int
     last: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # newest points, sorted by (series, ts)
+    # Series created in this transaction: cached only once it commits (a rollback removes them).
+    new_series: dict[SeriesKey, int] | None = None
 
 
 def _labels_key(labels: dict[str, str] | None) -> str:
@@ -68,10 +70,11 @@ class SampleWriter:
             self._alloc(1024)
 
     # -- dictionaries -------------------------------------------------------------------------
-    def _resolve(self, conn: psycopg.Connection, keys: list[SeriesKey]) -> None:
+    def _resolve(self, conn: psycopg.Connection, keys: list[SeriesKey]) -> dict[SeriesKey, int]:
+        """Ids of the keys not cached yet (creating their series in the caller's transaction)."""
         missing = sorted({k for k in keys if k not in self._series})
         if not missing:
-            return
+            return {}
         srcs = sorted({k[0] for k in missing})
         mets = sorted({k[1] for k in missing})
         devs = [split_source(s) for s in srcs]
@@ -109,11 +112,14 @@ class SampleWriter:
             """,
             cols,
         ).fetchall()
+        found: dict[SeriesKey, int] = {}
         with self._lock:
             self._grow(max(r[3] for r in rows))
             for source, metric, labels, sid, kind in rows:
-                self._series[(source, metric, labels)] = sid
+                found[(source, metric, labels)] = sid
+                # Safe before commit: a series id is never reused, and its metric kind never changes.
                 self._is_counter[sid] = kind == "counter"
+        return found
 
     def _load_last(self, conn: psycopg.Connection, sids: np.ndarray) -> None:
         unknown = sids[~self._loaded[sids]]
@@ -141,9 +147,10 @@ class SampleWriter:
         series = self._series
         get = series.get
         sids = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=n)
+        new: dict[SeriesKey, int] = {}
         if (sids < 0).any():
-            self._resolve(conn, keys)
-            sids = np.fromiter((series[k] for k in keys), dtype=np.int64, count=n)
+            new = self._resolve(conn, keys)
+            sids = np.fromiter((get(k) or new[k] for k in keys), dtype=np.int64, count=n)
         uniq = np.unique(sids)
         is_counter = self._is_counter[sids]
         rate = np.full(n, np.nan)
@@ -161,10 +168,13 @@ class SampleWriter:
         copy_sql = "COPY samples (ts, series_id, value, rate) FROM STDIN (FORMAT BINARY)"
         with conn.cursor() as cur, cur.copy(copy_sql) as cp:
             cp.write(payload)
-        return Written(n, pending)
+        return Written(n, pending, new or None)
 
     def committed(self, written: Written) -> None:
-        """Remember each series' newest point, once the batch is durable."""
+        """Remember new series and each series' newest point, once the batch is durable."""
+        if written.new_series:
+            with self._lock:
+                self._series.update(written.new_series)
         if written.last is None:
             return
         sids, ts, values = written.last

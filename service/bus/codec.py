@@ -1,0 +1,83 @@
+"""Bus messages: an API.md batch body as JSON (gzip over a few KiB), one batch per message.
+
+Pure functions, shared by every publisher and the writers. The batch id travels in the body (the
+database claim in ``ingest_batches`` makes a redelivered batch add nothing) and in the
+``Nats-Msg-Id`` header (JetStream drops a re-published copy inside its duplicate window, so a
+publisher's retry does not even reach the writers).
+"""
+
+from __future__ import annotations
+
+import gzip
+import uuid
+import zlib
+from typing import Any
+
+import orjson
+
+from service.ingest.errors import IngestError, TooLarge
+
+PREFIX = "fabricscope.ingest"
+# "jobs" carries PUT /v1/jobs bodies (rank placement) from senders that register their job.
+KINDS = ("samples", "steps", "collectives", "events", "jobs")
+DEAD_PREFIX = "fabricscope.rejected"  # batches a writer refused (bad input), kept for people
+GZIP_OVER = 4096  # smaller bodies are not worth the CPU
+MSG_ID = "Nats-Msg-Id"
+
+
+def subject(kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"unknown ingest kind {kind!r}; one of {', '.join(KINDS)}")
+    return f"{PREFIX}.{kind}"
+
+
+def kind_of(subj: str) -> str | None:
+    head, _, kind = subj.rpartition(".")
+    return kind if head == PREFIX and kind in KINDS else None
+
+
+def ensure_batch_id(body: dict[str, Any]) -> str:
+    """The body's batch id, adding a fresh one when it has none (a message must be replay-safe)."""
+    bid = body.get("batch_id")
+    if not isinstance(bid, str) or not bid:
+        bid = uuid.uuid4().hex
+        body["batch_id"] = bid
+    return bid
+
+
+def encode(kind: str, body: dict[str, Any]) -> tuple[str, bytes, dict[str, str]]:
+    """(subject, payload, headers) for one batch; gives the body a batch id when it has none."""
+    subj = subject(kind)
+    bid = ensure_batch_id(body)
+    data = orjson.dumps(body)
+    headers = {MSG_ID: f"{kind}:{bid}"}
+    if len(data) > GZIP_OVER:
+        data = gzip.compress(data, compresslevel=1)
+        headers["Content-Encoding"] = "gzip"
+    return subj, data, headers
+
+
+def decode(data: bytes, headers: dict[str, str] | None, *, max_bytes: int) -> Any:
+    """The body of a message; IngestError (like HTTP ingest) when it cannot be read."""
+    if headers and headers.get("Content-Encoding", "").lower() == "gzip":
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            data = d.decompress(data, max_bytes)
+        except zlib.error as exc:
+            raise IngestError(["body"], "Content-Encoding is gzip but the payload is not valid gzip",
+                              "gzip_error") from exc
+        if d.unconsumed_tail:
+            raise TooLarge(["body"], f"decompressed payload is over the limit of {max_bytes} bytes", "too_long")
+    elif len(data) > max_bytes:
+        raise TooLarge(["body"], f"payload is over the limit of {max_bytes} bytes", "too_long")
+    if not data:
+        raise IngestError(["body"], "empty payload: a JSON object is required", "missing")
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise IngestError(["body"], f"invalid JSON: {exc}", "json_invalid") from exc
+
+
+def fallback_batch_id(stream: str, seq: int) -> str:
+    """For a body published without a batch id by a third party: stable across redeliveries."""
+    return f"nats:{stream}:{seq}"

@@ -1,0 +1,67 @@
+"""NatsSender: the HttpSender interface over JetStream — spool while NATS is away, replay, dedupe."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+
+from collectors.sinks.http import HttpSender
+from collectors.sinks.nats import NatsSender, sender_for
+from tests.bus.natsd import NatsServer, declare_streams
+
+
+def _stream_msgs(url: str) -> int:
+    async def go() -> int:
+        nc = await nats.connect(url)
+        info = await nc.jetstream().stream_info("FABRICSCOPE_INGEST")
+        await nc.close()
+        return int(info.state.messages)
+
+    return asyncio.run(go())
+
+
+def test_spools_while_nats_is_down_and_replays_in_order(tmp_path) -> None:
+    srv = NatsServer(tmp_path / "nats")
+    sender = NatsSender(srv.url, spool_path=tmp_path / "spool", batch_max=100, flush_interval_s=0.1,
+                        max_retries=0, timeout_s=1)
+    try:
+        for i in range(250):
+            assert sender.submit("samples", {"ts": 1.7e9 + i, "source": "a:b", "metric": "x_total", "value": i})
+        assert not sender.flush(5)  # nothing listens yet: kept on disk, not dropped
+        assert sender.stats["spooled"] == 250 and sender.stats["dropped"] == 0
+        srv.start()
+        declare_streams(srv.url)
+        assert sender.flush(30), sender.stats
+        st = sender.stats
+        assert st["replayed"] == 250 and st["spool_bytes"] == 0 and st["dropped"] == 0
+        assert _stream_msgs(srv.url) == 3  # batches of 100, 100, 50
+    finally:
+        sender.close()
+        srv.stop()
+
+
+def test_never_raises_and_counts_what_it_refuses(nats_server) -> None:
+    declare_streams(nats_server.url)
+    sender = NatsSender(nats_server.url, queue_max=10, flush_interval_s=0.1)
+    try:
+        assert not sender.submit("nonsense", {})
+        for i in range(10):
+            sender.submit("samples", {"ts": 1.7e9, "source": "a", "metric": "x", "value": float("nan") if i else 1.0})
+        assert not sender.submit("samples", {"ts": 1.7e9, "source": "a", "metric": "x", "value": 1})  # queue full
+        assert sender.flush(10)
+        assert sender.stats["sent"] == 1 and sender.stats["rejected"] == 9  # NaN is not JSON
+        assert _stream_msgs(nats_server.url) == 1
+    finally:
+        sender.close()
+
+
+@pytest.mark.parametrize(("url", "cls"), [("nats://u:secret@127.0.0.1:1", NatsSender),
+                                           ("http://127.0.0.1:1", HttpSender)])
+def test_sender_for_and_no_secret_in_repr(url, cls, tmp_path) -> None:
+    s = sender_for(url, flush_interval_s=60)
+    try:
+        assert type(s) is cls and "secret" not in repr(s)
+    finally:
+        s.close(0.5)
