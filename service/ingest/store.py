@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -29,39 +30,32 @@ def store_samples(conn: psycopg.Connection, *, sample_writer: w.SampleWriter, bo
     return {"accepted": written.count}
 
 
-def store_steps(conn: psycopg.Connection, *, body: dict[str, Any], rows: list[tuple[Any, ...]]) -> dict[str, Any]:
-    job = v.job_name(body)
+def _store_rows(conn: psycopg.Connection, *, body: dict[str, Any], kind: str,
+                write: Callable[[psycopg.Connection], int], job: str | None = None) -> dict[str, Any]:
     bid = v.batch_id(body)
     with conn.transaction():
-        dup = _dup(conn, bid, "steps", len(rows))
+        dup = _dup(conn, bid, kind, len(body[kind]))
         if dup is not None:
             return dup
-        _ensure_job(conn, job)
-        n = w.write_steps(conn, job=job, rows=rows)
-    return {"accepted": n}
+        if job is not None:
+            _ensure_job(conn, job)
+        return {"accepted": write(conn)}
+
+
+def store_steps(conn: psycopg.Connection, *, body: dict[str, Any], rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    job = v.job_name(body)
+    return _store_rows(conn, body=body, kind="steps", job=job, write=lambda c: w.write_steps(c, job=job, rows=rows))
 
 
 def store_collectives(conn: psycopg.Connection, *, body: dict[str, Any],
                       rows: list[tuple[Any, ...]]) -> dict[str, Any]:
     job = v.job_name(body)
-    bid = v.batch_id(body)
-    with conn.transaction():
-        dup = _dup(conn, bid, "collectives", len(rows))
-        if dup is not None:
-            return dup
-        _ensure_job(conn, job)
-        n = w.write_collectives(conn, job=job, rows=rows)
-    return {"accepted": n}
+    return _store_rows(conn, body=body, kind="collectives", job=job,
+                       write=lambda c: w.write_collectives(c, job=job, rows=rows))
 
 
 def store_events(conn: psycopg.Connection, *, body: dict[str, Any], rows: list[tuple[Any, ...]]) -> dict[str, Any]:
-    bid = v.batch_id(body)
-    with conn.transaction():
-        dup = _dup(conn, bid, "events", len(rows))
-        if dup is not None:
-            return dup
-        n = w.write_events(conn, rows=rows)
-    return {"accepted": n}
+    return _store_rows(conn, body=body, kind="events", write=lambda c: w.write_events(c, rows=rows))
 
 
 def _ensure_job(conn: psycopg.Connection, job: str) -> None:

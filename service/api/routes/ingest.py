@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
+import psycopg
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
@@ -85,85 +87,62 @@ async def _strict(pool: PoolDep, settings: SettingsDep, sources: list[str], kind
                           "first (PUT /v1/topology) or turn off FABRICSCOPE_STRICT_SOURCES", "unknown_source")
 
 
-@router.post("/samples", response_model=IngestResult,
-             response_model_exclude_none=True, openapi_extra=_body_doc("samples"),
-             summary="Ingest counter and gauge samples")
+async def _finish(request: Request, pool: PoolDep, settings: SettingsDep, *, kind: str, body: Any, n: int,
+                  t0: float, write: Callable[[psycopg.Connection], dict[str, Any]]) -> Any:
+    """Publish (NATS mode) or write the validated batch, and count it."""
+    if settings.ingest_mode == "nats":
+        return await _to_bus(request, settings, kind, body, n)
+
+    def run() -> dict[str, Any]:
+        with pool.connection() as conn:
+            return write(conn)
+
+    out = await run_in_threadpool(run)
+    m.INGEST_ROWS.labels(kind).inc(out["accepted"] if not out.get("duplicate") else 0)
+    m.INGEST_SECONDS.labels(kind).observe(time.perf_counter() - t0)
+    return out
+
+
+def _route(kind: str, summary: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return router.post(f"/{kind}", response_model=IngestResult, response_model_exclude_none=True,
+                       openapi_extra=_body_doc(kind), summary=summary)
+
+
+@_route("samples", "Ingest counter and gauge samples")
 async def ingest_samples(request: Request, pool: PoolDep, settings: SettingsDep, writer: WriterDep) -> Any:
     t0 = time.perf_counter()
     body = await _read_json(request, settings.max_body_bytes)
     cols = v.samples(body, _limits(settings))
     await _strict(pool, settings, sorted(set(cols.source)), "samples")
-    if settings.ingest_mode == "nats":
-        return await _to_bus(request, settings, "samples", body, len(cols))
-
-    def write() -> dict[str, Any]:
-        with pool.connection() as conn:
-            return store.store_samples(conn, sample_writer=writer, body=body, cols=cols)
-
-    out = await run_in_threadpool(write)
-    m.INGEST_ROWS.labels("samples").inc(out["accepted"] if not out.get("duplicate") else 0)
-    m.INGEST_SECONDS.labels("samples").observe(time.perf_counter() - t0)
-    return out
+    return await _finish(request, pool, settings, kind="samples", body=body, n=len(cols), t0=t0,
+                         write=lambda conn: store.store_samples(conn, sample_writer=writer, body=body, cols=cols))
 
 
-@router.post("/steps", response_model=IngestResult,
-             response_model_exclude_none=True, openapi_extra=_body_doc("steps"),
-             summary="Ingest per-rank step timings of a job")
+@_route("steps", "Ingest per-rank step timings of a job")
 async def ingest_steps(request: Request, pool: PoolDep, settings: SettingsDep) -> Any:
     t0 = time.perf_counter()
     body = await _read_json(request, settings.max_body_bytes)
     rows = v.steps(body, _limits(settings))
     v.job_name(body)
-    if settings.ingest_mode == "nats":
-        return await _to_bus(request, settings, "steps", body, len(rows))
-
-    def write() -> dict[str, Any]:
-        with pool.connection() as conn:
-            return store.store_steps(conn, body=body, rows=rows)
-
-    out = await run_in_threadpool(write)
-    m.INGEST_ROWS.labels("steps").inc(out["accepted"] if not out.get("duplicate") else 0)
-    m.INGEST_SECONDS.labels("steps").observe(time.perf_counter() - t0)
-    return out
+    return await _finish(request, pool, settings, kind="steps", body=body, n=len(rows), t0=t0,
+                         write=lambda conn: store.store_steps(conn, body=body, rows=rows))
 
 
-@router.post("/collectives", response_model=IngestResult,
-             response_model_exclude_none=True, openapi_extra=_body_doc("collectives"),
-             summary="Ingest per-rank collective timings of a job")
+@_route("collectives", "Ingest per-rank collective timings of a job")
 async def ingest_collectives(request: Request, pool: PoolDep, settings: SettingsDep) -> Any:
     t0 = time.perf_counter()
     body = await _read_json(request, settings.max_body_bytes)
     rows = v.collectives(body, _limits(settings))
     v.job_name(body)
-    if settings.ingest_mode == "nats":
-        return await _to_bus(request, settings, "collectives", body, len(rows))
-
-    def write() -> dict[str, Any]:
-        with pool.connection() as conn:
-            return store.store_collectives(conn, body=body, rows=rows)
-
-    out = await run_in_threadpool(write)
-    m.INGEST_ROWS.labels("collectives").inc(out["accepted"] if not out.get("duplicate") else 0)
-    m.INGEST_SECONDS.labels("collectives").observe(time.perf_counter() - t0)
-    return out
+    return await _finish(request, pool, settings, kind="collectives", body=body, n=len(rows), t0=t0,
+                         write=lambda conn: store.store_collectives(conn, body=body, rows=rows))
 
 
-@router.post("/events", response_model=IngestResult,
-             response_model_exclude_none=True, openapi_extra=_body_doc("events"),
-             summary="Ingest events (checkpoint, pfc_storm, ecn_burst, link_flap, ...)")
+@_route("events", "Ingest events (checkpoint, pfc_storm, ecn_burst, link_flap, ...)")
 async def ingest_events(request: Request, pool: PoolDep, settings: SettingsDep) -> Any:
     t0 = time.perf_counter()
     body = await _read_json(request, settings.max_body_bytes)
     rows = v.events(body, _limits(settings))
     await _strict(pool, settings, [r[1] for r in rows], "events")
-    if settings.ingest_mode == "nats":
-        return await _to_bus(request, settings, "events", body, len(rows))
-
-    def write() -> dict[str, Any]:
-        with pool.connection() as conn:
-            return store.store_events(conn, body=body, rows=rows)
-
-    out = await run_in_threadpool(write)
-    m.INGEST_ROWS.labels("events").inc(out["accepted"] if not out.get("duplicate") else 0)
-    m.INGEST_SECONDS.labels("events").observe(time.perf_counter() - t0)
-    return out
+    return await _finish(request, pool, settings, kind="events", body=body, n=len(rows), t0=t0,
+                         write=lambda conn: store.store_events(conn, body=body, rows=rows))
