@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from collectors.core import now
 
 from .. import lldp
@@ -11,29 +13,37 @@ from ..resets import ResetTracker
 from . import oids
 from .fetch import SnmpClient
 from .parse import parse
+from .plan import REPROBE_EVERY, WalkPlan
+
+_LLDP_MIB = "1.0.8802."  # every LLDP-MIB column (oids.LLDP_COLUMNS) is under it
 
 
 class SnmpCollector:
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, engine: Literal["auto", "pysnmp"] = "auto", prune: bool = True) -> None:
         self.device = device
         self.name = f"{device.name}/snmp"
         self.columns = oids.columns_for(device.vendor)
-        walk = {c.oid for c in self.columns} | {oids.IF_NAME, oids.IF_DESCR, oids.IF_COUNTER_DISCONTINUITY}
+        extra = [oids.IF_NAME, oids.IF_DESCR, oids.IF_COUNTER_DISCONTINUITY]
         if device.lldp:
-            walk |= set(oids.LLDP_COLUMNS)
-        self.walk_columns = sorted(walk)
-        self.client = SnmpClient(device)
+            extra += oids.LLDP_COLUMNS
+        # prune=False walks every column every poll (the reference the planned polls are tested against)
+        self.plan = WalkPlan(self.columns, extra, reprobe_every=REPROBE_EVERY if prune else 1)
+        self.walk_columns = self.plan.all
+        self.client = SnmpClient(device, engine)
         self.resets = ResetTracker()
 
     async def poll(self) -> PollResult:
         ts = now()
-        varbinds = await self.client.walk(self.walk_columns, [oids.SYS_UPTIME])
+        walk, full = self.plan.next_walk()
+        varbinds = await self.client.walk(walk, [oids.SYS_UPTIME])
         parsed = parse(self.device.name, varbinds, ts, self.columns, self.device.wants)
         restarted = self.resets.agent_restarted(self.device.name, parsed.uptime_ticks, ts)
+        self.plan.observe(varbinds, full, restarted, frozenset(parsed.if_names))
         samples = self.resets.mark(parsed.samples, restarted, parsed.counter_epoch)
         links = []
         if self.device.lldp:
-            links = lldp.links_from_snmp(self.device.name, varbinds, speeds_of(samples), parsed.if_names)
+            mib = [vb for vb in varbinds if vb[0].startswith(_LLDP_MIB)]  # lldp scans what it gets per column
+            links = lldp.links_from_snmp(self.device.name, mib, speeds_of(samples), parsed.if_names)
         return PollResult(samples, links, parsed.problems)
 
     async def aclose(self) -> None:

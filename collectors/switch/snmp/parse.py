@@ -83,12 +83,19 @@ def parse(
         ncols[(c.metric, c.labels, c.rank)] += 1
 
     for oid, raw in varbinds:
-        oid = oid.lstrip(".")
+        if oid[:1] == ".":
+            oid = oid[1:]
+        head, _, last = oid.rpartition(".")
+        col = table.get(head)
         try:
+            if col is not None and col.index == "if":  # the bulk of a poll: one ifIndex-indexed counter
+                value = raw * col.scale if col.transform is None and type(raw) is int else _value(col, raw)
+                if value is not None:
+                    parts[(int(last), col.metric, col.labels, col.labels, col.rank)].append(value)
+                continue
             if oid == oids.SYS_UPTIME:
                 out.uptime_ticks = int(raw)
                 continue
-            head, _, last = oid.rpartition(".")
             if head == oids.IF_NAME:
                 names[int(last)] = text(raw)
                 continue
@@ -124,12 +131,15 @@ def parse(
         if key not in best or rank < best[key][0]:
             best[key] = (rank, float(sum(values)))
 
+    wanted: dict[str, bool] = {}
     for (if_index, metric, labels), (_, value) in sorted(best.items()):
         name = names.get(if_index) or descr.get(if_index)
         if not name:
             out.problems.append(f"ifIndex {if_index}: no ifName/ifDescr, samples skipped")
             continue
-        if callable(wants) and not wants(name):
+        if name not in wanted:  # the include/exclude globs once per interface, not per sample
+            wanted[name] = not callable(wants) or bool(wants(name))
+        if not wanted[name]:
             continue
         source = f"{device}:{name}"
         out.samples.append(Sample(ts, source, metric, value, dict(labels) if labels else None))

@@ -1,0 +1,90 @@
+"""Walk plans on recorded real switch walks: a planned poll (fallbacks the device covers and columns it
+never answers left out) must give exactly the samples and links of a full poll, and the plan must
+go back to a full walk whenever the device may have changed shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from collectors.switch import lldp
+from collectors.switch.snmp import oids
+from collectors.switch.snmp.parse import parse
+from collectors.switch.snmp.plan import WalkPlan
+from tests.switch.fixture_io import FIXTURES, TS, case_meta, read_snmprec
+
+CASES = sorted(p for kind in ("snmp", "lldp") for p in (FIXTURES / kind).iterdir() if p.is_dir())
+EXTRA = [oids.IF_NAME, oids.IF_DESCR, oids.IF_COUNTER_DISCONTINUITY, *oids.LLDP_COLUMNS]
+
+
+def walk(recording, columns):
+    """What a GETBULK walk of ``columns`` returns from the recording (plus sysUpTime)."""
+    prefixes = tuple(c + "." for c in columns)
+    return [(o, v) for o, v in recording if o == oids.SYS_UPTIME or o.startswith(prefixes)]
+
+
+def poll(plan: WalkPlan, recording, restarted=False):
+    cols, full = plan.next_walk()
+    vbs = walk(recording, cols)
+    p = parse("sw1", vbs, TS, plan.columns)
+    plan.observe(vbs, full, restarted, frozenset(p.if_names))
+    links = lldp.links_from_snmp("sw1", vbs, None, p.if_names)
+    return p, links, cols
+
+
+def result(p, links):
+    return [s.to_json() for s in p.samples], sorted(p.problems), [link.to_json() for link in links]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_planned_poll_equals_full_poll_on_recorded_walks(case):
+    recording = read_snmprec(case / "input.snmprec")
+    plan = WalkPlan(oids.columns_for(case_meta(case).get("vendor")), EXTRA)
+    full, full_links, cols = poll(plan, recording)
+    assert set(cols) == set(plan.all)
+    planned, planned_links, cols = poll(plan, recording)
+    assert len(cols) < len(plan.all)  # every recorded switch lacks some table we ask for
+    assert result(planned, planned_links) == result(full, full_links)
+
+
+def test_arista_drops_32bit_fallbacks_and_absent_tables_but_keeps_what_it_needs():
+    recording = read_snmprec(FIXTURES / "snmp" / "arista-dcs-7150s-52-cl" / "input.snmprec")
+    plan = WalkPlan(oids.columns_for("arista"), EXTRA)
+    poll(plan, recording)
+    assert "1.3.6.1.2.1.2.2.1.10" in plan.skipped  # ifInOctets: every row has ifHCInOctets
+    assert "1.3.6.1.2.1.2.2.1.5" in plan.skipped  # ifSpeed: ifHighSpeed everywhere
+    assert "1.3.6.1.2.1.31.1.1.1.6" not in plan.skipped and oids.IF_NAME not in plan.skipped
+    assert "1.3.6.1.2.1.2.2.1.13" not in plan.skipped  # ifInDiscards has no better column
+
+
+def test_fallback_kept_for_an_interface_without_hc_counters():
+    recording = read_snmprec(FIXTURES / "snmp" / "arista-dcs-7150s-52-cl" / "input.snmprec")
+    hc_in = "1.3.6.1.2.1.31.1.1.1.6."
+    victim = next(o for o, _ in recording if o.startswith(hc_in))
+    trimmed = [(o, v) for o, v in recording if o != victim]  # one port with only ifInOctets
+    plan = WalkPlan(oids.columns_for(None), EXTRA)
+    full = result(*poll(plan, trimmed)[:2])
+    assert "1.3.6.1.2.1.2.2.1.10" not in plan.skipped
+    assert "1.3.6.1.2.1.2.2.1.16" in plan.skipped  # ifOutOctets still fully covered
+    assert result(*poll(plan, trimmed)[:2]) == full
+
+
+def test_back_to_a_full_walk_on_reprobe_new_interface_or_restart():
+    recording = read_snmprec(FIXTURES / "snmp" / "arista-dcs-7150s-52-cl" / "input.snmprec")
+    plan = WalkPlan(oids.columns_for(None), EXTRA, reprobe_every=4)
+    fulls = [len(poll(plan, recording)[2]) == len(plan.all) for _ in range(9)]
+    assert fulls == [True, False, False, False, True, False, False, False, True]
+    # an interface disappears (module pulled): the next poll is full again
+    gone = next(o for o, _ in recording if o.startswith(oids.IF_NAME + ".")).rpartition(".")[2]
+    fewer = [(o, v) for o, v in recording if o.rpartition(".")[2] != gone]
+    assert len(poll(plan, fewer)[2]) < len(plan.all)
+    assert plan.full_due
+    poll(plan, fewer)
+    assert not plan.full_due
+    poll(plan, fewer, restarted=True)  # agent restart seen on a planned poll
+    assert plan.full_due
+
+
+def test_without_pruning_every_poll_is_full():
+    recording = read_snmprec(FIXTURES / "snmp" / "cisco-n5000" / "input.snmprec")
+    plan = WalkPlan(oids.columns_for("cisco"), EXTRA, reprobe_every=1)
+    assert all(len(poll(plan, recording)[2]) == len(plan.all) for _ in range(3))
