@@ -177,6 +177,12 @@ def _register_optional() -> None:
         except (ImportError, AttributeError) as exc:
             log.debug("command %s unavailable: %s", name, exc)
     try:
+        from service.lab.cli import lab_app
+
+        app.add_typer(lab_app, name="lab")
+    except ImportError as exc:
+        log.debug("lab commands unavailable: %s", exc)
+    try:
         from collectors.training.importers.cli import import_app
 
         app.add_typer(import_app, name="import")

@@ -1,0 +1,1 @@
+"""Collectors for switches that run Linux (the fabric lab's bridges, SONiC/Cumulus-style boxes)."""
