@@ -48,7 +48,7 @@ SIGNALS: dict[tuple[str, str], tuple[str, str, float]] = {
 # keeps a quiet counter (0 errors, MAD 0) from turning one stray increment into a huge score.
 FLOORS: dict[str, float] = {
     "rx_out_of_buffer_total": 50, "tx_pause_frames_total": 200, "rx_pause_frames_total": 200,
-    "ecn_marked_packets_total": 5000, "cnp_handled_total": 500, "cnp_sent_total": 500,
+    "ecn_marked_packets_total": 200, "cnp_handled_total": 500, "cnp_sent_total": 500,
     "rx_discards_total": 20, "tx_discards_total": 20, "rx_fcs_errors_total": 5, "symbol_errors_total": 20,
     "rx_errors_total": 5, "link_down_total": 0.02, "rdma_retransmits_total": 50, "rdma_timeouts_total": 5,
     "queue_occupancy_bytes": 1e6, "port_xmit_wait_total": 1e5,

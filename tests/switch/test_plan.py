@@ -88,3 +88,18 @@ def test_without_pruning_every_poll_is_full():
     recording = read_snmprec(FIXTURES / "snmp" / "cisco-n5000" / "input.snmprec")
     plan = WalkPlan(oids.columns_for("cisco"), EXTRA, reprobe_every=1)
     assert all(len(poll(plan, recording)[2]) == len(plan.all) for _ in range(3))
+
+
+def test_lldp_columns_are_walked_even_when_empty_at_the_full_walk() -> None:
+    """A neighbour cabled after the full walk must be discovered on the next poll, not 30 polls later."""
+    from collectors.switch.snmp import oids
+    from collectors.switch.snmp.plan import WalkPlan
+
+    plan = WalkPlan(oids.columns_for(None), [oids.IF_NAME, *oids.LLDP_COLUMNS], always=oids.LLDP_COLUMNS)
+    walk, full = plan.next_walk()
+    assert full
+    plan.observe([], full=True)  # nothing answered: every column would be planned out
+    walk, full = plan.next_walk()
+    assert not full
+    assert set(oids.LLDP_COLUMNS) <= set(walk)
+    assert oids.IF_NAME not in walk

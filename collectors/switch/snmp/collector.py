@@ -27,7 +27,8 @@ class SnmpCollector:
         if device.lldp:
             extra += oids.LLDP_COLUMNS
         # prune=False walks every column every poll (the reference the planned polls are tested against)
-        self.plan = WalkPlan(self.columns, extra, reprobe_every=REPROBE_EVERY if prune else 1)
+        self.plan = WalkPlan(self.columns, extra, reprobe_every=REPROBE_EVERY if prune else 1,
+                             always=oids.LLDP_COLUMNS if device.lldp else ())
         self.walk_columns = self.plan.all
         self.client = SnmpClient(device, engine)
         self.resets = ResetTracker()

@@ -29,9 +29,13 @@ REPROBE_EVERY = 30  # polls; at a 10 s interval a new module's 32-bit-only ports
 
 class WalkPlan:
     def __init__(
-        self, columns: Sequence[Column], extra: Iterable[str] = (), reprobe_every: int = REPROBE_EVERY
+        self, columns: Sequence[Column], extra: Iterable[str] = (), reprobe_every: int = REPROBE_EVERY,
+        always: Iterable[str] = (),
     ) -> None:
         self.columns = tuple(columns)
+        # Walked every poll even when empty: a neighbour cabled after the full walk must show at once
+        # (an empty LLDP table costs one endOfMibView per column).
+        self.always = frozenset(always)
         self.all = sorted({c.oid for c in self.columns} | set(extra))
         self._known = frozenset(self.all)
         self.reprobe_every = reprobe_every
@@ -88,4 +92,4 @@ class WalkPlan:
         named = {oid.rpartition(".")[2] for oid, v in varbinds if oid.rpartition(".")[0] == oids.IF_NAME and text(v)}
         if rows.get(oids.IF_DESCR, set()) <= named:
             skip.add(oids.IF_DESCR)
-        self.skipped = frozenset(skip)
+        self.skipped = frozenset(skip - self.always)
