@@ -1,7 +1,7 @@
 """Training-side hook: per-step and per-collective timings from PyTorch jobs.
 
 Importable with the standard library alone; torch is used only once the training script has
-imported it. See :class:`Recorder` and ``docs/helpers/training-README.md``.
+imported it. See :class:`Recorder` and the README section "Training jobs".
 """
 
 from __future__ import annotations

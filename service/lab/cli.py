@@ -1,4 +1,4 @@
-"""``fabricscope lab up|run|down`` (root): the fault-injection lab (see docs/helpers/lab-README.md)."""
+"""``fabricscope lab up|run|down`` (root): the fault-injection lab (see the README section "The fabric lab")."""
 
 from __future__ import annotations
 
