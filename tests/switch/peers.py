@@ -112,7 +112,7 @@ def _sim_python(user: str) -> list[str]:
             return cmd
     raise RuntimeError(
         f"{user} can run neither {sys.executable} nor /usr/bin/python3 with {site} (snmpsim); "
-        "make the virtualenv o+rx (see the README, "Switch collectors")"
+        "make the virtualenv o+rx (see the README section on switch collectors)"
     )
 
 

@@ -1,0 +1,67 @@
+"""Each protocol's samples reach the real database through the real ingest API with canonical names."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import psycopg
+import pytest
+
+from collectors.sinks.http import HttpSender
+from collectors.switch.gnmi.client import GnmiCollector
+from collectors.switch.inventory import parse_inventory
+from collectors.switch.netconf.collector import NetconfCollector
+from tests.switch import peers
+from tests.switch.fixture_io import FIXTURES, read_gnmi
+from tests.switch.test_gnmi_wire import _device, _with_target
+
+
+def _ship(url: str, samples: list) -> None:  # type: ignore[type-arg]
+    sender = HttpSender(url, flush_interval_s=0.1)
+    for s in samples:
+        assert sender.submit("samples", s.to_json())
+    assert sender.flush(30), sender.stats
+    sender.close()
+
+
+def test_gnmi_stream_into_the_database(service_url: str, db_conn: psycopg.Connection) -> None:
+    responses = read_gnmi(FIXTURES / "gnmi" / "ciena-oc-if-counters" / "responses.json")
+
+    async def go(port: int):  # type: ignore[no-untyped-def]
+        return await GnmiCollector(_device(port, encoding="json_ietf")).poll()
+
+    _, result = asyncio.run(_with_target(responses, go))
+    _ship(service_url, result.samples)
+    rows = db_conn.execute("SELECT source, metric, value FROM sample_view WHERE device = 'spine1'").fetchall()
+    got = {(r[0], r[1]): r[2] for r in rows}
+    for s in result.samples:
+        assert got[(s.source, s.metric)] == pytest.approx(s.value)
+    assert {m for _, m in got} >= {"rx_bytes_total", "tx_bytes_total", "rx_errors_total"}
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_netconfd_counters_into_the_database(tmp_path, monkeypatch, service_url: str,  # type: ignore[no-untyped-def]
+                                             db_conn: psycopg.Connection) -> None:
+    monkeypatch.setenv("FS_NC_PW", "nc-Pass-43")
+    with peers.netconfd(tmp_path / "nc", "nc-Pass-43") as port:
+        dev = parse_inventory({"devices": [{"name": "ncdb1", "address": "127.0.0.1", "protocols": ["netconf"],
+                                            "interval": 10, "timeout": 8, "include": ["lo"],
+                                            "netconf": {"port": port, "username": peers.PEER_USER,
+                                                        "password": {"env": "FS_NC_PW"},
+                                                        "hostkey_verify": False}}]}).devices[0]  # fmt: skip
+        col = NetconfCollector(dev)
+        first = asyncio.run(col.poll())
+        for _ in range(50):
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.sendto(b"z" * 1000, ("127.0.0.1", 9))
+        time.sleep(1.5)
+        second = asyncio.run(col.poll())
+        asyncio.run(col.aclose())
+    _ship(service_url, first.samples + second.samples)
+    rows = db_conn.execute("SELECT value, rate FROM sample_view WHERE source = 'ncdb1:lo' AND metric = "
+                           "'rx_bytes_total' ORDER BY ts").fetchall()
+    assert len(rows) == 2 and rows[0][1] is None
+    assert rows[1][0] - rows[0][0] >= 50_000 and rows[1][1] > 0  # the server's rate of the real traffic
