@@ -125,6 +125,7 @@ class SampleWriter:
         unknown = sids[~self._loaded[sids]]
         if not len(unknown):
             return
+        unknown = np.unique(unknown)
         rows = conn.execute(
             "SELECT u.id, extract(epoch FROM l.ts)::float8, l.value FROM unnest(%s::int[]) AS u(id)"
             " CROSS JOIN LATERAL (SELECT ts, value FROM samples WHERE series_id = u.id ORDER BY ts DESC LIMIT 1) l",
@@ -142,21 +143,20 @@ class SampleWriter:
         n = len(cols)
         if n == 0:
             return Written(0, None)
-        keys = [(src, met, _labels_key(lab) if lab else "")
-                for src, met, lab in zip(cols.source, cols.metric, cols.labels, strict=True)]
+        lab_keys = [_labels_key(lab) if lab else "" for lab in cols.labels]
+        keys = list(zip(cols.source, cols.metric, lab_keys, strict=True))
         series = self._series
-        get = series.get
-        sids = np.fromiter((get(k, -1) for k in keys), dtype=np.int64, count=n)
+        sids = np.fromiter(map(series.get, keys, [-1] * n), dtype=np.int64, count=n)
         new: dict[SeriesKey, int] = {}
         if (sids < 0).any():
             new = self._resolve(conn, keys)
+            get = series.get
             sids = np.fromiter((get(k) or new[k] for k in keys), dtype=np.int64, count=n)
-        uniq = np.unique(sids)
         is_counter = self._is_counter[sids]
         rate = np.full(n, np.nan)
         pending = None
         if is_counter.any():
-            self._load_last(conn, uniq)
+            self._load_last(conn, sids)
             idx = np.flatnonzero(is_counter)
             csid = sids[idx]
             disc = None if cols.discontinuity is None else cols.discontinuity[idx]
