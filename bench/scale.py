@@ -38,6 +38,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.ingest import post_bodies as post_all  # noqa: E402
 from service.bus import codec  # noqa: E402
 from tests.bus.natsd import NatsServer, declare_streams  # noqa: E402
 from tests.support import REPO, TestDatabase, start_service  # noqa: E402
@@ -77,29 +78,6 @@ def wait_rows(url: str, prefix: str, n: int, timeout_s: float = 120) -> float:
 
 
 # -- producers ---------------------------------------------------------------------------------------
-def post_all(base_url: str, bodies: list[bytes], clients: int) -> None:
-    host, port = base_url.removeprefix("http://").split(":")
-    errors: list[str] = []
-
-    def worker(mine: list[bytes]) -> None:
-        conn = http.client.HTTPConnection(host, int(port), timeout=120)
-        for body in mine:
-            conn.request("POST", "/v1/ingest/samples", body=body, headers={"Content-Type": "application/json"})
-            r = conn.getresponse()
-            data = r.read()
-            if r.status != 200:
-                errors.append(f"{r.status} {data[:200]!r}")
-        conn.close()
-
-    threads = [threading.Thread(target=worker, args=(bodies[i::clients],)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise SystemExit(f"HTTP ingest errors: {errors[:3]}")
-
-
 async def publish_all(url: str, messages: list[tuple[str, bytes, dict[str, str]]], window: int = 8) -> None:
     """Publish with up to ``window`` PubAcks outstanding (what a sink with a few threads does)."""
     nc = await nats.connect(url)

@@ -191,3 +191,21 @@ def netconfd(workdir: Path, password: str) -> Iterator[int]:
             p.terminate()
             p.wait(10)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def loopback_traffic(n: int = 50, size: int = 1000) -> None:
+    """Send ``n`` UDP datagrams of ``size`` bytes to the discard port on loopback (moves lo's counters)."""
+    for _ in range(n):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(b"y" * size, ("127.0.0.1", 9))
+
+
+def netconf_device(name: str, port: int, password_env: str):  # type: ignore[no-untyped-def]
+    """An inventory device polling netconfd's ``lo`` over SSH as the peer user."""
+    from collectors.switch.inventory import parse_inventory
+
+    return parse_inventory({"devices": [{"name": name, "address": "127.0.0.1", "protocols": ["netconf"],
+                                         "interval": 10, "timeout": 8, "include": ["lo"],
+                                         "netconf": {"port": port, "username": PEER_USER,
+                                                     "password": {"env": password_env},
+                                                     "hostkey_verify": False}}]}).devices[0]  # fmt: skip

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import psycopg
@@ -11,7 +10,6 @@ import pytest
 
 from collectors.sinks.http import HttpSender
 from collectors.switch.gnmi.client import GnmiCollector
-from collectors.switch.inventory import parse_inventory
 from collectors.switch.netconf.collector import NetconfCollector
 from tests.switch import peers
 from tests.switch.fixture_io import FIXTURES, read_gnmi
@@ -47,16 +45,9 @@ def test_netconfd_counters_into_the_database(tmp_path, monkeypatch, service_url:
                                              db_conn: psycopg.Connection) -> None:
     monkeypatch.setenv("FS_NC_PW", "nc-Pass-43")
     with peers.netconfd(tmp_path / "nc", "nc-Pass-43") as port:
-        dev = parse_inventory({"devices": [{"name": "ncdb1", "address": "127.0.0.1", "protocols": ["netconf"],
-                                            "interval": 10, "timeout": 8, "include": ["lo"],
-                                            "netconf": {"port": port, "username": peers.PEER_USER,
-                                                        "password": {"env": "FS_NC_PW"},
-                                                        "hostkey_verify": False}}]}).devices[0]  # fmt: skip
-        col = NetconfCollector(dev)
+        col = NetconfCollector(peers.netconf_device("ncdb1", port, "FS_NC_PW"))
         first = asyncio.run(col.poll())
-        for _ in range(50):
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.sendto(b"z" * 1000, ("127.0.0.1", 9))
+        peers.loopback_traffic()
         time.sleep(1.5)
         second = asyncio.run(col.poll())
         asyncio.run(col.aclose())

@@ -245,16 +245,9 @@ def test_netconfd_ietf_interfaces_over_ssh(tmp_path, monkeypatch):
     password = "nc-Pass-42"
     monkeypatch.setenv("FS_NC_PW", password)
     with peers.netconfd(tmp_path / "nc", password) as port:
-        dev = parse_inventory({"devices": [{"name": "nc1", "address": "127.0.0.1", "protocols": ["netconf"],
-                                            "interval": 10, "timeout": 8, "include": ["lo"],
-                                            "netconf": {"port": port, "username": peers.PEER_USER,
-                                                        "password": {"env": "FS_NC_PW"},
-                                                        "hostkey_verify": False}}]}).devices[0]  # fmt: skip
-        col = NetconfCollector(dev)
+        col = NetconfCollector(peers.netconf_device("nc1", port, "FS_NC_PW"))
         first = asyncio.run(col.poll())
-        for _ in range(50):
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.sendto(b"y" * 1000, ("127.0.0.1", 9))
+        peers.loopback_traffic()
         time.sleep(1)
         second = asyncio.run(col.poll())
         asyncio.run(col.aclose())
