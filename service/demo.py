@@ -3,6 +3,7 @@ cluster simulator (when no collectors are configured), then the slow steps it fo
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from typing import Annotated, Any
@@ -62,54 +63,59 @@ def demo_command(
     exit_after: Annotated[bool, typer.Option("--exit", help="exit after printing (do not keep serving)")] = False,
 ) -> None:
     """Start the API, feed it a simulated cluster with injected faults, print the slow steps and why."""
+    from service.cli import database
+
+    def _terminate(*_: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM stops the API and the embedded database like Ctrl-C does
+
+    signal.signal(signal.SIGTERM, _terminate)
+    with database() as dsn:
+        server, thread = _serve_in_thread(host, port)
+        try:
+            base = f"http://{host}:{port}"
+            typer.echo(f"API: {base}  (docs: {base}/docs)", err=True)
+            _feed_and_report(dsn, base, hosts=hosts, gpus_per_host=gpus_per_host, steps=steps, faults=faults,
+                             seed=seed)
+            if not exit_after:
+                typer.echo("serving; Ctrl-C to stop", err=True)
+                while thread.is_alive():
+                    thread.join(0.5)
+        except KeyboardInterrupt:
+            typer.echo("stopping", err=True)
+        finally:
+            server.should_exit = True
+            thread.join(10)
+
+
+def _feed_and_report(dsn: str, base: str, *, hosts: int, gpus_per_host: int, steps: int, faults: int,
+                     seed: int) -> None:
     import psycopg
 
-    from service.cli import database
     from service.correlate import attribute_step, list_steps
     from service.simulate.generator import generate
     from service.simulate.send import HttpSink, send_scenario
     from service.simulate.topology import ClusterSpec
 
-    with database() as dsn:
-        server, thread = _serve_in_thread(host, port)
-        base = f"http://{host}:{port}"
-        typer.echo(f"API: {base}  (docs: {base}/docs)", err=True)
-        job = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"  # a new job each run: the data directory is reused
-        spec = ClusterSpec(hosts=hosts, gpus_per_host=gpus_per_host, nics_per_host=min(8, gpus_per_host),
-                           leaves=max(1, min(hosts // 4, 4)), spines=2)
-        typer.echo(f"simulating job {job}: {hosts} hosts x {gpus_per_host} GPUs, {steps} steps, "
-                   f"{faults} injected faults ...", err=True)
-        t0 = time.time() - steps * 1.2 - 60
-        sc = generate(spec, job=job, steps=steps, faults=faults, seed=seed, t0=t0)
-        sink = HttpSink(base)
-        started = time.monotonic()
-        counts = send_scenario(sink, sc, progress=lambda m: typer.echo(m, err=True))
-        sink.close()
-        typer.echo(f"ingested {sum(counts.values()):,} records in {time.monotonic() - started:.1f}s; attributing ...",
-                   err=True)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            slow = list_steps(conn, job=job, slow_only=True)
-            rows = []
-            for s in slow:
-                a = attribute_step(conn, job=job, step=s["step"], store=True)
-                if a is not None:
-                    rows.append(a)
-        typer.echo("")
-        typer.echo(f"slow steps of {job} ({len(rows)} of {steps}):")
-        typer.echo(_table(rows, sc.truth))
-        typer.echo("")
-        typer.echo(f"query them: {base}/v1/jobs/{job}/steps?slow=true")
-        if rows:
-            typer.echo(f"            {base}/v1/jobs/{job}/steps/{rows[0]['step']}/attribution")
-        typer.echo(f"            {base}/v1/jobs/{job}/report        (API docs: {base}/docs)")
-        if exit_after:
-            server.should_exit = True
-            thread.join(10)
-            return
-        typer.echo("serving; Ctrl-C to stop", err=True)
-        try:
-            while thread.is_alive():
-                thread.join(0.5)
-        except KeyboardInterrupt:
-            server.should_exit = True
-            thread.join(10)
+    job = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"  # a new job each run: the data directory is reused
+    spec = ClusterSpec(hosts=hosts, gpus_per_host=gpus_per_host, nics_per_host=min(8, gpus_per_host),
+                       leaves=max(1, min(hosts // 4, 4)), spines=2)
+    typer.echo(f"simulating job {job}: {hosts} hosts x {gpus_per_host} GPUs, {steps} steps, "
+               f"{faults} injected faults ...", err=True)
+    sc = generate(spec, job=job, steps=steps, faults=faults, seed=seed, t0=time.time() - steps * 1.2 - 60)
+    sink = HttpSink(base)
+    started = time.monotonic()
+    counts = send_scenario(sink, sc, progress=lambda m: typer.echo(m, err=True))
+    sink.close()
+    typer.echo(f"ingested {sum(counts.values()):,} records in {time.monotonic() - started:.1f}s; attributing ...",
+               err=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = [a for s in list_steps(conn, job=job, slow_only=True)
+                if (a := attribute_step(conn, job=job, step=s["step"], store=True)) is not None]
+    typer.echo("")
+    typer.echo(f"slow steps of {job} ({len(rows)} of {steps}):")
+    typer.echo(_table(rows, sc.truth))
+    typer.echo("")
+    typer.echo(f"query them: {base}/v1/jobs/{job}/steps?slow=true")
+    if rows:
+        typer.echo(f"            {base}/v1/jobs/{job}/steps/{rows[0]['step']}/attribution")
+    typer.echo(f"            {base}/v1/jobs/{job}/report        (API docs: {base}/docs)")

@@ -1,0 +1,61 @@
+"""`make run`'s main job: `fabricscope demo` on its own embedded PostgreSQL, from start to a clean stop."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO, free_port
+
+
+def _env(data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICSCOPE_") and k != "DATABASE_URL"}
+    env.update(FABRICSCOPE_DATA_DIR=str(data_dir), FABRICSCOPE_EMBEDDED_PORT=str(free_port()))
+    return env
+
+
+@pytest.mark.slow
+def test_demo_finds_the_injected_faults_and_stops_the_database() -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="fabricscope-demo-"))
+    try:
+        out = subprocess.run([sys.executable, "-m", "service.cli", "demo", "--exit", "--port", str(free_port()),
+                              "--hosts", "4", "--gpus-per-host", "4", "--steps", "90", "--faults", "3"],
+                             cwd=REPO, env=_env(data_dir), capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        rows = [line for line in out.stdout.splitlines() if re.match(r"\s+\d+\s+\d", line)]
+        assert rows, out.stdout
+        assert sum(line.endswith("✓") for line in rows) >= len(rows) * 0.8, out.stdout
+        assert "embedded PostgreSQL stopped" in out.stderr
+        assert not (data_dir / "pg" / "postmaster.pid").exists()
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_demo_stops_the_database_on_sigterm() -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="fabricscope-demo-"))
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "demo", "--port", str(free_port()),
+                                 "--hosts", "2", "--gpus-per-host", "2", "--steps", "40", "--faults", "1"],
+                                cwd=REPO, env=_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not (data_dir / "pg" / "postmaster.pid").exists():
+            time.sleep(0.2)
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert "embedded PostgreSQL stopped" in err, err[-2000:]
+        assert not (data_dir / "pg" / "postmaster.pid").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        shutil.rmtree(data_dir, ignore_errors=True)
