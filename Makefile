@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PG15_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 
-.PHONY: run serve test test-fast test-pg15 lint bench clean
+.PHONY: run serve test test-fast test-lab test-pg15 lint bench clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +22,14 @@ run: $(VENV)/.installed
 serve: $(VENV)/.installed
 	$(BIN)/fabricscope serve
 
-## test: the whole suite on the embedded PostgreSQL 18, then the database suites on PostgreSQL 15
+## test: the suite on the embedded PostgreSQL 18 (all but the lab's attribution run), then the database suites on PostgreSQL 15
 test: $(VENV)/.installed
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not lab"
 	$(MAKE) --no-print-directory test-pg15
+
+## test-lab: the fabric lab end to end (root): real ranks, real counters, injected faults, attributions checked
+test-lab: $(VENV)/.installed
+	$(BIN)/pytest -q -m lab -s
 
 ## test-fast: everything but the slow end-to-end suites (lab, real peers, multi-process training)
 test-fast: $(VENV)/.installed

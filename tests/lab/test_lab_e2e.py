@@ -40,6 +40,7 @@ def lab_service(fresh_database: TestDatabase, tmp_path: Path):
     svc.stop()
 
 
+@pytest.mark.lab
 def test_lab_attributes_each_injected_fault(lab_service, tmp_path: Path) -> None:
     svc, dsn = lab_service
     spec = _spec("e")
