@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import gzip
 import uuid
-import zlib
 from typing import Any
 
 import orjson
 
-from service.ingest.errors import IngestError, TooLarge
+from service.ingest.body import decode_body
 
 PREFIX = "fabricscope.ingest"
 # "jobs" carries PUT /v1/jobs bodies (rank placement) from senders that register their job.
@@ -59,23 +58,8 @@ def encode(kind: str, body: dict[str, Any]) -> tuple[str, bytes, dict[str, str]]
 
 def decode(data: bytes, headers: dict[str, str] | None, *, max_bytes: int) -> Any:
     """The body of a message; IngestError (like HTTP ingest) when it cannot be read."""
-    if headers and headers.get("Content-Encoding", "").lower() == "gzip":
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            data = d.decompress(data, max_bytes)
-        except zlib.error as exc:
-            raise IngestError(["body"], "Content-Encoding is gzip but the payload is not valid gzip",
-                              "gzip_error") from exc
-        if d.unconsumed_tail:
-            raise TooLarge(["body"], f"decompressed payload is over the limit of {max_bytes} bytes", "too_long")
-    elif len(data) > max_bytes:
-        raise TooLarge(["body"], f"payload is over the limit of {max_bytes} bytes", "too_long")
-    if not data:
-        raise IngestError(["body"], "empty payload: a JSON object is required", "missing")
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise IngestError(["body"], f"invalid JSON: {exc}", "json_invalid") from exc
+    gzipped = headers is not None and headers.get("Content-Encoding", "").lower() == "gzip"
+    return decode_body(data, gzipped=gzipped, max_bytes=max_bytes, noun="payload")
 
 
 def fallback_batch_id(stream: str, seq: int) -> str:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import time
-import zlib
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 import psycopg
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
@@ -16,6 +14,7 @@ from service.api.deps import IngestAuth, PoolDep, SettingsDep, WriterDep
 from service.api.schemas import INGEST_MODELS, IngestResult
 from service.ingest import store
 from service.ingest import validate as v
+from service.ingest.body import decode_body
 from service.ingest.errors import IngestError, TooLarge
 from service.observability import metrics as m
 from service.settings import Settings
@@ -40,25 +39,10 @@ async def _read_json(request: Request, max_bytes: int) -> Any:
         if size > max_bytes:
             raise TooLarge(["body"], f"body is over the limit of {max_bytes} bytes", "too_long")
         chunks.append(chunk)
-    raw = b"".join(chunks)
     encoding = request.headers.get("content-encoding", "identity").lower()
-    if encoding == "gzip":
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            raw = d.decompress(raw, max_bytes)
-        except zlib.error as exc:
-            raise IngestError(["body"], "Content-Encoding is gzip but the body is not valid gzip",
-                              "gzip_error") from exc
-        if d.unconsumed_tail:
-            raise TooLarge(["body"], f"decompressed body is over the limit of {max_bytes} bytes", "too_long")
-    elif encoding not in ("identity", ""):
+    if encoding not in ("gzip", "identity", ""):
         raise IngestError(["header", "content-encoding"], "only gzip or identity are accepted", "value_error")
-    if not raw:
-        raise IngestError(["body"], "empty body: a JSON object is required", "missing")
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise IngestError(["body"], f"invalid JSON: {exc}", "json_invalid") from exc
+    return decode_body(b"".join(chunks), gzipped=encoding == "gzip", max_bytes=max_bytes)
 
 
 async def _to_bus(request: Request, settings: Settings, kind: str, body: Any, n: int) -> dict[str, Any]:
