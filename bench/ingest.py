@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -34,16 +35,15 @@ from tests.support import TestDatabase, start_service  # noqa: E402
 METRICS = ["rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_packets_total", "rx_pause_frames_total"]
 
 
-def make_batches(rows: int, batch: int, n_series: int, t0: float, prefix: str) -> list[list[dict]]:
-    per_ts = n_series
-    out: list[list[dict]] = []
-    cur: list[dict] = []
-    rng = np.random.default_rng(1)
+def make_batches(rows: int, batch: int, n_series: int, t0: float, prefix: str) -> list[list[dict[str, Any]]]:
+    """``rows`` samples over ``n_series`` growing counters (one point per series per second), in batches.
+    Deterministic, so benches that checksum what arrived can rebuild what was sent."""
+    out: list[list[dict[str, Any]]] = []
+    cur: list[dict[str, Any]] = []
     for i in range(rows):
-        s = i % per_ts
-        step = i // per_ts
+        s, step = i % n_series, i // n_series
         cur.append({"ts": t0 + step, "source": f"{prefix}{s // len(METRICS)}:Ethernet{s % 64}",
-                    "metric": METRICS[s % len(METRICS)], "value": float(step * 1000 + rng.integers(0, 999)),
+                    "metric": METRICS[s % len(METRICS)], "value": float(step * 1000 + (s * 7919) % 997),
                     **({"labels": {"priority": "3"}} if s % len(METRICS) == 4 else {})})
         if len(cur) == batch:
             out.append(cur)

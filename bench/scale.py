@@ -38,28 +38,12 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.ingest import make_batches  # noqa: E402
 from bench.ingest import post_bodies as post_all  # noqa: E402
 from service.bus import codec  # noqa: E402
 from tests.bus.natsd import NatsServer, declare_streams  # noqa: E402
 from tests.support import REPO, TestDatabase, start_service  # noqa: E402
 
-METRICS = ["rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_packets_total", "rx_pause_frames_total"]
-
-
-def make_batches(rows: int, batch: int, n_series: int, t0: float, prefix: str) -> list[list[dict[str, Any]]]:
-    out: list[list[dict[str, Any]]] = []
-    cur: list[dict[str, Any]] = []
-    for i in range(rows):
-        s, step = i % n_series, i // n_series
-        cur.append({"ts": t0 + step, "source": f"{prefix}{s // len(METRICS)}:Ethernet{s % 64}",
-                    "metric": METRICS[s % len(METRICS)], "value": float(step * 1000 + (s * 7919) % 997),
-                    **({"labels": {"priority": "3"}} if s % len(METRICS) == 4 else {})})
-        if len(cur) == batch:
-            out.append(cur)
-            cur = []
-    if cur:
-        out.append(cur)
-    return out
 
 
 def count(url: str, prefix: str) -> int:
