@@ -45,7 +45,6 @@ from tests.bus.natsd import NatsServer, declare_streams  # noqa: E402
 from tests.support import REPO, TestDatabase, start_service  # noqa: E402
 
 
-
 def count(url: str, prefix: str) -> int:
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT count(*) FROM sample_view WHERE source LIKE %s", (prefix + "%",)).fetchone()
