@@ -54,6 +54,10 @@ FLOORS: dict[str, float] = {
     "queue_occupancy_bytes": 1e6, "port_xmit_wait_total": 1e5,
     "read_latency_seconds": 0.002, "write_latency_seconds": 0.002,
 }
+# Seconds before a step in which a signal still explains it. A link that went down and came back
+# leaves the transports on it backing off (TCP RTO doubling, RoCE retry timers, collective
+# reconnects): the step that stalls can start seconds after the counter moved.
+AFTERMATH_S: dict[str, float] = {"link_down_total": 10.0}
 MIN_SCORE = 3.0
 
 
@@ -103,7 +107,7 @@ def build_topo(ranks: pd.DataFrame, links: pd.DataFrame, volumes: list[str]) -> 
 
 def series_groups(meta: pd.DataFrame, topo: Topo) -> pd.DataFrame:
     """Peer groups for the database-side scoring: same role, metric and labels (volumes: same mount).
-    `meta`: series_id, source, metric, kind, labels. Adds role, grp (int), gauge, floor, net."""
+    `meta`: series_id, source, metric, kind, labels. Adds role, grp (int), gauge, floor, net, lookback."""
     df = meta[meta["metric"].isin(FLOORS.keys())].copy()
     df["role"] = df["source"].map(topo.role)
     df = df[df["role"].notna()].reset_index(drop=True)
@@ -115,6 +119,7 @@ def series_groups(meta: pd.DataFrame, topo: Topo) -> pd.DataFrame:
     df["gauge"] = df["kind"] == "gauge"
     df["floor"] = df["metric"].map(FLOORS).astype(float)
     df["net"] = ~vol
+    df["lookback"] = df["metric"].map(AFTERMATH_S).fillna(0.0).astype(float)
     return df
 
 

@@ -47,12 +47,14 @@ WHERE src.name = ANY(%(sources)s)
 # plus one row (series_id -1) counting the network series that had any sample in the window.
 OUTLIERS_SQL = """
 WITH meta AS (
-  SELECT * FROM unnest(%(ids)s::int[], %(grp)s::int[], %(gauge)s::bool[], %(floor)s::float8[], %(net)s::bool[])
-    AS t(series_id, grp, gauge, floor, net)
+  SELECT * FROM unnest(%(ids)s::int[], %(grp)s::int[], %(gauge)s::bool[], %(floor)s::float8[], %(net)s::bool[],
+                       %(lookback)s::float8[])
+    AS t(series_id, grp, gauge, floor, net, lookback)
 ), w AS MATERIALIZED (
-  SELECT series_id, max(rate) AS mr, max(value) AS mv FROM samples
-  WHERE series_id = ANY(%(ids)s) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s)
-  GROUP BY series_id
+  SELECT s.series_id, max(s.rate) AS mr, max(s.value) AS mv FROM samples s JOIN meta USING (series_id)
+  WHERE s.series_id = ANY(%(ids)s) AND s.ts > to_timestamp(%(ws)s - %(max_lookback)s)
+    AND s.ts > to_timestamp(%(ws)s - meta.lookback) AND s.ts <= to_timestamp(%(we)s)
+  GROUP BY s.series_id
 ), v AS (
   SELECT meta.series_id, meta.grp, meta.floor, CASE WHEN meta.gauge THEN w.mv ELSE w.mr END AS cur
   FROM meta JOIN w USING (series_id)
@@ -110,9 +112,11 @@ def series_meta(conn: Any, *, sources: list[str], metrics: list[str]) -> pd.Data
 def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: float = 3.0,
              limit: int = 64) -> tuple[pd.DataFrame, int]:
     """Series whose window value stands out from their peer group (`meta`: series_id, grp, gauge,
-    floor, net), and how many network series had data in the window."""
+    floor, net, lookback: seconds the window reaches back for that series), and how many network
+    series had data in the window."""
     params = {"ids": meta["series_id"].tolist(), "grp": meta["grp"].tolist(), "gauge": meta["gauge"].tolist(),
-              "floor": meta["floor"].tolist(), "net": meta["net"].tolist(), "ws": ws, "we": we,
+              "floor": meta["floor"].tolist(), "net": meta["net"].tolist(), "lookback": meta["lookback"].tolist(),
+              "max_lookback": float(meta["lookback"].max()), "ws": ws, "we": we,
               "min_z": min_z, "limit": limit}
     df = _frame(conn, OUTLIERS_SQL, params)
     have = df[df["series_id"] == -1]

@@ -146,3 +146,32 @@ def test_listing_report_and_pending(service_url: str, db_conn: psycopg.Connectio
     rep = job_report(db_conn, job=sc.job)
     assert rep["layers"][0]["layer"] == "nic" and rep["components"][0]["component"] == f.component
     assert rep["lost_s"] == pytest.approx(sum(c["lost_s"] for c in rep["layers"]))
+
+
+@pytest.mark.parametrize(("before_s", "explained"), [(4.0, True), (25.0, False)])
+def test_a_link_that_went_down_just_before_a_step_explains_it(service_url: str, db_conn: psycopg.Connection,
+                                                               before_s: float, explained: bool) -> None:
+    """As in the lab: the link was down before the slow step began (transports still backing off), and
+    the link-down counter is the only evidence. Within the engine's aftermath window (10 s) it names
+    the link; well before it, it must not."""
+    f = _fault("link_flap", "host_link", seed=31, steps=1)
+    sc = generate(SPEC, job=f"e2e-aftermath-{next(_slot)}", steps=STEPS, faults=[f], seed=32,
+                  t0=1.72e9 + next(_slot) * 5000.0)
+    st = sc.streams
+    t_down = float(sc.timeline.start[f.start_step].min()) - before_s
+    flapped = [i for i, m in enumerate(st.metrics) if m == "link_down_total" and np.ptp(st.values[i]) > 0]
+    ends = {st.sources[i] for i in flapped}
+    assert f.component in ends and len(ends) == 2
+    for i, (src, m) in enumerate(zip(st.sources, st.metrics, strict=True)):
+        if src in ends and st.kinds[i] == "counter":  # no other evidence: errors, retransmits stay flat
+            st.values[i] = st.values[i, 0] + (m == "link_down_total") * (st.ts[i] >= t_down)
+    sink = HttpSink(service_url)
+    try:
+        send_scenario(sink, sc)
+    finally:
+        sink.close()
+    a = attribute_step(db_conn, job=sc.job, step=f.start_step)
+    assert a is not None and a["slow"]
+    assert ((a["layer"], a["component"]) == ("link", f.component)) is explained, a
+    if explained:
+        assert [e["metric"] for e in a["evidence"] if e.get("kind") != "timing"][0] == "link_down_total", a
