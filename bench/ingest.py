@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from service.db.copybin import samples_copy_payload  # noqa: E402
 from service.db.writer import SampleWriter, claim_batch  # noqa: E402
-from service.ingest.validate import SampleColumns  # noqa: E402
+from service.ingest.validate import SampleColumns, labels_key  # noqa: E402
 from tests.support import TestDatabase, start_service  # noqa: E402
 
 METRICS = ["rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_packets_total", "rx_pause_frames_total"]
@@ -54,9 +54,10 @@ def make_batches(rows: int, batch: int, n_series: int, t0: float, prefix: str) -
 
 
 def columns(batch: list[dict]) -> SampleColumns:
+    """What parsing hands the writer (``validate.samples`` without the checks): columns, canonical labels."""
     return SampleColumns(np.array([s["ts"] for s in batch]), [s["source"] for s in batch],
                          [s["metric"] for s in batch], np.array([s["value"] for s in batch]),
-                         [s.get("labels") for s in batch], None)
+                         [labels_key(s["labels"]) if "labels" in s else "" for s in batch], None)
 
 
 def bench_raw_copy(url: str, batches: list[list[dict]]) -> float:

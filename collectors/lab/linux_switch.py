@@ -92,8 +92,14 @@ def _ecn_mark(row: Mapping[str, Any]) -> float | None:
 
 
 def parse_counters(text: str, switch: str, ts: float, ports: Sequence[str] = ("*",),
-                   kinds: Mapping[str, str] = COUNTER_METRICS) -> dict[tuple[str, str], float]:
-    """``nft -j list counters`` -> {(port, metric): packets} for counters named ``<kind>_<port>``."""
+                   kinds: Mapping[str, str] = COUNTER_METRICS,
+                   wire_frame_bytes: int | None = None) -> dict[tuple[str, str], float]:
+    """``nft -j list counters`` -> {(port, metric): packets} for counters named ``<kind>_<port>``.
+
+    nftables counts socket buffers. Where the fabric passes GSO super-packets (veth: up to 64 KB,
+    one counted "packet" for ~40 frames on a real wire), ``wire_frame_bytes`` (the link's largest
+    frame) turns a count into wire-frame equivalents: max(packets, bytes / wire_frame_bytes), a
+    lower bound of the frames a switch ASIC would count. Off by default: frames are frames."""
     try:
         doc = json.loads(text or '{"nftables": []}')
     except json.JSONDecodeError as exc:
@@ -105,10 +111,13 @@ def parse_counters(text: str, switch: str, ts: float, ports: Sequence[str] = ("*
             continue
         kind, _, port = c["name"].partition("_")
         metric = kinds.get(kind)
-        packets = c.get("packets")
+        packets, nbytes = c.get("packets"), c.get("bytes")
         if metric is None or not port or not _want(port, ports) or not isinstance(packets, int):
             continue
-        out[(port, metric)] = out.get((port, metric), 0.0) + float(packets)
+        frames = float(packets)
+        if wire_frame_bytes and isinstance(nbytes, int):
+            frames = max(frames, float(nbytes // wire_frame_bytes))
+        out[(port, metric)] = out.get((port, metric), 0.0) + frames
     return out
 
 
@@ -135,8 +144,10 @@ class LinuxSwitchCollector:
     """One Linux switch, polled from inside its network namespace (or on the box itself)."""
 
     def __init__(self, switch: str, *, ports: Sequence[str] = ("*",), sys_root: Path = Path("/sys"),
-                 tc: str = "tc", nft: str = "nft", kinds: Mapping[str, str] = COUNTER_METRICS) -> None:
+                 tc: str = "tc", nft: str = "nft", kinds: Mapping[str, str] = COUNTER_METRICS,
+                 wire_frame_bytes: int | None = None) -> None:
         self.switch, self.ports, self.sys_root, self.tc, self.nft, self.kinds = switch, ports, sys_root, tc, nft, kinds
+        self.wire_frame_bytes = wire_frame_bytes
         self.name = f"{switch}/linux"
 
     def _run(self, *cmd: str) -> str:
@@ -169,7 +180,7 @@ class LinuxSwitchCollector:
             qdisc, qecn = [], {}
         try:
             counters = parse_counters(self._run(self.nft, "-j", "list", "counters"), self.switch, ts, self.ports,
-                                      self.kinds)
+                                      self.kinds, self.wire_frame_bytes)
         except (CollectionError, ParseError) as exc:
             log.warning("%s: nftables counters skipped: %s", self.switch, exc)
             counters = {}

@@ -6,7 +6,8 @@ nftables counters, carrier losses), and sends samples to the ingest API and disc
 ``/v1/topology/links``.
 
 Run: ``python -m collectors.lab.switch_agent --switch leaf1 --url http://127.0.0.1:18080
---snmp-port 1161 [--ports 'swp*'] [--interval 1]`` with the community in ``FSLAB_SNMP_COMMUNITY``.
+--snmp-port 1161 [--ports 'swp*'] [--interval 1] [--wire-frame-bytes 1514]`` with the community in
+``FSLAB_SNMP_COMMUNITY``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ async def run(a: argparse.Namespace) -> None:
         "timeout": a.interval * 0.8, "include": [a.ports], "lldp": True,
         "snmp": {"port": a.snmp_port, "version": "2c", "community": {"env": "FSLAB_SNMP_COMMUNITY"}}})
     snmp = SnmpCollector(dev)
-    linux = LinuxSwitchCollector(a.switch, ports=(a.ports,))
+    linux = LinuxSwitchCollector(a.switch, ports=(a.ports,), wire_frame_bytes=a.wire_frame_bytes)
     sender = HttpSender(a.url, flush_interval_s=0.5)
     links = LinkPublisher(a.url)
     stop = asyncio.Event()
@@ -77,6 +78,8 @@ def main() -> None:
     ap.add_argument("--snmp-port", type=int, default=161)
     ap.add_argument("--ports", default="swp*")
     ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--wire-frame-bytes", type=int, default=None,
+                    help="count nftables packets as wire frames of this size (fabrics carrying GSO super-packets)")
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(run(a))

@@ -47,14 +47,20 @@ WHERE src.name = ANY(%(sources)s)
 # plus one row (series_id -1) counting the network series that had any sample in the window.
 OUTLIERS_SQL = """
 WITH meta AS (
-  SELECT * FROM unnest(%(ids)s::int[], %(grp)s::int[], %(gauge)s::bool[], %(floor)s::float8[], %(net)s::bool[],
-                       %(lookback)s::float8[])
-    AS t(series_id, grp, gauge, floor, net, lookback)
+  SELECT * FROM unnest(%(ids)s::int[], %(grp)s::int[], %(gauge)s::bool[], %(floor)s::float8[], %(net)s::bool[])
+    AS t(series_id, grp, gauge, floor, net)
 ), w AS MATERIALIZED (
-  SELECT s.series_id, max(s.rate) AS mr, max(s.value) AS mv FROM samples s JOIN meta USING (series_id)
-  WHERE s.series_id = ANY(%(ids)s) AND s.ts > to_timestamp(%(ws)s - %(max_lookback)s)
-    AND s.ts > to_timestamp(%(ws)s - meta.lookback) AND s.ts <= to_timestamp(%(we)s)
-  GROUP BY s.series_id
+  SELECT series_id, max(mr) AS mr, max(mv) AS mv FROM (
+    SELECT series_id, max(rate) AS mr, max(value) AS mv FROM samples
+    WHERE series_id = ANY(%(ids)s) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s)
+    GROUP BY series_id
+    UNION ALL  -- the seconds before the window that some signals still explain: one index probe each
+    SELECT u.series_id, x.mr, x.mv FROM unnest(%(lb_ids)s::int[], %(lb_s)s::float8[]) AS u(series_id, lb)
+    CROSS JOIN LATERAL (SELECT max(rate) AS mr, max(value) AS mv FROM samples
+                        WHERE series_id = u.series_id AND ts > to_timestamp(%(ws)s - u.lb)
+                          AND ts <= to_timestamp(%(ws)s)) x
+    WHERE x.mv IS NOT NULL
+  ) parts GROUP BY series_id
 ), v AS (
   SELECT meta.series_id, meta.grp, meta.floor, CASE WHEN meta.gauge THEN w.mv ELSE w.mr END AS cur
   FROM meta JOIN w USING (series_id)
@@ -73,16 +79,21 @@ UNION ALL
 SELECT -1, (SELECT count(*) FROM w JOIN meta USING (series_id) WHERE meta.net)::float8, NULL, NULL, NULL
 """
 
+# A source's own past: median and MAD (scaled to sigma). MAD rather than the interquartile range: a
+# fault that has already lasted a quarter of the window (or came back) widens the IQR until the
+# fault looks normal; the MAD still holds with up to half of the history anomalous.
 HIST_SQL = """
-SELECT s.series_id,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY CASE WHEN m.kind = 'counter' THEN s.rate ELSE s.value END)
-         AS hist_med,
-       (percentile_cont(0.75) WITHIN GROUP (ORDER BY CASE WHEN m.kind = 'counter' THEN s.rate ELSE s.value END)
-        - percentile_cont(0.25) WITHIN GROUP (ORDER BY CASE WHEN m.kind = 'counter' THEN s.rate ELSE s.value END))
-         / 1.349 AS hist_sigma
-FROM samples s JOIN series se ON se.id = s.series_id JOIN metrics m ON m.id = se.metric_id
-WHERE s.series_id = ANY(%(ids)s) AND s.ts > to_timestamp(%(hs)s) AND s.ts <= to_timestamp(%(he)s)
-GROUP BY s.series_id
+WITH x AS (
+  SELECT s.series_id, CASE WHEN m.kind = 'counter' THEN s.rate ELSE s.value END AS v
+  FROM samples s JOIN series se ON se.id = s.series_id JOIN metrics m ON m.id = se.metric_id
+  WHERE s.series_id = ANY(%(ids)s) AND s.ts > to_timestamp(%(hs)s) AND s.ts <= to_timestamp(%(he)s)
+), med AS (
+  SELECT series_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY v) AS hist_med FROM x GROUP BY series_id
+)
+SELECT med.series_id, med.hist_med,
+       1.4826 * percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(x.v - med.hist_med)) AS hist_sigma
+FROM x JOIN med USING (series_id)
+GROUP BY med.series_id, med.hist_med
 """
 
 
@@ -114,9 +125,10 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     """Series whose window value stands out from their peer group (`meta`: series_id, grp, gauge,
     floor, net, lookback: seconds the window reaches back for that series), and how many network
     series had data in the window."""
+    lb = meta["lookback"] > 0
     params = {"ids": meta["series_id"].tolist(), "grp": meta["grp"].tolist(), "gauge": meta["gauge"].tolist(),
-              "floor": meta["floor"].tolist(), "net": meta["net"].tolist(), "lookback": meta["lookback"].tolist(),
-              "max_lookback": float(meta["lookback"].max()), "ws": ws, "we": we,
+              "floor": meta["floor"].tolist(), "net": meta["net"].tolist(), "ws": ws, "we": we,
+              "lb_ids": meta.loc[lb, "series_id"].tolist(), "lb_s": meta.loc[lb, "lookback"].tolist(),
               "min_z": min_z, "limit": limit}
     df = _frame(conn, OUTLIERS_SQL, params)
     have = df[df["series_id"] == -1]

@@ -10,10 +10,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
-import orjson
 import psycopg
 from psycopg.types.json import Jsonb
 
@@ -30,10 +30,6 @@ class Written:
     last: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # newest points, sorted by (series, ts)
     # Series created in this transaction: cached only once it commits (a rollback removes them).
     new_series: dict[SeriesKey, int] | None = None
-
-
-def _labels_key(labels: dict[str, str] | None) -> str:
-    return orjson.dumps(labels, option=orjson.OPT_SORT_KEYS).decode() if labels else ""
 
 
 def split_source(name: str) -> tuple[str, str | None]:
@@ -143,15 +139,15 @@ class SampleWriter:
         n = len(cols)
         if n == 0:
             return Written(0, None)
-        lab_keys = [_labels_key(lab) if lab else "" for lab in cols.labels]
-        keys = list(zip(cols.source, cols.metric, lab_keys, strict=True))
         series = self._series
-        sids = np.fromiter(map(series.get, keys, [-1] * n), dtype=np.int64, count=n)
+        keys = zip(cols.source, cols.metric, cols.label_keys, strict=True)
+        sids = np.fromiter(map(series.get, keys, repeat(-1)), dtype=np.int64, count=n)
         new: dict[SeriesKey, int] = {}
         if (sids < 0).any():
-            new = self._resolve(conn, keys)
+            all_keys = list(zip(cols.source, cols.metric, cols.label_keys, strict=True))
+            new = self._resolve(conn, all_keys)
             get = series.get
-            sids = np.fromiter((get(k) or new[k] for k in keys), dtype=np.int64, count=n)
+            sids = np.fromiter((get(k) or new[k] for k in all_keys), dtype=np.int64, count=n)
         is_counter = self._is_counter[sids]
         rate = np.full(n, np.nan)
         pending = None

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from service.ingest.errors import IngestError, TooLarge
 
@@ -92,7 +93,9 @@ class SampleColumns:
     source: list[str]
     metric: list[str]
     value: npt.NDArray[np.float64]
-    labels: list[dict[str, str] | None]
+    # Labels in canonical form, the series key the writer looks up: JSON with sorted keys, "" for none.
+    # Built here, in the one pass that validates them, rather than in a second pass in the writer.
+    label_keys: list[str]
     discontinuity: npt.NDArray[np.bool_] | None
 
     def __len__(self) -> int:
@@ -106,7 +109,7 @@ def samples(body: Any, limits: Limits) -> SampleColumns:
     val = np.empty(n, dtype=np.float64)
     sources: list[str] = [""] * n
     metrics: list[str] = [""] * n
-    labels: list[dict[str, str] | None] = [None] * n
+    label_keys: list[str] = [""] * n
     disc: list[int] = []
     good_names: set[str] = set()
     for i, s in enumerate(items):
@@ -133,7 +136,7 @@ def samples(body: Any, limits: Limits) -> SampleColumns:
         val[i] = v
         lab = s.get("labels")
         if lab is not None:
-            labels[i] = _labels(lab, i)
+            label_keys[i] = labels_key(lab, i)
         if s.get("discontinuity") is True:
             disc.append(i)
     _check_range(ts, limits, lambda i: ["body", "samples", i, "ts"])
@@ -144,15 +147,16 @@ def samples(body: Any, limits: Limits) -> SampleColumns:
     if disc:
         d = np.zeros(n, dtype=bool)
         d[disc] = True
-    return SampleColumns(ts, sources, metrics, val, labels, d)
+    return SampleColumns(ts, sources, metrics, val, label_keys, d)
 
 
-def _labels(lab: Any, i: int) -> dict[str, str] | None:
+def labels_key(lab: Any, i: int = 0) -> str:
+    """Validate one sample's labels and return their canonical form (sorted-key JSON; "" when empty)."""
     loc = ["body", "samples", i, "labels"]
     if type(lab) is not dict:
         raise IngestError(loc, "must be an object of string values", "dict_type")
     if not lab:
-        return None
+        return ""
     for k, v in lab.items():
         if not _LABEL_KEY.match(k):
             raise IngestError([*loc, k], "label names are [A-Za-z_][A-Za-z0-9_]*", "string_pattern_mismatch")
@@ -161,7 +165,7 @@ def _labels(lab: Any, i: int) -> dict[str, str] | None:
                 lab = {**lab, k: str(v)}
                 continue
             raise IngestError([*loc, k], "label values must be strings", "string_type")
-    return lab
+    return orjson.dumps(lab, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def _int(value: Any, loc: list[Any], *, lo: int = 0, required: bool = True) -> int | None:

@@ -35,6 +35,9 @@ log = logging.getLogger("fabricscope.lab")
 REPO = Path(__file__).resolve().parents[2]
 SNMP_PORT = 1161
 COMMUNITY_ENV = "FSLAB_SNMP_COMMUNITY"
+# veth carries GSO super-packets (kernel.py says why GSO stays on); the switch collector counts the
+# packets its nftables rules mark or drop as 1500-byte-MTU wire frames, as a switch ASIC would.
+WIRE_FRAME_BYTES = 1514
 
 
 class Interrupted(Exception):
@@ -180,7 +183,8 @@ class Lab:
         self._wait(lambda: "relay ready" in self.tail("relay"), 30, "relay")
         for sw in self.spec.switches:
             self.spawn(f"collector-{sw}", [sys.executable, "-m", "collectors.lab.switch_agent", "--switch", sw,
-                                           "--url", local, "--snmp-port", str(SNMP_PORT)],
+                                           "--url", local, "--snmp-port", str(SNMP_PORT),
+                                           "--wire-frame-bytes", str(WIRE_FRAME_BYTES)],
                        ns=self.spec.ns(sw), env=self._env(**{COMMUNITY_ENV: self.community}))
         for h in self.spec.hosts:
             conf = self.spec.run_dir / h / "agent.yaml"

@@ -175,3 +175,17 @@ def test_a_link_that_went_down_just_before_a_step_explains_it(service_url: str, 
     assert ((a["layer"], a["component"]) == ("link", f.component)) is explained, a
     if explained:
         assert [e["metric"] for e in a["evidence"] if e.get("kind") != "timing"][0] == "link_down_total", a
+
+
+def test_a_long_fault_still_stands_out_from_its_own_past(service_url: str, db_conn: psycopg.Connection) -> None:
+    """Congestion for 16 steps (~35 s): by its last steps a third or more of the port's recent history
+    is the fault itself. The port must still be named (the history's spread is a MAD, which a third
+    of anomalous samples does not move; an interquartile range would)."""
+    f = _fault("fabric_congestion", "leaf_down_ecn", seed=41, start=14, steps=16)
+    sc = _send(service_url, [f], seed=42, name="long")
+    late = [t.step for t in sc.truth.values() if t.slow and t.step >= 24]
+    assert len(late) >= 4
+    for s in late:
+        a = attribute_step(db_conn, job=sc.job, step=s)
+        assert a is not None and a["slow"]
+        assert (a["layer"], a["component"]) == (f.layer, f.component), (s, a)

@@ -7,6 +7,7 @@ import pandas as pd
 
 from service.correlate.baseline import CHANGE_RUN, Baselines, compute_baselines
 from service.correlate.decompose import decompose, find_straggler
+from service.correlate.engine import rank_causes
 from service.correlate.localize import build_topo, candidates, rank_candidates
 
 
@@ -96,3 +97,12 @@ def test_localization_prefers_origin_over_symptom() -> None:
     ev = candidates(pd.DataFrame([("node02:mlx5_0", "nic", "symbol_errors_total", 50.0)],
                                  columns=["source", "role", "metric", "score"]), topo)
     assert (ev.iloc[0]["layer"], ev.iloc[0]["component"]) == ("link", "leaf1:Ethernet2")
+
+
+def test_a_named_cause_heads_the_answer_over_an_unknown_one() -> None:
+    link = {"layer": "link", "component": "leaf1:swp2", "lost_s": 0.1, "evidence": [{"metric": "x"}]}
+    unknown = {"layer": "unknown", "component": None, "lost_s": 0.3, "evidence": []}
+    gpu = {"layer": "compute", "component": "h1:0", "lost_s": 0.2, "evidence": [{"metric": "y"}]}
+    assert rank_causes([unknown, link]) == [link, unknown]
+    assert rank_causes([link, unknown, gpu]) == [gpu, link, unknown]  # named ones still by lost time
+    assert rank_causes([unknown]) == [unknown]

@@ -16,7 +16,7 @@ from service.ingest.validate import SampleColumns
 def _cols(source: str, values: list[float], t0: float) -> SampleColumns:
     n = len(values)
     return SampleColumns(np.array([t0 + i for i in range(n)], dtype=float), [source] * n,
-                         ["rx_bytes_total"] * n, np.array(values, dtype=float), [None] * n, None)
+                         ["rx_bytes_total"] * n, np.array(values, dtype=float), [""] * n, None)
 
 
 def test_rolled_back_series_are_not_cached(database_url: str) -> None:

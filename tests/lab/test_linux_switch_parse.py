@@ -60,3 +60,17 @@ def test_counters_of_unknown_kind_or_port_are_ignored() -> None:
                         {"counter": {"name": "ecn_br0", "packets": 1}},
                         {"counter": {"name": "fcs_swp3", "packets": "x"}}]}
     assert parse_counters(json.dumps(doc), "leaf1", 1.0, ("swp*",)) == {("swp3", "ecn_marked_packets_total"): 7.0}
+
+
+def test_gso_super_packets_count_as_wire_frames() -> None:
+    """veth passes GSO super-packets: the recorded ECN counter saw 398 of them carrying 4,267,680 bytes."""
+    text = (FIXTURES / CASES[0] / "nft_counters.json").read_text()
+    plain = parse_counters(text, "leaf1", 1.0, ("swp*",))
+    frames = parse_counters(text, "leaf1", 1.0, ("swp*",), wire_frame_bytes=1514)
+    assert plain[("swp2", "ecn_marked_packets_total")] == 398
+    assert frames[("swp2", "ecn_marked_packets_total")] == 4_267_680 // 1514
+    assert frames[("swp2", "ecn_marked_packets_total")] > 7 * plain[("swp2", "ecn_marked_packets_total")]
+    # small packets never count as less than one frame each
+    doc = {"nftables": [{"counter": {"name": "fcs_swp1", "packets": 50, "bytes": 50 * 66}}]}
+    got = parse_counters(json.dumps(doc), "leaf1", 1.0, wire_frame_bytes=1514)
+    assert got == {("swp1", "rx_fcs_errors_total"): 50.0}
