@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -220,14 +221,8 @@ def _explain(conn: Any, job: str, step: int, topo: Any, meta: pd.DataFrame, rank
     if len(ev):
         ev = candidates(ev, topo)
     conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else 0.5
-    causes = []
-    for share, cause in ((e_work / total, lambda: _work_cause(st, ev, topo, conf_t)),
-                         (e_comm / total, lambda: _net_cause(ev, coverage))):
-        if share >= MIN_SHARE:
-            c = cause()
-            c["lost_s"] = lost * share
-            c["confidence"] *= 0.7 + 0.3 * share
-            causes.append(c)
+    causes = combine_causes(lost, e_work / total, e_comm / total, lambda: _work_cause(st, ev, topo, conf_t),
+                            lambda: _net_cause(ev, coverage))
     if not causes:
         causes = [{"layer": "unknown", "component": None, "confidence": 0.2, "evidence": [], "lost_s": lost}]
     causes = rank_causes(causes)
@@ -238,6 +233,26 @@ def _explain(conn: Any, job: str, step: int, topo: Any, meta: pd.DataFrame, rank
             "evidence": evidence,
             "causes": [{"layer": c["layer"], "component": c["component"], "lost_s": round(c["lost_s"], 6),
                         "confidence": round(float(min(max(c["confidence"], 0.0), 0.99)), 3)} for c in causes]}
+
+
+def combine_causes(lost: float, w_share: float, n_share: float, work_cause: Callable[[], dict[str, Any]],
+                   net_cause: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The causes of a slow step's lost time from its local-work and network shares (each cause is
+    computed only when needed). Work that no rank straggled on and no volume explains, while the
+    network shows an anomaly, is time waiting on the network outside the timed collectives
+    (retransmission stalls before a collective starts, barriers): it goes to the network cause
+    instead of becoming a second, unexplained one."""
+    work = work_cause() if w_share >= MIN_SHARE else None
+    net = net_cause() if n_share >= MIN_SHARE or work is not None else None
+    if work is not None and work["layer"] == "unknown" and net is not None and net["layer"] != "unknown":
+        work, n_share = None, n_share + w_share
+    causes = []
+    for share, c in ((w_share, work), (n_share, net)):
+        if c is not None and share >= MIN_SHARE:
+            c["lost_s"] = lost * share
+            c["confidence"] *= 0.7 + 0.3 * share
+            causes.append(c)
+    return causes
 
 
 def rank_causes(causes: list[dict[str, Any]]) -> list[dict[str, Any]]:

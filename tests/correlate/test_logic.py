@@ -7,7 +7,7 @@ import pandas as pd
 
 from service.correlate.baseline import CHANGE_RUN, Baselines, compute_baselines
 from service.correlate.decompose import decompose, find_straggler
-from service.correlate.engine import rank_causes
+from service.correlate.engine import combine_causes, rank_causes
 from service.correlate.localize import build_topo, candidates, rank_candidates
 
 
@@ -106,3 +106,25 @@ def test_a_named_cause_heads_the_answer_over_an_unknown_one() -> None:
     assert rank_causes([unknown, link]) == [link, unknown]
     assert rank_causes([link, unknown, gpu]) == [gpu, link, unknown]  # named ones still by lost time
     assert rank_causes([unknown]) == [unknown]
+
+
+def _c(layer: str, comp: str | None) -> dict:
+    return {"layer": layer, "component": comp, "confidence": 0.8, "evidence": [] if layer == "unknown" else [{}]}
+
+
+def test_unexplained_work_goes_to_an_anomalous_network() -> None:
+    # 60 % of the lost time is local work with no straggler; the network shows a bad link
+    out = combine_causes(1.0, 0.6, 0.4, lambda: _c("unknown", None), lambda: _c("link", "leaf1:swp2"))
+    assert [(c["layer"], c["component"], round(c["lost_s"], 6)) for c in out] == [("link", "leaf1:swp2", 1.0)]
+    # ... even when the network share alone is under the listing threshold
+    out = combine_causes(1.0, 0.95, 0.05, lambda: _c("unknown", None), lambda: _c("link", "leaf1:swp2"))
+    assert [(c["layer"], round(c["lost_s"], 6)) for c in out] == [("link", 1.0)]
+
+
+def test_a_named_work_cause_or_a_quiet_network_keeps_the_split() -> None:
+    out = combine_causes(1.0, 0.6, 0.4, lambda: _c("compute", "h1:0"), lambda: _c("link", "leaf1:swp2"))
+    assert [(c["layer"], round(c["lost_s"], 6)) for c in out] == [("compute", 0.6), ("link", 0.4)]
+    out = combine_causes(1.0, 0.6, 0.4, lambda: _c("unknown", None), lambda: _c("unknown", None))
+    assert [(c["layer"], round(c["lost_s"], 6)) for c in out] == [("unknown", 0.6), ("unknown", 0.4)]
+    out = combine_causes(1.0, 0.9, 0.1, lambda: _c("storage", "h1:/ckpt"), lambda: _c("link", "leaf1:swp2"))
+    assert [(c["layer"], round(c["lost_s"], 6)) for c in out] == [("storage", 0.9)]
