@@ -65,7 +65,8 @@ class DbSink(HttpSender):
                     return 200, None, ""
                 kind = path.rsplit("/", 1)[1]
                 if kind == "samples":
-                    store.store_samples(conn, sample_writer=self._writer, body=body, cols=v.samples(body, limits))
+                    store.store_samples(conn, sample_writer=self._writer, batch_id=v.batch_id(body),
+                                        cols=v.samples(body, limits))
                 elif kind == "steps":
                     store.store_steps(conn, body=body, rows=v.steps(body, limits))
                 elif kind == "collectives":

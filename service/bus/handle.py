@@ -137,7 +137,8 @@ class Handler:
                 return _reject(IngestError(["body", p.kind], f"unknown device '{unknown[0]}' (strict sources)",
                                            "unknown_source"))
         if p.kind == "samples":
-            out = store.store_samples(conn, sample_writer=self.sample_writer, body=p.body, cols=p.columns)
+            out = store.store_samples(conn, sample_writer=self.sample_writer, batch_id=v.batch_id(p.body),
+                                          cols=p.columns)
         elif p.kind == "steps":
             out = store.store_steps(conn, body=p.body, rows=p.columns)
         elif p.kind == "collectives":

@@ -16,6 +16,15 @@ from service.ingest.errors import IngestError, TooLarge
 
 def decode_body(raw: bytes, *, gzipped: bool, max_bytes: int, noun: str = "body") -> Any:
     """The JSON value of ``raw``; ``noun`` names it in error messages ("body", "payload")."""
+    raw = inflate(raw, gzipped=gzipped, max_bytes=max_bytes, noun=noun)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise IngestError(["body"], f"invalid JSON: {exc}", "json_invalid") from exc
+
+
+def inflate(raw: bytes, *, gzipped: bool, max_bytes: int, noun: str = "body") -> bytes:
+    """The body's bytes, decompressed when gzipped, within ``max_bytes``, not empty."""
     if gzipped:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
@@ -29,7 +38,4 @@ def decode_body(raw: bytes, *, gzipped: bool, max_bytes: int, noun: str = "body"
         raise TooLarge(["body"], f"{noun} is over the limit of {max_bytes} bytes", "too_long")
     if not raw:
         raise IngestError(["body"], f"empty {noun}: a JSON object is required", "missing")
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise IngestError(["body"], f"invalid JSON: {exc}", "json_invalid") from exc
+    return raw

@@ -18,9 +18,9 @@ def _dup(conn: psycopg.Connection, batch_id: str | None, kind: str, n: int) -> d
     return {"accepted": prev, "duplicate": True}
 
 
-def store_samples(conn: psycopg.Connection, *, sample_writer: w.SampleWriter, body: dict[str, Any],
+def store_samples(conn: psycopg.Connection, *, sample_writer: w.SampleWriter, batch_id: str | None,
                   cols: v.SampleColumns) -> dict[str, Any]:
-    bid = v.batch_id(body)
+    bid = batch_id
     with conn.transaction():
         dup = _dup(conn, bid, "samples", len(cols))
         if dup is not None:

@@ -17,9 +17,9 @@ import orjson
 
 from service.ingest.errors import IngestError, TooLarge
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,127}$")
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,127}$")
 _LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-_MAX_TEXT = 512
+MAX_TEXT = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +49,8 @@ def _text(value: Any, loc: list[Any], *, required: bool = True) -> str | None:
         return None
     if type(value) is not str or not value:
         raise IngestError(loc, "must be a non-empty string", "string_type")
-    if len(value) > _MAX_TEXT:
-        raise IngestError(loc, f"longer than {_MAX_TEXT} characters", "string_too_long")
+    if len(value) > MAX_TEXT:
+        raise IngestError(loc, f"longer than {MAX_TEXT} characters", "string_too_long")
     return value
 
 
@@ -119,12 +119,12 @@ def samples(body: Any, limits: Limits) -> SampleColumns:
         tt = type(t)
         ts[i] = t if (tt is float or tt is int) else parse_ts(t, ["body", "samples", i, "ts"])
         src = s.get("source")
-        if type(src) is not str or not src or len(src) > _MAX_TEXT:
+        if type(src) is not str or not src or len(src) > MAX_TEXT:
             _text(src, ["body", "samples", i, "source"])
         sources[i] = src  # type: ignore[assignment]  # checked just above
         m = s.get("metric")
         if type(m) is not str or m not in good_names:
-            if type(m) is not str or not _NAME.match(m):
+            if type(m) is not str or not NAME.match(m):
                 raise IngestError(["body", "samples", i, "metric"],
                                   "must be a snake_case metric name ([a-z][a-z0-9_]*)", "string_pattern_mismatch")
             good_names.add(m)
@@ -139,15 +139,20 @@ def samples(body: Any, limits: Limits) -> SampleColumns:
             label_keys[i] = labels_key(lab, i)
         if s.get("discontinuity") is True:
             disc.append(i)
-    _check_range(ts, limits, lambda i: ["body", "samples", i, "ts"])
-    if not np.isfinite(val).all():
-        i = int(np.argmax(~np.isfinite(val)))
-        raise IngestError(["body", "samples", i, "value"], "must be a finite number", "finite_number")
+    check_columns(ts, val, limits)
     d = None
     if disc:
         d = np.zeros(n, dtype=bool)
         d[disc] = True
     return SampleColumns(ts, sources, metrics, val, label_keys, d)
+
+
+def check_columns(ts: npt.NDArray[np.float64], val: npt.NDArray[np.float64], limits: Limits) -> None:
+    """The checks of a samples batch that are done on whole columns: time range, finite values."""
+    _check_range(ts, limits, lambda i: ["body", "samples", i, "ts"])
+    if not np.isfinite(val).all():
+        i = int(np.argmax(~np.isfinite(val)))
+        raise IngestError(["body", "samples", i, "value"], "must be a finite number", "finite_number")
 
 
 def labels_key(lab: Any, i: int = 0) -> str:
@@ -235,7 +240,7 @@ def events(body: Any, limits: Limits) -> list[tuple[Any, ...]]:
         if type(e) is not dict:
             raise IngestError(loc, "must be an object", "model_type")
         kind = _text(e.get("kind"), [*loc, "kind"])
-        if kind is not None and not _NAME.match(kind):
+        if kind is not None and not NAME.match(kind):
             raise IngestError([*loc, "kind"], "must be snake_case ([a-z][a-z0-9_]*)", "string_pattern_mismatch")
         source = _text(e.get("source"), [*loc, "source"])
         job = _text(e.get("job"), [*loc, "job"], required=False)

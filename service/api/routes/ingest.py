@@ -14,8 +14,9 @@ from service.api.deps import IngestAuth, PoolDep, SettingsDep, WriterDep
 from service.api.schemas import INGEST_MODELS, IngestResult
 from service.ingest import store
 from service.ingest import validate as v
-from service.ingest.body import decode_body
+from service.ingest.body import decode_body, inflate
 from service.ingest.errors import IngestError, TooLarge
+from service.ingest.fast import samples_json
 from service.observability import metrics as m
 from service.settings import Settings
 
@@ -29,6 +30,12 @@ def _body_doc(kind: str) -> dict[str, Any]:
 
 
 async def _read_json(request: Request, max_bytes: int) -> Any:
+    raw, gzipped = await _read_raw(request, max_bytes)
+    return decode_body(raw, gzipped=gzipped, max_bytes=max_bytes)
+
+
+async def _read_raw(request: Request, max_bytes: int) -> tuple[bytes, bool]:
+    """The body as sent (within the size limit) and whether it is gzipped."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise TooLarge(["body"], f"body of {declared} bytes is over the limit of {max_bytes}", "too_long")
@@ -42,7 +49,7 @@ async def _read_json(request: Request, max_bytes: int) -> Any:
     encoding = request.headers.get("content-encoding", "identity").lower()
     if encoding not in ("gzip", "identity", ""):
         raise IngestError(["header", "content-encoding"], "only gzip or identity are accepted", "value_error")
-    return decode_body(b"".join(chunks), gzipped=encoding == "gzip", max_bytes=max_bytes)
+    return b"".join(chunks), encoding == "gzip"
 
 
 async def _to_bus(request: Request, settings: Settings, kind: str, body: Any, n: int) -> dict[str, Any]:
@@ -95,11 +102,16 @@ def _route(kind: str, summary: str) -> Callable[[Callable[..., Any]], Callable[.
 @_route("samples", "Ingest counter and gauge samples")
 async def ingest_samples(request: Request, pool: PoolDep, settings: SettingsDep, writer: WriterDep) -> Any:
     t0 = time.perf_counter()
-    body = await _read_json(request, settings.max_body_bytes)
-    cols = v.samples(body, _limits(settings))
+    if settings.ingest_mode == "nats":  # the bus carries the body itself
+        body = await _read_json(request, settings.max_body_bytes)
+        cols = v.samples(body, _limits(settings))
+        await _strict(pool, settings, sorted(set(cols.source)), "samples")
+        return await _to_bus(request, settings, "samples", body, len(cols))
+    raw, gzipped = await _read_raw(request, settings.max_body_bytes)
+    cols, bid = samples_json(inflate(raw, gzipped=gzipped, max_bytes=settings.max_body_bytes), _limits(settings))
     await _strict(pool, settings, sorted(set(cols.source)), "samples")
-    return await _finish(request, pool, settings, kind="samples", body=body, n=len(cols), t0=t0,
-                         write=lambda conn: store.store_samples(conn, sample_writer=writer, body=body, cols=cols))
+    return await _finish(request, pool, settings, kind="samples", body=None, n=len(cols), t0=t0,
+                         write=lambda conn: store.store_samples(conn, sample_writer=writer, batch_id=bid, cols=cols))
 
 
 @_route("steps", "Ingest per-rank step timings of a job")
