@@ -14,6 +14,7 @@ from collectors.sinks.nats import NatsSender
 from service.bus import codec, stream
 from service.settings import Settings
 from tests.bus import rows
+from tests.bus.natsd import declare_streams
 
 
 def _publish_raw(url: str, subject: str, payload: bytes, headers: dict[str, str] | None = None) -> None:
@@ -48,6 +49,7 @@ def test_sink_to_writer_exact_rows_and_duplicates(nats_server, make_writers, fre
     url = fresh_database.url
     w = make_writers(url, nats_server.url)
     w.start("w1")
+    declare_streams(nats_server.url)  # before the writer process is up, a sender would get "no responders"
     items = rows.sample_items(12_000, prefix="sx")
     sender = NatsSender(nats_server.url, batch_max=1000, flush_interval_s=0.2)
     for it in items:
@@ -99,6 +101,7 @@ def test_bad_batches_dead_lettered_good_ones_kept(nats_server, make_writers, fre
 def test_steps_collectives_events_jobs_through_the_bus(nats_server, make_writers, fresh_database) -> None:
     url = fresh_database.url
     make_writers(url, nats_server.url).start("w1")
+    declare_streams(nats_server.url)  # before the writer process is up, a sender would get "no responders"
     sender = NatsSender(nats_server.url, flush_interval_s=0.1)
     sender.put_job("jb", {"ranks": [{"rank": 0, "host": "node01", "gpu": "gpu0", "nic": "mlx5_0"}]})
     t = 1.7e9
