@@ -22,12 +22,12 @@ run: $(VENV)/.installed
 serve: $(VENV)/.installed
 	$(BIN)/fabricscope serve
 
-## test: the suite on the embedded PostgreSQL 18 (all but the lab's attribution run), then the database suites on PostgreSQL 15
+## test: the whole suite on the embedded PostgreSQL 18 (the lab's end-to-end run too, as root), then the database suites on PostgreSQL 15
 test: $(VENV)/.installed
-	$(BIN)/pytest -q -m "not lab"
+	$(BIN)/pytest -q
 	$(MAKE) --no-print-directory test-pg15
 
-## test-lab: the fabric lab end to end (root): real ranks, real counters, injected faults, attributions checked
+## test-lab: only the fabric lab end to end (root): real ranks, real counters, injected faults, attributions checked
 test-lab: $(VENV)/.installed
 	$(BIN)/pytest -q -m lab -s
 

@@ -23,9 +23,8 @@ from tests.support import REPO, TestDatabase, start_service
 pytestmark = [pytest.mark.slow, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, tc, nft, cgroups, loop)")]
 
-# Faults whose slow steps the engine must explain by the injected layer and component (all of them:
-# ECN too, since the engine's ECN floor went from 5000 to 200 marks/s — a veth fabric with GSO marks
-# only 500-650 packets/s while throughput drops 3x).
+# Faults whose slow steps the engine must explain by the injected layer and component: all of them
+# (PFC cannot be produced on veth; the simulator covers it).
 ATTRIBUTED = ("congestion", "packet_loss", "ecn", "link_flap", "cpu_straggler", "slow_checkpoint")
 
 
