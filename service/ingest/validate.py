@@ -17,8 +17,8 @@ import orjson
 
 from service.ingest.errors import IngestError, TooLarge
 
-NAME = re.compile(r"^[a-z][a-z0-9_]{0,127}$")
-_LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,127}\Z")  # \Z: "$" would let a trailing newline through
+_LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 MAX_TEXT = 512
 
 

@@ -49,13 +49,20 @@ def _tc_clear(ns: str, port: str) -> None:
     sh("tc", "qdisc", "del", "dev", port, "root", ns=ns, check=False, quiet=True)
 
 
+def _shape(ns: str, port: str, *, rate: str, burst: str, latency: str, queue_packets: int) -> None:
+    """An egress rate limit (tbf) feeding a pfifo of ``queue_packets``: real queueing, and tail
+    drops once the queue is full."""
+    _tc_clear(ns, port)
+    sh("tc", "qdisc", "add", "dev", port, "root", "handle", "1:", "tbf", "rate", rate, "burst", burst,
+       "latency", latency, ns=ns)
+    sh("tc", "qdisc", "add", "dev", port, "parent", "1:1", "handle", "10:", "pfifo", "limit", str(queue_packets),
+       ns=ns)
+
+
 # -- congestion: a rate limit with a short queue on the leaf port towards host4 -----------------
 def _congest(spec: LabSpec) -> None:
     _, ns, port = _port(spec, "host4")
-    _tc_clear(ns, port)
-    sh("tc", "qdisc", "add", "dev", port, "root", "handle", "1:", "tbf", "rate", "150mbit", "burst", "32kb",
-       "latency", "20ms", ns=ns)
-    sh("tc", "qdisc", "add", "dev", port, "parent", "1:1", "handle", "10:", "pfifo", "limit", "16", ns=ns)
+    _shape(ns, port, rate="150mbit", burst="32kb", latency="20ms", queue_packets=16)
 
 
 def _uncongest(spec: LabSpec) -> None:
@@ -66,12 +73,9 @@ def _uncongest(spec: LabSpec) -> None:
 # -- ECN: the same port class of fault, but a deep queue that marks CE instead of dropping ---------
 def _ecn(spec: LabSpec) -> None:
     _, ns, port = _port(spec, "host1")
-    _tc_clear(ns, port)
     # 100 Mbit/s: steps clearly slower; at 150-300 Mbit/s some runs slowed 2x or not at all, which
     # the step-time noise of 2 shared cores can hide
-    sh("tc", "qdisc", "add", "dev", port, "root", "handle", "1:", "tbf", "rate", "100mbit", "burst", "64kb",
-       "latency", "200ms", ns=ns)
-    sh("tc", "qdisc", "add", "dev", port, "parent", "1:1", "handle", "10:", "pfifo", "limit", "4000", ns=ns)
+    _shape(ns, port, rate="100mbit", burst="64kb", latency="200ms", queue_packets=4000)
     _nft(ns, "add", "rule", "bridge", "lab", "ports", "oifname", port, "ip", "ecn", "ect0", "counter", "name",
          f"ecn_{port}", "ip", "ecn", "set", "ce")
 
