@@ -29,6 +29,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_for_path(path: Path, timeout_s: float) -> bool:
+    """Poll until ``path`` exists (a child process got that far); False after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def _with_db(url: str, dbname: str) -> str:
     base, _, _ = url.rpartition("/")
     return f"{base}/{dbname}"

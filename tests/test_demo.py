@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, free_port
+from tests.support import REPO, free_port, wait_for_path
 
 
 def _env(data_dir: Path) -> dict[str, str]:
@@ -47,9 +47,7 @@ def test_demo_stops_the_database_on_sigterm() -> None:
         proc = subprocess.Popen([sys.executable, "-m", "service.cli", "demo", "--port", str(free_port()),
                                  "--hosts", "2", "--gpus-per-host", "2", "--steps", "40", "--faults", "1"],
                                 cwd=REPO, env=_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not (data_dir / "pg" / "postmaster.pid").exists():
-            time.sleep(0.2)
+        wait_for_path(data_dir / "pg" / "postmaster.pid", 240)
         time.sleep(3)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)

@@ -18,7 +18,7 @@ from service.lab import faults as F
 from service.lab import kernel
 from service.lab.runner import Options, run_lab
 from service.lab.spec import LabSpec
-from tests.support import REPO, TestDatabase, start_service
+from tests.support import REPO, TestDatabase, start_service, wait_for_path
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, tc, nft, cgroups, loop)")]
@@ -97,9 +97,7 @@ def test_ctrl_c_leaves_nothing(tmp_path: Path, fresh_database: TestDatabase) -> 
                           "--log-dir", str(tmp_path / "logs"), "--fault", "congestion"],
                          cwd=REPO, env={**env, "DATABASE_URL": fresh_database.url},
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (tmp_path / "logs" / "rank0.log").exists():
-        time.sleep(0.5)
+    wait_for_path(tmp_path / "logs" / "rank0.log", 120)
     time.sleep(3)
     p.send_signal(signal.SIGINT)
     out, _ = p.communicate(timeout=60)

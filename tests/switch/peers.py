@@ -209,3 +209,21 @@ def netconf_device(name: str, port: int, password_env: str):  # type: ignore[no-
                                          "netconf": {"port": port, "username": PEER_USER,
                                                      "password": {"env": password_env},
                                                      "hostkey_verify": False}}]}).devices[0]  # fmt: skip
+
+
+def netconf_two_polls(workdir: Path, name: str, password: str, pause_s: float,
+                      password_env: str = "FS_NC_PW"):  # type: ignore[no-untyped-def]
+    """Against a real netconfd: poll ``lo`` of device ``name``, send loopback traffic, wait ``pause_s``,
+    poll again. The caller puts the password in ``password_env``. Returns (collector, first, second)."""
+    import asyncio
+
+    from collectors.switch.netconf.collector import NetconfCollector
+
+    with netconfd(workdir, password) as port:
+        col = NetconfCollector(netconf_device(name, port, password_env))
+        first = asyncio.run(col.poll())
+        loopback_traffic()
+        time.sleep(pause_s)
+        second = asyncio.run(col.poll())
+        asyncio.run(col.aclose())
+    return col, first, second

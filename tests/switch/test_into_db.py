@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import psycopg
 import pytest
 
 from collectors.sinks.http import HttpSender
 from collectors.switch.gnmi.client import GnmiCollector
-from collectors.switch.netconf.collector import NetconfCollector
 from tests.switch import peers
 from tests.switch.fixture_io import FIXTURES, read_gnmi
 from tests.switch.test_gnmi_wire import _device, _with_target
@@ -44,13 +42,7 @@ def test_gnmi_stream_into_the_database(service_url: str, db_conn: psycopg.Connec
 def test_netconfd_counters_into_the_database(tmp_path, monkeypatch, service_url: str,  # type: ignore[no-untyped-def]
                                              db_conn: psycopg.Connection) -> None:
     monkeypatch.setenv("FS_NC_PW", "nc-Pass-43")
-    with peers.netconfd(tmp_path / "nc", "nc-Pass-43") as port:
-        col = NetconfCollector(peers.netconf_device("ncdb1", port, "FS_NC_PW"))
-        first = asyncio.run(col.poll())
-        peers.loopback_traffic()
-        time.sleep(1.5)
-        second = asyncio.run(col.poll())
-        asyncio.run(col.aclose())
+    _, first, second = peers.netconf_two_polls(tmp_path / "nc", "ncdb1", "nc-Pass-43", 1.5)
     _ship(service_url, first.samples + second.samples)
     rows = db_conn.execute("SELECT value, rate FROM sample_view WHERE source = 'ncdb1:lo' AND metric = "
                            "'rx_bytes_total' ORDER BY ts").fetchall()

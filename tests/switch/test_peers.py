@@ -15,7 +15,6 @@ import pytest
 
 from collectors.sinks.http import HttpSender
 from collectors.switch.inventory import parse_inventory
-from collectors.switch.netconf.collector import NetconfCollector
 from collectors.switch.scheduler import SwitchScheduler
 from collectors.switch.snmp.collector import SnmpCollector
 from tests.switch import peers
@@ -242,15 +241,8 @@ def test_snmpsim_vendor_walk_with_lldp_and_pfc(tmp_path, monkeypatch):
 
 @pytest.mark.root
 def test_netconfd_ietf_interfaces_over_ssh(tmp_path, monkeypatch):
-    password = "nc-Pass-42"
-    monkeypatch.setenv("FS_NC_PW", password)
-    with peers.netconfd(tmp_path / "nc", password) as port:
-        col = NetconfCollector(peers.netconf_device("nc1", port, "FS_NC_PW"))
-        first = asyncio.run(col.poll())
-        peers.loopback_traffic()
-        time.sleep(1)
-        second = asyncio.run(col.poll())
-        asyncio.run(col.aclose())
+    monkeypatch.setenv("FS_NC_PW", "nc-Pass-42")
+    col, first, second = peers.netconf_two_polls(tmp_path / "nc", "nc1", "nc-Pass-42", 1.0)
     assert col.model is not None and col.model.name.startswith("ietf-interfaces")
     rx0 = _value(first.samples, "nc1:lo", "rx_bytes_total").value
     rx1 = _value(second.samples, "nc1:lo", "rx_bytes_total").value
