@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collectors.events import EventDetector  # noqa: E402
-from collectors.host.nic import NicCollector, SubprocessEthtool, parse_ethtool_stats  # noqa: E402
+from fabricscope.collectors.events import EventDetector  # noqa: E402
+from fabricscope.collectors.host.nic import NicCollector, SubprocessEthtool, parse_ethtool_stats  # noqa: E402
 from tests.sinks.receiver import Receiver  # noqa: E402
 
 FIX = ROOT / "tests/fixtures"
@@ -126,7 +126,7 @@ def main() -> None:
         if os.geteuid() == 0 and shutil.which("ip"):
             names = veth_pairs(True)
             try:
-                from collectors.host.ethtool_ioctl import EthtoolIoctl
+                from fabricscope.collectors.host.ethtool_ioctl import EthtoolIoctl
 
                 inc = tuple(names)
                 ioctl, _ = cycle_cpu(NicCollector("bench", include=inc, exclude=(), ethtool=EthtoolIoctl()),

@@ -28,8 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.alerts.detect import DetectorConfig, scan  # noqa: E402
-from service.alerts.synthetic import step_times, with_regression  # noqa: E402
+from fabricscope.service.alerts.detect import DetectorConfig, scan  # noqa: E402
+from fabricscope.service.alerts.synthetic import step_times, with_regression  # noqa: E402
 
 PROFILES: dict[str, dict[str, Any]] = {
     "typical": {},

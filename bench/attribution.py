@@ -30,12 +30,12 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.correlate import attribute_step  # noqa: E402
-from service.correlate.baseline import CHANGE_RUN  # noqa: E402
-from service.simulate.faults import FAULT_KINDS, LEVEL_CHANGE, make_fault, random_plan  # noqa: E402
-from service.simulate.generator import Scenario, generate  # noqa: E402
-from service.simulate.send import DirectSink, HttpSink, Sink, send_scenario  # noqa: E402
-from service.simulate.topology import ClusterSpec, build_cluster  # noqa: E402
+from fabricscope.service.correlate import attribute_step  # noqa: E402
+from fabricscope.service.correlate.baseline import CHANGE_RUN  # noqa: E402
+from fabricscope.service.simulate.faults import FAULT_KINDS, LEVEL_CHANGE, make_fault, random_plan  # noqa: E402
+from fabricscope.service.simulate.generator import Scenario, generate  # noqa: E402
+from fabricscope.service.simulate.send import DirectSink, HttpSink, Sink, send_scenario  # noqa: E402
+from fabricscope.service.simulate.topology import ClusterSpec, build_cluster  # noqa: E402
 
 ACCURACY_CLUSTER = ClusterSpec(hosts=8, gpus_per_host=8, nics_per_host=4, leaves=2, spines=2)
 LATENCY_CLUSTERS = {64: ClusterSpec(8, 8, 8, 2, 2), 256: ClusterSpec(32, 8, 8, 4, 4),

@@ -40,7 +40,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from collectors.training import Recorder
+    from fabricscope.collectors.training import Recorder
 
     rec = Recorder(flush_interval_s=1.0).start()
     timer = rec._timer()

@@ -27,9 +27,9 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.db.copybin import samples_copy_payload  # noqa: E402
-from service.db.writer import SampleWriter, claim_batch  # noqa: E402
-from service.ingest.validate import SampleColumns, labels_key  # noqa: E402
+from fabricscope.service.db.copybin import samples_copy_payload  # noqa: E402
+from fabricscope.service.db.writer import SampleWriter, claim_batch  # noqa: E402
+from fabricscope.service.ingest.validate import SampleColumns, labels_key  # noqa: E402
 from tests.support import TestDatabase, start_service  # noqa: E402
 
 METRICS = ["rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_packets_total", "rx_pause_frames_total"]

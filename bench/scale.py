@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.ingest import make_batches  # noqa: E402
 from bench.ingest import post_bodies as post_all  # noqa: E402
-from service.bus import codec  # noqa: E402
+from fabricscope.service.bus import codec  # noqa: E402
 from tests.bus.natsd import NatsServer, declare_streams  # noqa: E402
 from tests.support import REPO, TestDatabase, start_service  # noqa: E402
 
@@ -91,7 +91,7 @@ class Writers:
                     "FABRICSCOPE_DATA_DIR": str(self.log_dir / "data"), "FABRICSCOPE_LOG_LEVEL": "WARNING"})
         for i in range(n):
             log = (self.log_dir / f"writer{len(self.procs)}.log").open("ab")
-            self.procs.append(subprocess.Popen([sys.executable, "-m", "service.bus.cli", "--name", f"bench-w{i}"],
+            self.procs.append(subprocess.Popen([sys.executable, "-m", "fabricscope.service.bus.cli", "--name", f"bench-w{i}"],
                                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
 
     def stop(self) -> None:

@@ -47,10 +47,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.switch.inventory import parse_inventory  # noqa: E402
-from collectors.switch.scheduler import SwitchScheduler  # noqa: E402
-from collectors.switch.snmp.collector import SnmpCollector  # noqa: E402
-from collectors.switch.snmp.plan import REPROBE_EVERY  # noqa: E402
+from fabricscope.collectors.switch.inventory import parse_inventory  # noqa: E402
+from fabricscope.collectors.switch.scheduler import SwitchScheduler  # noqa: E402
+from fabricscope.collectors.switch.snmp.collector import SnmpCollector  # noqa: E402
+from fabricscope.collectors.switch.snmp.plan import REPROBE_EVERY  # noqa: E402
 from tests.switch import peers  # noqa: E402
 
 DATA = Path(str(importlib.resources.files("snmpsim_data"))) / "data"

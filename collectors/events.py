@@ -1,7 +1,7 @@
 """Events derived on the host from counter rates: ``pfc_storm``, ``ecn_burst``, ``link_flap``.
 
 :class:`EventDetector` is fed each poll's samples. It keeps the previous value of the counters it
-watches and computes rates with :func:`collectors.rates.counter_rates`, so a wrap is a wrap and a
+watches and computes rates with :func:`fabricscope.core.rates.counter_rates`, so a wrap is a wrap and a
 reset (driver reload, ``ethtool`` counter clear) yields no rate; an absent rate neither starts nor
 ends an episode.
 
@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from collectors.core import Event, Sample
-from collectors.errors import ConfigError
-from collectors.rates import counter_deltas, counter_rates
+from fabricscope.core.model import Event, Sample
+from fabricscope.core.errors import ConfigError
+from fabricscope.core.rates import counter_deltas, counter_rates
 
 
 @dataclass(frozen=True)

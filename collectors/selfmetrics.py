@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 def observe_poll(device: str, *, ok: bool, seconds: float, samples: int = 0) -> None:
     try:
-        from service.observability.metrics import observe_poll as _observe
+        from fabricscope.service.observability.metrics import observe_poll as _observe
     except ImportError:  # pragma: no cover - prometheus_client absent
         return
     _observe(device, ok=ok, seconds=seconds, samples=samples)
@@ -24,7 +24,7 @@ def serve(port: int | None, addr: str = "127.0.0.1") -> Any:
     """Start /metrics on ``addr:port`` when a port is given; returns the server or None."""
     if not port:
         return None
-    from service.observability.metrics import serve_metrics
+    from fabricscope.service.observability.metrics import serve_metrics
 
     server = serve_metrics(port, addr)
     log.info("self-metrics on http://%s:%d/metrics", addr, port)

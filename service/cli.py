@@ -1,26 +1,22 @@
-"""The `fabricscope` command."""
+"""The server's commands (`serve`, `migrate`, `db`, `topology`); :mod:`fabricscope.cli` registers them."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from collectors.errors import ConfigError
-from service.observability.logs import setup_logging
-from service.settings import get_settings
+from fabricscope.core.errors import ConfigError
+from fabricscope.service.observability.logs import setup_logging
+from fabricscope.service.settings import get_settings
 
-app = typer.Typer(help="fabricscope: why was step N slow?", no_args_is_help=True, add_completion=False)
 db_app = typer.Typer(help="The database in use (embedded PostgreSQL unless DATABASE_URL is set).",
                      no_args_is_help=True)
 topology_app = typer.Typer(help="Topology (devices, links) files.", no_args_is_help=True)
-app.add_typer(db_app, name="db")
-app.add_typer(topology_app, name="topology")
 
 log = logging.getLogger("fabricscope")
 
@@ -33,7 +29,7 @@ def _fail(msg: str) -> None:
 @contextlib.contextmanager
 def database(*, migrate_schema: bool = True) -> Iterator[str]:
     """Yield the DSN in use; start (and afterwards stop) the embedded server when it is the default."""
-    from service.db.database import database_url, embedded_for, migrate, redact
+    from fabricscope.service.db.database import database_url, embedded_for, migrate, redact
 
     settings = get_settings()
     started = False
@@ -56,7 +52,6 @@ def database(*, migrate_schema: bool = True) -> Iterator[str]:
             typer.echo("database: embedded PostgreSQL stopped", err=True)
 
 
-@app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to listen on")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on")] = None,
@@ -65,7 +60,7 @@ def serve(
     """Run the HTTP API (migrating the database first)."""
     import uvicorn
 
-    from service.api.main import create_app
+    from fabricscope.service.api.main import create_app
 
     settings = get_settings()
     setup_logging(settings.log_level, settings.log_json)
@@ -76,7 +71,6 @@ def serve(
                     access_log=False)
 
 
-@app.command("migrate")
 def migrate_cmd() -> None:
     """Bring the database schema up to date (idempotent)."""
     with database():
@@ -86,7 +80,7 @@ def migrate_cmd() -> None:
 @db_app.command("url")
 def db_url() -> None:
     """Print the DSN of the database in use."""
-    from service.db.database import database_url
+    from fabricscope.service.db.database import database_url
 
     typer.echo(database_url(get_settings()))
 
@@ -94,7 +88,7 @@ def db_url() -> None:
 @db_app.command("start")
 def db_start() -> None:
     """Start the embedded PostgreSQL and leave it running."""
-    from service.db.database import embedded_for
+    from fabricscope.service.db.database import embedded_for
 
     settings = get_settings()
     if settings.database_url is not None:
@@ -110,7 +104,7 @@ def db_start() -> None:
 @db_app.command("stop")
 def db_stop() -> None:
     """Stop the embedded PostgreSQL."""
-    from service.db.database import embedded_for
+    from fabricscope.service.db.database import embedded_for
 
     emb = embedded_for(get_settings())
     try:
@@ -123,7 +117,7 @@ def db_stop() -> None:
 @db_app.command("status")
 def db_status() -> None:
     """Say whether the embedded PostgreSQL runs."""
-    from service.db.database import embedded_for
+    from fabricscope.service.db.database import embedded_for
 
     emb = embedded_for(get_settings())
     typer.echo(f"{'running' if emb.is_running() else 'stopped'}: {emb.url} (data in {emb.pgdata})")
@@ -136,7 +130,7 @@ def topology_import(
     token: Annotated[str | None, typer.Option(envvar="FABRICSCOPE_TOKEN", help="Bearer token (admin)")] = None,
 ) -> None:
     """Load a topology YAML (see README) and replace the declared topology with it."""
-    from service.topology_file import load_topology
+    from fabricscope.service.topology_file import load_topology
 
     try:
         topo = load_topology(file)
@@ -154,48 +148,8 @@ def topology_import(
         return
     import psycopg
 
-    from service.db import inventory
+    from fabricscope.service.db import inventory
 
     with database() as dsn, psycopg.connect(dsn, autocommit=True) as conn:
         inventory.replace_topology(conn, devices=body["devices"], links=body["links"])
     typer.echo(f"imported {len(topo.devices)} devices, {len(topo.links)} links")
-
-
-def _register_optional() -> None:
-    """Commands that live with their collectors; missing ones simply are not offered."""
-    optional = [
-        ("agent", "collectors.host.agent", "agent_command"),
-        ("collect", "collectors.switch.cli", "collect_command"),
-        ("simulate", "service.simulate.cli", "simulate_command"),
-        ("demo", "service.demo", "demo_command"),
-        ("writer", "service.bus.cli", "writer_command"),
-    ]
-    for name, module, attr in optional:
-        try:
-            mod = __import__(module, fromlist=[attr])
-            app.command(name)(getattr(mod, attr))
-        except (ImportError, AttributeError) as exc:
-            log.debug("command %s unavailable: %s", name, exc)
-    try:
-        from service.lab.cli import lab_app
-
-        app.add_typer(lab_app, name="lab")
-    except ImportError as exc:
-        log.debug("lab commands unavailable: %s", exc)
-    try:
-        from collectors.training.importers.cli import import_app
-
-        app.add_typer(import_app, name="import")
-    except ImportError as exc:
-        log.debug("import commands unavailable: %s", exc)
-
-
-_register_optional()
-
-
-def main() -> None:  # pragma: no cover
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())

@@ -10,13 +10,13 @@ from typing import Annotated, Any
 
 import typer
 
-from service.settings import get_settings
+from fabricscope.service.settings import get_settings
 
 
 def _serve_in_thread(host: str, port: int) -> tuple[Any, threading.Thread]:
     import uvicorn
 
-    from service.api.main import create_app
+    from fabricscope.service.api.main import create_app
 
     settings = get_settings()
     config = uvicorn.Config(create_app(settings, background=True), host=host, port=port, log_level="warning",
@@ -63,7 +63,7 @@ def demo_command(
     exit_after: Annotated[bool, typer.Option("--exit", help="exit after printing (do not keep serving)")] = False,
 ) -> None:
     """Start the API, feed it a simulated cluster with injected faults, print the slow steps and why."""
-    from service.cli import database
+    from fabricscope.service.cli import database
 
     def _terminate(*_: object) -> None:
         raise KeyboardInterrupt  # SIGTERM stops the API and the embedded database like Ctrl-C does
@@ -91,10 +91,10 @@ def _feed_and_report(dsn: str, base: str, *, hosts: int, gpus_per_host: int, ste
                      seed: int) -> None:
     import psycopg
 
-    from service.correlate import attribute_step, list_steps
-    from service.simulate.generator import generate
-    from service.simulate.send import HttpSink, send_scenario
-    from service.simulate.topology import ClusterSpec
+    from fabricscope.service.correlate import attribute_step, list_steps
+    from fabricscope.service.simulate.generator import generate
+    from fabricscope.service.simulate.send import HttpSink, send_scenario
+    from fabricscope.service.simulate.topology import ClusterSpec
 
     job = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"  # a new job each run: the data directory is reused
     spec = ClusterSpec(hosts=hosts, gpus_per_host=gpus_per_host, nics_per_host=min(8, gpus_per_host),

@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from collectors.errors import ConfigError
-from service.api.schemas import Topology
+from fabricscope.core.errors import ConfigError
+from fabricscope.service.api.schemas import Topology
 
 
 def load_topology(path: Path) -> Topology:

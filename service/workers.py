@@ -13,7 +13,7 @@ import psycopg
 from apscheduler.schedulers.background import BackgroundScheduler
 from psycopg_pool import ConnectionPool
 
-from service.settings import Settings
+from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.workers")
 
@@ -43,8 +43,8 @@ def _guarded(pool: ConnectionPool, name: str, fn: Callable[[psycopg.Connection],
 def start_background(pool: ConnectionPool, settings: Settings) -> BackgroundScheduler:
     sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
     if settings.correlate_interval_s > 0:
-        from service.bus.leases import JobPartitioner
-        from service.correlate import process_pending
+        from fabricscope.service.bus.leases import JobPartitioner
+        from fabricscope.service.correlate import process_pending
 
         # Several `serve` processes split the jobs between them with leases (one owner per job).
         part = JobPartitioner("correlate", ttl_s=max(30.0, 3 * settings.correlate_interval_s))
@@ -57,12 +57,12 @@ def start_background(pool: ConnectionPool, settings: Settings) -> BackgroundSche
         sched.add_job(_guarded(pool, "attribution", correlate), "interval",
                       seconds=settings.correlate_interval_s, id="correlate", jitter=1)
     if settings.alert_interval_s > 0:
-        from service.alerts.engine import run_once as alerts_once
+        from fabricscope.service.alerts.engine import run_once as alerts_once
 
         sched.add_job(_guarded(pool, "alerts", lambda c: alerts_once(c, settings=settings)), "interval",
                       seconds=settings.alert_interval_s, id="alerts", jitter=1)
     if settings.delivery_interval_s > 0:
-        from service.alerts.delivery import deliver_due
+        from fabricscope.service.alerts.delivery import deliver_due
 
         # its own job: a slow receiver never delays ingest, attribution or alerting
         sched.add_job(_guarded(pool, "deliveries", lambda c: deliver_due(c, settings=settings)), "interval",

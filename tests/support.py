@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import psycopg
 
-from service.db.database import migrate
-from service.db.embedded import EmbeddedPostgres
-from service.settings import Settings
+from fabricscope.service.db.database import migrate
+from fabricscope.service.db.embedded import EmbeddedPostgres
+from fabricscope.service.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -118,7 +118,7 @@ def start_service(database_url: str, log_dir: Path, *, port: int | None = None, 
     log = log_dir / f"service-{port}.log"
     out = log.open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "fabricscope", "serve", "--host", "127.0.0.1", "--port", str(port)],
         cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT,
     )
     svc = ServiceProcess(proc, f"http://127.0.0.1:{port}", log)

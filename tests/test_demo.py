@@ -27,7 +27,7 @@ def _env(data_dir: Path) -> dict[str, str]:
 def test_demo_finds_the_injected_faults_and_stops_the_database() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="fabricscope-demo-"))
     try:
-        out = subprocess.run([sys.executable, "-m", "service.cli", "demo", "--exit", "--port", str(free_port()),
+        out = subprocess.run([sys.executable, "-m", "fabricscope", "demo", "--exit", "--port", str(free_port()),
                               "--hosts", "4", "--gpus-per-host", "4", "--steps", "90", "--faults", "3"],
                              cwd=REPO, env=_env(data_dir), capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
@@ -44,7 +44,7 @@ def test_demo_finds_the_injected_faults_and_stops_the_database() -> None:
 def test_demo_stops_the_database_on_sigterm() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="fabricscope-demo-"))
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "demo", "--port", str(free_port()),
+        proc = subprocess.Popen([sys.executable, "-m", "fabricscope", "demo", "--port", str(free_port()),
                                  "--hosts", "2", "--gpus-per-host", "2", "--steps", "40", "--faults", "1"],
                                 cwd=REPO, env=_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for_path(data_dir / "pg" / "postmaster.pid", 240)

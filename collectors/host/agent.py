@@ -20,16 +20,16 @@ from typing import Any, Protocol
 
 import typer
 
-from collectors import selfmetrics
-from collectors.core import Collector, Sample, now
-from collectors.errors import ConfigError, FabricscopeError
-from collectors.events import EventDetector
-from collectors.host.config import AgentConfig, SinkConfig, load_config
-from collectors.host.ethtool_ioctl import EthtoolIoctl
-from collectors.host.nic import EthtoolSource, NicCollector, SubprocessEthtool
-from collectors.host.rdma import RdmaCollector
-from collectors.host.storage import StorageCollector
-from collectors.selfmetrics import observe_poll
+from fabricscope.collectors import selfmetrics
+from fabricscope.core.model import Collector, Sample, now
+from fabricscope.core.errors import ConfigError, FabricscopeError
+from fabricscope.collectors.events import EventDetector
+from fabricscope.collectors.host.config import AgentConfig, SinkConfig, load_config
+from fabricscope.collectors.host.ethtool_ioctl import EthtoolIoctl
+from fabricscope.collectors.host.nic import EthtoolSource, NicCollector, SubprocessEthtool
+from fabricscope.collectors.host.rdma import RdmaCollector
+from fabricscope.collectors.host.storage import StorageCollector
+from fabricscope.collectors.selfmetrics import observe_poll
 
 log = logging.getLogger("fabricscope.agent")
 
@@ -42,7 +42,7 @@ class Sink(Protocol):
 
 def make_sink(cfg: SinkConfig) -> Sink:
     if cfg.dsn is not None:
-        from collectors.sinks.db import DbSink  # the lead's direct-to-database sink
+        from fabricscope.collectors.sinks.db import DbSink  # the lead's direct-to-database sink
 
         sink: Sink = DbSink(cfg.dsn)
         return sink
@@ -50,10 +50,10 @@ def make_sink(cfg: SinkConfig) -> Sink:
     kwargs: dict[str, Any] = {"spool_path": cfg.spool_path, "spool_max_bytes": cfg.spool_max_bytes,
                               "batch_max": cfg.batch_max, "flush_interval_s": cfg.flush_interval_s}
     if cfg.url.split("://", 1)[0].lower() in ("nats", "tls", "ws", "wss"):
-        from collectors.sinks.nats import NatsSender  # only then is nats-py needed
+        from fabricscope.collectors.sinks.nats import NatsSender  # only then is nats-py needed
 
         return NatsSender(cfg.url, **kwargs)
-    from collectors.sinks.http import HttpSender
+    from fabricscope.collectors.sinks.http import HttpSender
 
     return HttpSender(cfg.url, token=cfg.token, **kwargs)
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
-from collectors.errors import ConfigError
-from collectors.events import EventConfig
-from collectors.host.common import default_host
+from fabricscope.core.errors import ConfigError
+from fabricscope.collectors.events import EventConfig
+from fabricscope.collectors.host.common import default_host
 
 ETHTOOL_MODES = ("ioctl", "subprocess", "none")
 

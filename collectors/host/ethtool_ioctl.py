@@ -17,7 +17,7 @@ import socket
 import struct
 import threading
 
-from collectors.errors import CollectionError
+from fabricscope.core.errors import CollectionError
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GDRVINFO = 0x00000003

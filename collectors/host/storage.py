@@ -3,7 +3,7 @@
 
 Parsers are pure. Latency gauges (``read_latency_seconds``) are the mean time per operation over
 the last interval, so they need two polls: :class:`IntervalMean` keeps the previous cumulative
-(ops, time) and uses :mod:`collectors.rates` so a wrap or reset gives no value, never a wild one.
+(ops, time) and uses :mod:`fabricscope.core.rates` so a wrap or reset gives no value, never a wild one.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from collectors.core import Sample, now
-from collectors.errors import ParseError
-from collectors.host.common import extra_counter, read_text, select, snake
-from collectors.rates import counter_deltas
+from fabricscope.core.model import Sample, now
+from fabricscope.core.errors import ParseError
+from fabricscope.collectors.host.common import extra_counter, read_text, select, snake
+from fabricscope.core.rates import counter_deltas
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from collectors.core import Sample, now
-from collectors.errors import CollectionError, ParseError
+from fabricscope.core.model import Sample, now
+from fabricscope.core.errors import CollectionError, ParseError
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from collectors.sinks.http import HttpSender
+from fabricscope.collectors.sinks.http import HttpSender
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ class DbSink(HttpSender):
     def __init__(self, dsn: str, *, spool_path: str | Path | None = None, spool_max_bytes: int = 64 << 20,
                  queue_max: int = 100_000, batch_max: int = 5000, flush_interval_s: float = 1.0,
                  timeout_s: float = 5.0, max_retries: int = 3) -> None:
-        from service.db.writer import SampleWriter
+        from fabricscope.service.db.writer import SampleWriter
 
         self._dsn = dsn
         self._conn: psycopg.Connection | None = None
@@ -38,7 +38,7 @@ class DbSink(HttpSender):
                          timeout_s=timeout_s, max_retries=max_retries)
 
     def __repr__(self) -> str:  # never the DSN's password
-        from service.db.database import redact
+        from fabricscope.service.db.database import redact
 
         return f"DbSink({redact(self._dsn)!r})"
 
@@ -49,10 +49,10 @@ class DbSink(HttpSender):
 
     def _http(self, method: str, path: str, data: bytes, gzipped: bool) -> tuple[int | None, float | None, str]:
         """Apply one batch to the database; answers like the API would (status, retry-after, detail)."""
-        from service.db import inventory
-        from service.ingest import store
-        from service.ingest import validate as v
-        from service.ingest.errors import IngestError
+        from fabricscope.service.db import inventory
+        from fabricscope.service.ingest import store
+        from fabricscope.service.ingest import validate as v
+        from fabricscope.service.ingest.errors import IngestError
 
         body: Any = orjson.loads(gzip.decompress(data) if gzipped else data)
         limits = v.Limits(50_000, 946_684_800.0, time.time() + 86_400)

@@ -33,7 +33,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
-from collectors.sinks.spool import Spool
+from fabricscope.collectors.sinks.spool import Spool
 
 log = logging.getLogger("fabricscope.sender")
 

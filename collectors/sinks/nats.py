@@ -26,8 +26,8 @@ from typing import Any
 import nats
 from nats.errors import Error as NatsError
 
-from collectors.sinks.http import HttpSender, _dumps, _json_ok, _n_items, _request_of
-from service.bus import codec
+from fabricscope.collectors.sinks.http import HttpSender, _dumps, _json_ok, _n_items, _request_of
+from fabricscope.service.bus import codec
 
 log = logging.getLogger("fabricscope.sender")
 
@@ -35,7 +35,7 @@ _MAX_PAUSE_S = 30.0
 
 
 def _redact(url: str) -> str:
-    from service.bus.stream import redact
+    from fabricscope.service.bus.stream import redact
 
     return redact(url)
 

@@ -1,5 +1,5 @@
 """Switch collectors: SNMP, NETCONF and gNMI port counters, LLDP discovery, and the poll scheduler.
 
 Each protocol package splits ``fetch`` (talks to the device) from ``parse`` (pure, recorded replies
-in, :class:`collectors.core.Sample` out). Vendor differences live in mapping tables, not code.
+in, :class:`fabricscope.core.model.Sample` out). Vendor differences live in mapping tables, not code.
 """

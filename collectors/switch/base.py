@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from collectors.core import Sample
+from fabricscope.core.model import Sample
 
 from .lldp import Link
 

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import typer
 
-from collectors import selfmetrics
-from collectors.errors import ConfigError
+from fabricscope.collectors import selfmetrics
+from fabricscope.core.errors import ConfigError
 
 from .inventory import load_inventory
 from .lldp import Link, topology_body
@@ -48,14 +48,14 @@ class LinkPublisher:
 def _sink(url: str | None, token: str | None, dsn: str | None) -> Any:
     if url:
         if url.split("://", 1)[0].lower() in ("nats", "tls", "ws", "wss"):
-            from collectors.sinks.nats import NatsSender  # only then is nats-py needed
+            from fabricscope.collectors.sinks.nats import NatsSender  # only then is nats-py needed
 
             return NatsSender(url)
-        from collectors.sinks.http import HttpSender
+        from fabricscope.collectors.sinks.http import HttpSender
 
         return HttpSender(url, token=token)
     if dsn:
-        from collectors.sinks.db import DbSink  # type: ignore[import-not-found,unused-ignore]
+        from fabricscope.collectors.sinks.db import DbSink  # type: ignore[import-not-found,unused-ignore]
 
         return DbSink(dsn)
     raise ConfigError("give --url (the fabricscope API) or --dsn (write to the database directly)")

@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from collectors.errors import ConfigError
+from fabricscope.core.errors import ConfigError
 
 Protocol = Literal["snmp", "netconf", "gnmi"]
 

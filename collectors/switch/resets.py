@@ -1,6 +1,6 @@
 """Counter discontinuity detection shared by the SNMP, NETCONF and gNMI collectors.
 
-The server computes rates (``collectors.rates``) and catches a counter that goes *backwards*. It
+The server computes rates (``fabricscope.core.rates``) and catches a counter that goes *backwards*. It
 cannot see a reset the counter has already climbed past by the next poll (an agent restart followed
 by heavy traffic, a 32-bit counter that restarts near a plausible wrap distance). The device says so
 itself: sysUpTime went back, ifCounterDiscontinuityTime or the ifIndex of a name changed, OpenConfig
@@ -15,7 +15,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.core import Sample, is_counter
+from fabricscope.core.model import Sample, is_counter
 
 _TICKS_WRAP = 2**32  # sysUpTime is TimeTicks (1/100 s), wraps after ~497 days
 _TOLERANCE_TICKS = 60 * 100

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from collectors.core import Sample, now
-from collectors.selfmetrics import observe_poll
+from fabricscope.core.model import Sample, now
+from fabricscope.collectors.selfmetrics import observe_poll
 
 from .backoff import Backoff
 from .base import PollResult, SwitchCollector

@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import TypeVar
 
-from collectors.errors import ConfigError
+from fabricscope.core.errors import ConfigError
 
 T = TypeVar("T")
 

@@ -6,7 +6,7 @@ imported it. See :class:`Recorder` and the README section "Training jobs".
 
 from __future__ import annotations
 
-from collectors.training.recorder import Recorder
+from fabricscope.collectors.training.recorder import Recorder
 
 _default: Recorder | None = None
 

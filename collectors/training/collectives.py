@@ -30,7 +30,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collectors.training.recorder import Recorder
+    from fabricscope.collectors.training.recorder import Recorder
 
 log = logging.getLogger("fabricscope.training")
 

@@ -2,7 +2,7 @@
 
 Three lines instrument a script::
 
-    from collectors.training import Recorder
+    from fabricscope.collectors.training import Recorder
     rec = Recorder().start()                 # FABRICSCOPE_URL, FABRICSCOPE_JOB from the environment
     with rec.step(n): ...                    # around each training step
 
@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from collectors.sinks.http import HttpSender, redact_url
-from collectors.training import placement
-from collectors.training.collectives import CollectiveTimer, ddp_comm_hook
+from fabricscope.collectors.sinks.http import HttpSender, redact_url
+from fabricscope.collectors.training import placement
+from fabricscope.collectors.training.collectives import CollectiveTimer, ddp_comm_hook
 
 log = logging.getLogger("fabricscope.training")
 

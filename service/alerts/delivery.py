@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 import psycopg
 
-from service.alerts import payloads
-from service.alerts.store import url_host
-from service.observability import metrics as m
-from service.settings import Settings
+from fabricscope.service.alerts import payloads
+from fabricscope.service.alerts.store import url_host
+from fabricscope.service.observability import metrics as m
+from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.alerts.delivery")
 # httpx logs every request with its full URL at INFO; a webhook URL's path is often a credential

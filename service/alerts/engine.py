@@ -21,9 +21,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from service.alerts import store
-from service.alerts.detect import Detector, DetectorConfig, Transition
-from service.settings import Settings
+from fabricscope.service.alerts import store
+from fabricscope.service.alerts.detect import Detector, DetectorConfig, Transition
+from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.alerts")
 

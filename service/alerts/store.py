@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg.rows import dict_row
 
-from service.alerts import payloads
+from fabricscope.service.alerts import payloads
 
 _ALERT_COLS = ("id, job, kind, state, started_at, since_step, detected_at, detected_step, last_step, resolved_at, "
                "resolved_step, baseline_s, current_s, lost_s, steps, reopened, summary, updated_at")

@@ -10,8 +10,8 @@ import psycopg
 from fastapi import Depends, HTTPException, Request
 from psycopg_pool import ConnectionPool
 
-from service.db.writer import SampleWriter
-from service.settings import Settings
+from fabricscope.service.db.writer import SampleWriter
+from fabricscope.service.settings import Settings
 
 
 def get_settings(request: Request) -> Settings:

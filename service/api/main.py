@@ -16,17 +16,17 @@ from fastapi.responses import JSONResponse
 from prometheus_client import REGISTRY
 from psycopg_pool import PoolTimeout
 
-from service.api.gzip_body import GzipRequestMiddleware
-from service.api.routes import alerts, health, ingest, jobs, sources, steps, topology
-from service.api.schemas import INGEST_MODELS
-from service.db.database import database_url, make_pool
-from service.db.writer import SampleWriter
-from service.ingest.errors import IngestError
-from service.observability import metrics as m
-from service.observability.access import AccessLog
-from service.observability.logs import request_id_var
-from service.observability.queues import register_queue_depths
-from service.settings import Settings, get_settings
+from fabricscope.service.api.gzip_body import GzipRequestMiddleware
+from fabricscope.service.api.routes import alerts, health, ingest, jobs, sources, steps, topology
+from fabricscope.service.api.schemas import INGEST_MODELS
+from fabricscope.service.db.database import database_url, make_pool
+from fabricscope.service.db.writer import SampleWriter
+from fabricscope.service.ingest.errors import IngestError
+from fabricscope.service.observability import metrics as m
+from fabricscope.service.observability.access import AccessLog
+from fabricscope.service.observability.logs import request_id_var
+from fabricscope.service.observability.queues import register_queue_depths
+from fabricscope.service.settings import Settings, get_settings
 
 log = logging.getLogger("fabricscope.api")
 
@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
         app.state.flavour = _flavour(url)
         workers = None
         if background:
-            from service.workers import start_background
+            from fabricscope.service.workers import start_background
 
             workers = start_background(app.state.pool, settings)
         try:

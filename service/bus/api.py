@@ -15,9 +15,9 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 
-from service.bus import codec
-from service.bus.publisher import BusPublisher, BusUnavailable, MessageTooLarge
-from service.settings import Settings
+from fabricscope.service.bus import codec
+from fabricscope.service.bus.publisher import BusPublisher, BusUnavailable, MessageTooLarge
+from fabricscope.service.settings import Settings
 
 _lock = asyncio.Lock()
 

@@ -22,10 +22,10 @@ def writer_command(
     """Write batches from NATS JetStream to the database (idempotent; ack after commit)."""
     from pydantic import SecretStr
 
-    from service.bus.writer import BusWriter
-    from service.cli import database
-    from service.observability.logs import setup_logging
-    from service.settings import get_settings
+    from fabricscope.service.bus.writer import BusWriter
+    from fabricscope.service.cli import database
+    from fabricscope.service.observability.logs import setup_logging
+    from fabricscope.service.settings import get_settings
 
     settings = get_settings()
     updates: dict[str, object] = {}
@@ -44,7 +44,7 @@ def writer_command(
 
 
 async def _main(writer: object) -> None:
-    from service.bus.writer import BusWriter
+    from fabricscope.service.bus.writer import BusWriter
 
     assert isinstance(writer, BusWriter)
     stop = asyncio.Event()

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from service.ingest.body import decode_body
+from fabricscope.service.ingest.body import decode_body
 
 PREFIX = "fabricscope.ingest"
 # "jobs" carries PUT /v1/jobs bodies (rank placement) from senders that register their job.

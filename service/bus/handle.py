@@ -17,13 +17,13 @@ from typing import Any
 import psycopg
 from pydantic import ValidationError
 
-from service.bus import codec
-from service.db import inventory
-from service.db.writer import SampleWriter
-from service.ingest import store
-from service.ingest import validate as v
-from service.ingest.errors import IngestError
-from service.settings import Settings
+from fabricscope.service.bus import codec
+from fabricscope.service.db import inventory
+from fabricscope.service.db.writer import SampleWriter
+from fabricscope.service.ingest import store
+from fabricscope.service.ingest import validate as v
+from fabricscope.service.ingest.errors import IngestError
+from fabricscope.service.settings import Settings
 
 # Connection-level trouble: the database is away or restarting. Anything else is about the data.
 OUTAGE = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -93,7 +93,7 @@ class Handler:
             return _reject(exc)
 
     def _prepare_job(self, body: dict[str, Any]) -> Prepared | Outcome:
-        from service.api.schemas import JobIn  # pydantic only; the same model as PUT /v1/jobs
+        from fabricscope.service.api.schemas import JobIn  # pydantic only; the same model as PUT /v1/jobs
 
         job = v.job_name(body)
         try:

@@ -16,8 +16,8 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from service.bus import codec, stream
-from service.settings import Settings
+from fabricscope.service.bus import codec, stream
+from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.bus")
 

@@ -20,8 +20,8 @@ from nats.js import JetStreamContext
 from nats.js import api as jsapi
 from nats.js.errors import BadRequestError, NotFoundError
 
-from service.bus import codec
-from service.settings import Settings
+from fabricscope.service.bus import codec
+from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.bus")
 

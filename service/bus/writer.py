@@ -28,9 +28,9 @@ from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 
-from service.bus import codec, stream
-from service.bus.handle import OUTAGE, Handler, Outcome, Prepared
-from service.settings import Settings
+from fabricscope.service.bus import codec, stream
+from fabricscope.service.bus.handle import OUTAGE, Handler, Outcome, Prepared
+from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.writer")
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pandas as pd
 
-from service.correlate import queries as q
-from service.correlate.baseline import compute_baselines
-from service.correlate.decompose import Straggler, decompose, find_straggler
-from service.correlate.localize import (
+from fabricscope.service.correlate import queries as q
+from fabricscope.service.correlate.baseline import compute_baselines
+from fabricscope.service.correlate.decompose import Straggler, decompose, find_straggler
+from fabricscope.service.correlate.localize import (
     FLOORS,
     build_topo,
     candidates,
@@ -26,7 +26,7 @@ from service.correlate.localize import (
     rank_candidates,
     series_groups,
 )
-from service.observability.metrics import attribution_timer
+from fabricscope.service.observability.metrics import attribution_timer
 
 HISTORY_STEPS = 160  # steps of history fetched to rebuild the baseline
 HIST_S = 90.0  # seconds of a source's own history it is compared with

@@ -10,12 +10,12 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from service.db.embedded import EmbeddedPostgres
-from service.settings import Settings
+from fabricscope.service.db.embedded import EmbeddedPostgres
+from fabricscope.service.settings import Settings
 
 log = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = Path(str(resources.files("migrations")))
+MIGRATIONS_DIR = Path(str(resources.files("fabricscope.migrations")))
 
 
 def embedded_for(settings: Settings) -> EmbeddedPostgres:

@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectors.errors import ConfigError
+from fabricscope.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

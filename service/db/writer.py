@@ -17,9 +17,9 @@ import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
-from collectors.rates import series_rates
-from service.db.copybin import iso_utc, samples_copy_payload
-from service.ingest.validate import SampleColumns
+from fabricscope.core.rates import series_rates
+from fabricscope.service.db.copybin import iso_utc, samples_copy_payload
+from fabricscope.service.ingest.validate import SampleColumns
 
 SeriesKey = tuple[str, str, str]  # (source, metric, labels as sorted JSON or "")
 

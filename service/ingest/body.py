@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from service.ingest.errors import IngestError, TooLarge
+from fabricscope.service.ingest.errors import IngestError, TooLarge
 
 
 def decode_body(raw: bytes, *, gzipped: bool, max_bytes: int, noun: str = "body") -> Any:

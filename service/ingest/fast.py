@@ -15,9 +15,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from service.ingest import validate as v
-from service.ingest.body import decode_body
-from service.ingest.errors import IngestError
+from fabricscope.service.ingest import validate as v
+from fabricscope.service.ingest.body import decode_body
+from fabricscope.service.ingest.errors import IngestError
 
 
 class _Sample(msgspec.Struct):

@@ -7,8 +7,8 @@ from typing import Any
 
 import psycopg
 
-from service.db import writer as w
-from service.ingest import validate as v
+from fabricscope.service.db import writer as w
+from fabricscope.service.ingest import validate as v
 
 
 def _dup(conn: psycopg.Connection, batch_id: str | None, kind: str, n: int) -> dict[str, Any] | None:

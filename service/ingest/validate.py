@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from service.ingest.errors import IngestError, TooLarge
+from fabricscope.service.ingest.errors import IngestError, TooLarge
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,127}\Z")  # \Z: "$" would let a trailing newline through
 _LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")

@@ -26,10 +26,10 @@ from typing import Any
 
 import httpx
 
-from service.lab import faults as F
-from service.lab import kernel
-from service.lab.evaluate import FaultResult, Window, evaluate, table
-from service.lab.spec import LabSpec
+from fabricscope.service.lab import faults as F
+from fabricscope.service.lab import kernel
+from fabricscope.service.lab.evaluate import FaultResult, Window, evaluate, table
+from fabricscope.service.lab.spec import LabSpec
 
 log = logging.getLogger("fabricscope.lab")
 REPO = Path(__file__).resolve().parents[2]
@@ -155,12 +155,12 @@ class Lab:
         if self.opts.database_url:
             env["DATABASE_URL"] = self.opts.database_url
         else:  # an embedded PostgreSQL of the lab's own, gone with the lab
-            from service.db.embedded import EmbeddedPostgres
+            from fabricscope.service.db.embedded import EmbeddedPostgres
 
             emb = EmbeddedPostgres(self.spec.run_dir / "db", free_port())
             env.update(FABRICSCOPE_EMBEDDED_PORT=str(emb.port), FABRICSCOPE_DATA_DIR=str(emb.data_dir))
             self.dsn = emb.url
-        self.spawn("service", [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port",
+        self.spawn("service", [sys.executable, "-m", "fabricscope", "serve", "--host", "127.0.0.1", "--port",
                                str(port)], env=env)
         self.url = f"http://127.0.0.1:{port}"
         self._wait(lambda: httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200, 90, "service")
@@ -177,12 +177,12 @@ class Lab:
 
     def start_collectors(self) -> None:
         target = self.url.removeprefix("http://").rstrip("/")
-        self.spawn("relay", [sys.executable, "-m", "service.lab.relay", "--target", target, "--port",
+        self.spawn("relay", [sys.executable, "-m", "fabricscope.service.lab.relay", "--target", target, "--port",
                              str(self.relay_port)] + self.spec.namespaces)
         local = f"http://127.0.0.1:{self.relay_port}"
         self._wait(lambda: "relay ready" in self.tail("relay"), 30, "relay")
         for sw in self.spec.switches:
-            self.spawn(f"collector-{sw}", [sys.executable, "-m", "collectors.lab.switch_agent", "--switch", sw,
+            self.spawn(f"collector-{sw}", [sys.executable, "-m", "fabricscope.collectors.lab.switch_agent", "--switch", sw,
                                            "--url", local, "--snmp-port", str(SNMP_PORT),
                                            "--wire-frame-bytes", str(WIRE_FRAME_BYTES)],
                        ns=self.spec.ns(sw), env=self._env(**{COMMUNITY_ENV: self.community}))
@@ -197,7 +197,7 @@ class Lab:
                 "storage": {"interval_s": 1, "disks_include": [Path(loop).name], "disks_exclude": [],
                             "volumes": [str(kernel.volume_dir(self.spec, h))]},
             }))
-            self.spawn(f"agent-{h}", [sys.executable, "-m", "service.cli", "agent", "--config", str(conf)],
+            self.spawn(f"agent-{h}", [sys.executable, "-m", "fabricscope", "agent", "--config", str(conf)],
                        ns=self.spec.ns(h))
 
     def register_topology(self) -> tuple[list[tuple[str, str]], bool]:
@@ -225,7 +225,7 @@ class Lab:
                             FSLAB_CKPT_DIR=str(kernel.volume_dir(self.spec, h)), FSLAB_STOP=str(self.stop_file),
                             FSLAB_CKPT_EVERY=str(self.opts.ckpt_every), FSLAB_WIDTH=str(self.opts.width),
                             OMP_NUM_THREADS="1")
-            self.spawn(f"rank{rank}", [sys.executable, "-m", "service.lab.train"], ns=self.spec.ns(h), env=env,
+            self.spawn(f"rank{rank}", [sys.executable, "-m", "fabricscope.service.lab.train"], ns=self.spec.ns(h), env=env,
                        host_cgroups=h)
 
     @property

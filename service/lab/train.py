@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from collectors.training import Recorder
+from fabricscope.collectors.training import Recorder
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any
 
-from service.observability import metrics as m
+from fabricscope.service.observability import metrics as m
 
 log = logging.getLogger("fabricscope.access")
 QUIET = {"/healthz", "/readyz", "/metrics"}  # probes and scrapes: counted, not logged

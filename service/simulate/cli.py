@@ -9,10 +9,10 @@ from pathlib import Path
 
 import typer
 
-from service.simulate.faults import FAULT_KINDS
-from service.simulate.generator import generate
-from service.simulate.send import HttpSink, send_scenario
-from service.simulate.topology import ClusterSpec
+from fabricscope.service.simulate.faults import FAULT_KINDS
+from fabricscope.service.simulate.generator import generate
+from fabricscope.service.simulate.send import HttpSink, send_scenario
+from fabricscope.service.simulate.topology import ClusterSpec
 
 
 def simulate_command(

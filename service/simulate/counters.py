@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.simulate.faults import Fault
-from service.simulate.model import JobSpec, Timeline
-from service.simulate.topology import Cluster
+from fabricscope.service.simulate.faults import Fault
+from fabricscope.service.simulate.model import JobSpec, Timeline
+from fabricscope.service.simulate.topology import Cluster
 
 P3 = {"priority": "3"}
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from service.simulate.topology import CKPT_VOLUME, DATA_VOLUME, Cluster
+from fabricscope.service.simulate.topology import CKPT_VOLUME, DATA_VOLUME, Cluster
 
 # kind -> (layer, variants). The component naming rule per kind is in `make_fault`.
 FAULT_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from service.simulate.counters import Streams, build_streams
-from service.simulate.faults import LEVEL_CHANGE, Fault, random_plan
-from service.simulate.model import JobSpec, Noise, Timeline, run
-from service.simulate.topology import CKPT_VOLUME, Cluster, ClusterSpec, build_cluster
+from fabricscope.service.simulate.counters import Streams, build_streams
+from fabricscope.service.simulate.faults import LEVEL_CHANGE, Fault, random_plan
+from fabricscope.service.simulate.model import JobSpec, Noise, Timeline, run
+from fabricscope.service.simulate.topology import CKPT_VOLUME, Cluster, ClusterSpec, build_cluster
 
 SLOW_TRUTH = 0.06  # a fault adding >= 6% to the step is a slow step the engine must find
 HEALTHY_TRUTH = 0.03  # under 3% the step counts as healthy; in between is not scored

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.simulate.faults import LEVEL_CHANGE, Fault
-from service.simulate.topology import Cluster
+from fabricscope.service.simulate.faults import LEVEL_CHANGE, Fault
+from fabricscope.service.simulate.topology import Cluster
 
 MiB = 1024 * 1024
 

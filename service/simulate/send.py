@@ -14,8 +14,8 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from collectors.rates import series_rates
-from service.simulate.generator import Scenario
+from fabricscope.core.rates import series_rates
+from fabricscope.service.simulate.generator import Scenario
 
 MAX_BATCH = 5000
 
@@ -68,7 +68,7 @@ def _copy(cur: Any, table: str, columns: list[str], df: pd.DataFrame) -> None:
 
 
 class DirectSink:
-    """Writes payloads with COPY into the schema (rates computed with collectors.rates)."""
+    """Writes payloads with COPY into the schema (rates computed with fabricscope.core.rates)."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from service.alerts.detect import Detector, DetectorConfig, scan
-from service.alerts.synthetic import step_times, with_regression
+from fabricscope.service.alerts.detect import Detector, DetectorConfig, scan
+from fabricscope.service.alerts.synthetic import step_times, with_regression
 
 
 def fires(x: np.ndarray, cfg: DetectorConfig | None = None) -> list[int]:

@@ -12,8 +12,8 @@ import numpy as np
 import psycopg
 import pytest
 
-from service.alerts import delivery, engine, store
-from service.settings import Settings
+from fabricscope.service.alerts import delivery, engine, store
+from fabricscope.service.settings import Settings
 from tests.alerts.receiver import Receiver, free_port
 
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from service.alerts import payloads
+from fabricscope.service.alerts import payloads
 
 ALERT = {
     "id": 42, "job": "llama-70b-run3", "kind": "step_regression", "state": "firing",

@@ -18,7 +18,7 @@ _SKIP = {"GET /readyz"}
 
 
 def _engine_present() -> bool:
-    import service.correlate as engine
+    import fabricscope.service.correlate as engine
 
     return all(hasattr(engine, f) for f in ("list_steps", "attribute_step", "job_report"))
 

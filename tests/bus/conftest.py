@@ -42,7 +42,7 @@ class Writers:
                     "FABRICSCOPE_DATA_DIR": str(self.log_dir / "data"), "FABRICSCOPE_LOG_LEVEL": "INFO",
                     "FABRICSCOPE_WRITER_ACK_WAIT_S": "5", **self.env})
         out = (self.log_dir / f"{name}.log").open("ab")
-        p = subprocess.Popen([sys.executable, "-m", "service.bus.cli", "--name", name], cwd=REPO, env=env,
+        p = subprocess.Popen([sys.executable, "-m", "fabricscope.service.bus.cli", "--name", name], cwd=REPO, env=env,
                              stdout=out, stderr=subprocess.STDOUT)
         self.procs.append(p)
         return p

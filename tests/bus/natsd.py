@@ -87,8 +87,8 @@ def declare_streams(url: str) -> None:
 
     import nats
 
-    from service.bus import stream
-    from service.settings import Settings
+    from fabricscope.service.bus import stream
+    from fabricscope.service.settings import Settings
 
     async def go() -> None:
         nc = await nats.connect(url)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from collectors.sinks.nats import NatsSender
+from fabricscope.collectors.sinks.nats import NatsSender
 from tests.bus import rows
 from tests.bus.natsd import declare_streams
 

@@ -8,7 +8,7 @@ import time
 import psycopg
 import pytest
 
-from service.bus import leases
+from fabricscope.service.bus import leases
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import asyncio
 import nats
 import pytest
 
-from collectors.sinks.http import HttpSender
-from collectors.sinks.nats import NatsSender, sender_for
+from fabricscope.collectors.sinks.http import HttpSender
+from fabricscope.collectors.sinks.nats import NatsSender, sender_for
 from tests.bus.natsd import NatsServer, declare_streams
 
 

@@ -10,9 +10,9 @@ import nats
 import orjson
 import psycopg
 
-from collectors.sinks.nats import NatsSender
-from service.bus import codec, stream
-from service.settings import Settings
+from fabricscope.collectors.sinks.nats import NatsSender
+from fabricscope.service.bus import codec, stream
+from fabricscope.service.settings import Settings
 from tests.bus import rows
 from tests.bus.natsd import declare_streams
 

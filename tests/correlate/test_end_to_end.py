@@ -11,11 +11,11 @@ import numpy as np
 import psycopg
 import pytest
 
-from service.correlate import attribute_step, job_report, list_steps, process_pending
-from service.simulate.faults import Fault, make_fault
-from service.simulate.generator import Scenario, generate
-from service.simulate.send import HttpSink, send_scenario
-from service.simulate.topology import ClusterSpec, build_cluster
+from fabricscope.service.correlate import attribute_step, job_report, list_steps, process_pending
+from fabricscope.service.simulate.faults import Fault, make_fault
+from fabricscope.service.simulate.generator import Scenario, generate
+from fabricscope.service.simulate.send import HttpSink, send_scenario
+from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
 
 SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
 STEPS = 32

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from service.correlate.baseline import CHANGE_RUN, Baselines, compute_baselines
-from service.correlate.decompose import decompose, find_straggler
-from service.correlate.engine import combine_causes, rank_causes
-from service.correlate.localize import build_topo, candidates, rank_candidates
+from fabricscope.service.correlate.baseline import CHANGE_RUN, Baselines, compute_baselines
+from fabricscope.service.correlate.decompose import decompose, find_straggler
+from fabricscope.service.correlate.engine import combine_causes, rank_causes
+from fabricscope.service.correlate.localize import build_topo, candidates, rank_candidates
 
 
 def _baseline(d: np.ndarray) -> Baselines:

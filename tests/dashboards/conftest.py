@@ -18,10 +18,10 @@ import numpy as np
 import psycopg
 import pytest
 
-from service.simulate.faults import FAULT_KINDS, Fault
-from service.simulate.generator import Scenario, generate
-from service.simulate.send import HttpSink, send_scenario
-from service.simulate.topology import ClusterSpec
+from fabricscope.service.simulate.faults import FAULT_KINDS, Fault
+from fabricscope.service.simulate.generator import Scenario, generate
+from fabricscope.service.simulate.send import HttpSink, send_scenario
+from fabricscope.service.simulate.topology import ClusterSpec
 from tests.support import ServiceProcess, TestDatabase, start_service
 from tools.grafana_sql import Context, load_dashboards, resolve_variables
 
@@ -67,8 +67,8 @@ def _fault_events(sc: Scenario) -> list[dict[str, Any]]:
 def _alerts(conn: psycopg.Connection, url: str) -> bool:
     """Alerts from the alert engine when it is there; else one alert row shaped as it writes them."""
     try:
-        from service.alerts.engine import run_once
-        from service.settings import Settings
+        from fabricscope.service.alerts.engine import run_once
+        from fabricscope.service.settings import Settings
 
         # This run is short (90 steps, faults of a few steps): alert on regressions that last 4 steps.
         run_once(conn, settings=Settings(database_url=url, alert_min_steps=4, alert_recovery_steps=4))  # type: ignore[arg-type]

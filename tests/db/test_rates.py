@@ -11,7 +11,7 @@ import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectors.rates import counter_rates
+from fabricscope.core.rates import counter_rates
 
 MAX_RATE = 5e10  # 400 Gb/s in bytes/s is 5e10: the fastest honest counter we expect
 

@@ -9,8 +9,8 @@ import numpy as np
 import psycopg
 import pytest
 
-from service.db.writer import SampleWriter
-from service.ingest.validate import SampleColumns
+from fabricscope.service.db.writer import SampleWriter
+from fabricscope.service.ingest.validate import SampleColumns
 
 
 def _cols(source: str, values: list[float], t0: float) -> SampleColumns:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from collectors.host.agent import Agent, agent_command, make_sink
-from collectors.host.config import parse_config
+from fabricscope.collectors.host.agent import Agent, agent_command, make_sink
+from fabricscope.collectors.host.config import parse_config
 from tests.sinks.receiver import Receiver, free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors.errors import ConfigError
-from collectors.host import nic, rdma
-from collectors.host.config import parse_config
+from fabricscope.core.errors import ConfigError
+from fabricscope.collectors.host import nic, rdma
+from fabricscope.collectors.host.config import parse_config
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -69,7 +69,7 @@ def test_driver_counters_override_sysfs_for_the_same_series() -> None:
 
 
 def test_malformed_ethtool_output_is_a_parse_error() -> None:
-    from collectors.errors import ParseError
+    from fabricscope.core.errors import ParseError
 
     with pytest.raises(ParseError):
         nic.parse_ethtool_stats("Cannot get stats strings information: Operation not supported\n")
@@ -102,7 +102,7 @@ def test_ib_port_source_names() -> None:
 @pytest.mark.root
 def test_ioctl_reader_equals_ethtool_binary() -> None:
     """Same names and values as `ethtool -S` on a real veth and on this machine's interfaces."""
-    from collectors.host.ethtool_ioctl import EthtoolIoctl
+    from fabricscope.collectors.host.ethtool_ioctl import EthtoolIoctl
 
     binary = shutil.which("ethtool")
     assert binary, "ethtool is installed by .ci/run (apt-get install -y ethtool)"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 
-from collectors import selfmetrics
+from fabricscope.collectors import selfmetrics
 from tests.host.test_agent_live import _fixture_agent
 from tests.support import free_port
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.ingest import fast
-from service.ingest import validate as v
-from service.ingest.body import decode_body
-from service.ingest.errors import IngestError
+from fabricscope.service.ingest import fast
+from fabricscope.service.ingest import validate as v
+from fabricscope.service.ingest.body import decode_body
+from fabricscope.service.ingest.errors import IngestError
 
 LIMITS = v.Limits(max_batch=50, min_ts=946_684_800.0, max_ts=time.time() + 3600)
 T = 1.7e9

@@ -13,9 +13,9 @@ from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
-from service.observability import metrics as m
-from service.observability.access import AccessLog
-from service.observability.logs import JsonFormatter, request_id_var
+from fabricscope.service.observability import metrics as m
+from fabricscope.service.observability.access import AccessLog
+from fabricscope.service.observability.logs import JsonFormatter, request_id_var
 from tests.support import free_port
 
 

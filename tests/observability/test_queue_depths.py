@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import psycopg
 from prometheus_client import CollectorRegistry, generate_latest
 
-from service.observability.queues import SCRAPE_ERRORS, register_queue_depths
+from fabricscope.service.observability.queues import SCRAPE_ERRORS, register_queue_depths
 from tests.support import TestDatabase
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.simulate.faults import FAULT_KINDS, make_fault
-from service.simulate.generator import generate
-from service.simulate.topology import ClusterSpec, build_cluster
+from fabricscope.service.simulate.faults import FAULT_KINDS, make_fault
+from fabricscope.service.simulate.generator import generate
+from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
 
 SMALL = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
 

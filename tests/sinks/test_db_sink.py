@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psycopg
 
-from collectors.sinks.db import DbSink
+from fabricscope.collectors.sinks.db import DbSink
 from tests.support import TestDatabase
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.sinks.http import HttpSender
+from fabricscope.collectors.sinks.http import HttpSender
 from tests.sinks.receiver import Receiver, Request, accept_all
 
 TOKEN = "s3cr3t-token-value"

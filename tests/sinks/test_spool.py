@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.sinks.spool import Spool, SpoolLocked
+from fabricscope.collectors.sinks.spool import Spool, SpoolLocked
 
 
 def rec(i: int, pad: int = 0) -> dict[str, object]:

@@ -9,14 +9,14 @@ from typing import Any
 
 from google.protobuf.json_format import ParseDict
 
-from collectors.switch import lldp
-from collectors.switch.gnmi.parse import parse as gnmi_parse
-from collectors.switch.gnmi.proto import gnmi_pb2
-from collectors.switch.netconf import models
-from collectors.switch.netconf.parse import parse as netconf_parse
-from collectors.switch.snmp import oids
-from collectors.switch.snmp.parse import Value
-from collectors.switch.snmp.parse import parse as snmp_parse
+from fabricscope.collectors.switch import lldp
+from fabricscope.collectors.switch.gnmi.parse import parse as gnmi_parse
+from fabricscope.collectors.switch.gnmi.proto import gnmi_pb2
+from fabricscope.collectors.switch.netconf import models
+from fabricscope.collectors.switch.netconf.parse import parse as netconf_parse
+from fabricscope.collectors.switch.snmp import oids
+from fabricscope.collectors.switch.snmp.parse import Value
+from fabricscope.collectors.switch.snmp.parse import parse as snmp_parse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 TS = 1_700_000_000.0

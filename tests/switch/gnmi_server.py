@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from collectors.switch.gnmi.proto import gnmi_pb2, gnmi_pb2_grpc
+from fabricscope.collectors.switch.gnmi.proto import gnmi_pb2, gnmi_pb2_grpc
 
 
 class ReplayTarget(gnmi_pb2_grpc.gNMIServicer):

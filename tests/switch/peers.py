@@ -202,7 +202,7 @@ def loopback_traffic(n: int = 50, size: int = 1000) -> None:
 
 def netconf_device(name: str, port: int, password_env: str):  # type: ignore[no-untyped-def]
     """An inventory device polling netconfd's ``lo`` over SSH as the peer user."""
-    from collectors.switch.inventory import parse_inventory
+    from fabricscope.collectors.switch.inventory import parse_inventory
 
     return parse_inventory({"devices": [{"name": name, "address": "127.0.0.1", "protocols": ["netconf"],
                                          "interval": 10, "timeout": 8, "include": ["lo"],
@@ -217,7 +217,7 @@ def netconf_two_polls(workdir: Path, name: str, password: str, pause_s: float,
     poll again. The caller puts the password in ``password_env``. Returns (collector, first, second)."""
     import asyncio
 
-    from collectors.switch.netconf.collector import NetconfCollector
+    from fabricscope.collectors.switch.netconf.collector import NetconfCollector
 
     with netconfd(workdir, password) as port:
         col = NetconfCollector(netconf_device(name, port, password_env))

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from collectors.switch.gnmi.client import GnmiCollector
-from collectors.switch.gnmi.proto import gnmi_pb2
-from collectors.switch.inventory import parse_inventory
-from collectors.switch.scheduler import SwitchScheduler
+from fabricscope.collectors.switch.gnmi.client import GnmiCollector
+from fabricscope.collectors.switch.gnmi.proto import gnmi_pb2
+from fabricscope.collectors.switch.inventory import parse_inventory
+from fabricscope.collectors.switch.scheduler import SwitchScheduler
 from tests.switch.fixture_io import FIXTURES, read_gnmi
 from tests.switch.gnmi_server import ReplayTarget, self_signed, serve
 

@@ -7,8 +7,8 @@ import asyncio
 import psycopg
 import pytest
 
-from collectors.sinks.http import HttpSender
-from collectors.switch.gnmi.client import GnmiCollector
+from fabricscope.collectors.sinks.http import HttpSender
+from fabricscope.collectors.switch.gnmi.client import GnmiCollector
 from tests.switch import peers
 from tests.switch.fixture_io import FIXTURES, read_gnmi
 from tests.switch.test_gnmi_wire import _device, _with_target

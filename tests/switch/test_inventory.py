@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collectors.errors import ConfigError
-from collectors.switch.inventory import load_inventory, parse_inventory
+from fabricscope.core.errors import ConfigError
+from fabricscope.collectors.switch.inventory import load_inventory, parse_inventory
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "collectors" / "switch" / "inventory.example.yaml"
 
@@ -73,7 +73,7 @@ def test_collect_command_reports_config_errors(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from collectors.switch.cli import collect_command
+    from fabricscope.collectors.switch.cli import collect_command
 
     app = typer.Typer()
     app.command()(collect_command)

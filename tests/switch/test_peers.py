@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from collectors.sinks.http import HttpSender
-from collectors.switch.inventory import parse_inventory
-from collectors.switch.scheduler import SwitchScheduler
-from collectors.switch.snmp.collector import SnmpCollector
+from fabricscope.collectors.sinks.http import HttpSender
+from fabricscope.collectors.switch.inventory import parse_inventory
+from fabricscope.collectors.switch.scheduler import SwitchScheduler
+from fabricscope.collectors.switch.snmp.collector import SnmpCollector
 from tests.switch import peers
 
 pytestmark = pytest.mark.slow

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.switch import lldp
-from collectors.switch.snmp import oids
-from collectors.switch.snmp.parse import parse
-from collectors.switch.snmp.plan import WalkPlan
+from fabricscope.collectors.switch import lldp
+from fabricscope.collectors.switch.snmp import oids
+from fabricscope.collectors.switch.snmp.parse import parse
+from fabricscope.collectors.switch.snmp.plan import WalkPlan
 from tests.switch.fixture_io import FIXTURES, TS, case_meta, read_snmprec
 
 CASES = sorted(p for kind in ("snmp", "lldp") for p in (FIXTURES / kind).iterdir() if p.is_dir())
@@ -92,8 +92,8 @@ def test_without_pruning_every_poll_is_full():
 
 def test_lldp_columns_are_walked_even_when_empty_at_the_full_walk() -> None:
     """A neighbour cabled after the full walk must be discovered on the next poll, not 30 polls later."""
-    from collectors.switch.snmp import oids
-    from collectors.switch.snmp.plan import WalkPlan
+    from fabricscope.collectors.switch.snmp import oids
+    from fabricscope.collectors.switch.snmp.plan import WalkPlan
 
     plan = WalkPlan(oids.columns_for(None), [oids.IF_NAME, *oids.LLDP_COLUMNS], always=oids.LLDP_COLUMNS)
     walk, full = plan.next_walk()

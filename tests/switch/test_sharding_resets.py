@@ -5,12 +5,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.core import Sample
-from collectors.errors import ConfigError
-from collectors.rates import series_rates
-from collectors.switch.backoff import Backoff
-from collectors.switch.resets import ResetSample, ResetTracker
-from collectors.switch.sharding import parse_shard, select, shard_of
+from fabricscope.core.model import Sample
+from fabricscope.core.errors import ConfigError
+from fabricscope.core.rates import series_rates
+from fabricscope.collectors.switch.backoff import Backoff
+from fabricscope.collectors.switch.resets import ResetSample, ResetTracker
+from fabricscope.collectors.switch.sharding import parse_shard, select, shard_of
 
 
 class _D:

@@ -9,8 +9,8 @@ from pathlib import Path
 import psycopg
 from typer.testing import CliRunner
 
-from collectors.sinks.http import HttpSender
-from collectors.training.importers.cli import import_app
+from fabricscope.collectors.sinks.http import HttpSender
+from fabricscope.collectors.training.importers.cli import import_app
 from tests.training.launch import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "training"

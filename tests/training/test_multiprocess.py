@@ -15,7 +15,7 @@ import psycopg
 import pytest
 import torch  # noqa: F401 - required (torch==2.13.0, CPU wheel): fail loudly if it is missing
 
-from collectors.sinks.http import HttpSender
+from fabricscope.collectors.sinks.http import HttpSender
 from tests.support import start_service
 from tests.training.launch import free_port, run_job, start_job, wait_job
 

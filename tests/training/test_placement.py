@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.training import placement
+from fabricscope.collectors.training import placement
 
 
 def pcie_tree(root: Path) -> Path:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from collectors.training import Recorder
+from fabricscope.collectors.training import Recorder
 from tests.sinks.receiver import Receiver
 from tests.training.launch import REPO, free_port
 

@@ -54,7 +54,7 @@ def main() -> None:
 
     rec: Any = None
     if not a.no_hook:
-        from collectors.training import Recorder
+        from fabricscope.collectors.training import Recorder
 
         rec = Recorder().start()  # line 1 of the instrumentation; FABRICSCOPE_* from the env
     dist.init_process_group("gloo")

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from collectors.errors import CollectionError
+from fabricscope.core.errors import CollectionError
 
 from .. import lldp
 from ..base import PollResult, speeds_of

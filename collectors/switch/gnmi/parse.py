@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.core import Sample
+from fabricscope.core.model import Sample
 
 from ..netconf.models import OC_SPEEDS
 from . import paths

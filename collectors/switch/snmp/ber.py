@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collectors.errors import ParseError
+from fabricscope.core.errors import ParseError
 
 
 class Special:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from collectors.core import now
+from fabricscope.core.model import now
 
 from .. import lldp
 from ..base import PollResult, speeds_of

@@ -28,7 +28,7 @@ from pysnmp.hlapi.v3arch.asyncio.transport import UdpTransportTarget
 from pysnmp.proto import rfc1905
 from pysnmp.proto.rfc1902 import ObjectName
 
-from collectors.errors import CollectionError
+from fabricscope.core.errors import CollectionError
 
 from ..inventory import Device, SnmpSettings
 from . import ber

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from collectors.core import Sample
+from fabricscope.core.model import Sample
 
 from . import oids
 from .oids import Column

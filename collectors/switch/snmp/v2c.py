@@ -14,7 +14,7 @@ import random
 import socket
 from collections.abc import Sequence
 
-from collectors.errors import CollectionError, ParseError
+from fabricscope.core.errors import CollectionError, ParseError
 
 from . import ber
 

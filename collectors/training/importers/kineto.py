@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from collectors.errors import ParseError
+from fabricscope.core.errors import ParseError
 
 # Names seen in kernel args ("allreduce"), annotations ("nccl:_all_gather_base") and kernel names
 # ("AllReduce") -> the op names the hook posts for the torch.distributed call.

@@ -16,7 +16,7 @@ import json
 import logging
 from typing import Any
 
-from collectors.errors import ParseError
+from fabricscope.core.errors import ParseError
 
 log = logging.getLogger("fabricscope.import.nccl_inspector")
 

@@ -13,8 +13,8 @@ import httpx
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from service.alerts import payloads, store
-from service.api.deps import AdminAuth, ConnDep, ReadAuth
+from fabricscope.service.alerts import payloads, store
+from fabricscope.service.api.deps import AdminAuth, ConnDep, ReadAuth
 
 router = APIRouter(tags=["alerts"])
 

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from service.api.deps import PoolDep
-from service.db.database import current_revision, head_revision
+from fabricscope.service.api.deps import PoolDep
+from fabricscope.service.db.database import current_revision, head_revision
 
 router = APIRouter(tags=["health"])
 

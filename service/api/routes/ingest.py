@@ -10,15 +10,15 @@ import psycopg
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import IngestAuth, PoolDep, SettingsDep, WriterDep
-from service.api.schemas import INGEST_MODELS, IngestResult
-from service.ingest import store
-from service.ingest import validate as v
-from service.ingest.body import decode_body, inflate
-from service.ingest.errors import IngestError, TooLarge
-from service.ingest.fast import samples_json
-from service.observability import metrics as m
-from service.settings import Settings
+from fabricscope.service.api.deps import IngestAuth, PoolDep, SettingsDep, WriterDep
+from fabricscope.service.api.schemas import INGEST_MODELS, IngestResult
+from fabricscope.service.ingest import store
+from fabricscope.service.ingest import validate as v
+from fabricscope.service.ingest.body import decode_body, inflate
+from fabricscope.service.ingest.errors import IngestError, TooLarge
+from fabricscope.service.ingest.fast import samples_json
+from fabricscope.service.observability import metrics as m
+from fabricscope.service.settings import Settings
 
 router = APIRouter(prefix="/v1/ingest", tags=["ingest"], dependencies=[IngestAuth])
 
@@ -54,7 +54,7 @@ async def _read_raw(request: Request, max_bytes: int) -> tuple[bytes, bool]:
 
 async def _to_bus(request: Request, settings: Settings, kind: str, body: Any, n: int) -> dict[str, Any]:
     """ingest_mode=nats: the body is valid; publish it for `fabricscope writer` instead of writing."""
-    from service.bus.api import publish_batch
+    from fabricscope.service.bus.api import publish_batch
 
     return await publish_batch(request.app, settings, kind, body, n)
 

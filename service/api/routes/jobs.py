@@ -6,9 +6,9 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Path
 
-from service.api.deps import ConnDep, IngestAuth, ReadAuth
-from service.api.schemas import JobIn, JobOut
-from service.db import inventory
+from fabricscope.service.api.deps import ConnDep, IngestAuth, ReadAuth
+from fabricscope.service.api.schemas import JobIn, JobOut
+from fabricscope.service.db import inventory
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

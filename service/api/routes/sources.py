@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
 
-from service.api.deps import ConnDep, ReadAuth
-from service.db import series as series_db
+from fabricscope.service.api.deps import ConnDep, ReadAuth
+from fabricscope.service.db import series as series_db
 
 router = APIRouter(prefix="/v1/sources", tags=["queries"], dependencies=[ReadAuth])
 

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from service.api.deps import ConnDep, ReadAuth
-from service.api.schemas import Attribution, StepRow
+from fabricscope.service.api.deps import ConnDep, ReadAuth
+from fabricscope.service.api.schemas import Attribution, StepRow
 
 router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
 
@@ -17,7 +17,7 @@ JobName = Path(min_length=1, max_length=512)
 
 def _engine(name: str) -> Any:
     try:
-        import service.correlate as engine
+        import fabricscope.service.correlate as engine
 
         return getattr(engine, name)
     except (ImportError, AttributeError) as exc:

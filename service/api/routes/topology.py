@@ -6,9 +6,9 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
-from service.api.deps import AdminAuth, ConnDep, ReadAuth
-from service.api.schemas import LinksMerge, Topology
-from service.db import inventory
+from fabricscope.service.api.deps import AdminAuth, ConnDep, ReadAuth
+from fabricscope.service.api.schemas import LinksMerge, Topology
+from fabricscope.service.db import inventory
 
 router = APIRouter(prefix="/v1/topology", tags=["inventory"])
 

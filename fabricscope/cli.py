@@ -1,0 +1,102 @@
+"""The ``fabricscope`` command: one entry point; each subcommand needs only its role's extra.
+
+The base install (the training hook) has no command line. Each role's extra brings its commands:
+``[agent]`` the host agent and the importers, ``[switch]`` the switch collectors, ``[server]`` the
+API, database, simulator and demo. A subcommand whose extra is not installed is still listed, and
+running it prints the one ``pip install`` line that brings it instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+INSTALL_HINT = "pip install 'fabricscope[{extra}]'"
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    module: str
+    attr: str
+    extra: str
+    help: str
+    group: bool = False
+
+
+ENTRIES = (
+    Entry("serve", "fabricscope.service.cli", "serve", "server", "Run the HTTP API (migrating the database first)."),
+    Entry("migrate", "fabricscope.service.cli", "migrate_cmd", "server", "Bring the database schema up to date."),
+    Entry("db", "fabricscope.service.cli", "db_app", "server", "The database in use.", group=True),
+    Entry("topology", "fabricscope.service.cli", "topology_app", "server", "Topology files.", group=True),
+    Entry("demo", "fabricscope.service.demo", "demo_command", "server", "API + simulated cluster + slow steps."),
+    Entry("simulate", "fabricscope.service.simulate.cli", "simulate_command", "server",
+          "Send a simulated cluster with injected faults to an API."),
+    Entry("writer", "fabricscope.service.bus.cli", "writer_command", "server", "NATS bus writer."),
+    Entry("agent", "fabricscope.collectors.host.agent", "agent_command", "agent",
+          "The host agent (NIC, RDMA/IB, storage)."),
+    Entry("collect", "fabricscope.collectors.switch.cli", "collect_command", "switch",
+          "Poll the switches of an inventory."),
+    Entry("import", "fabricscope.collectors.training.importers.cli", "import_app", "agent",
+          "Import timings recorded by other tools.", group=True),
+)
+
+
+def missing_extra(exc: ModuleNotFoundError) -> bool:
+    """A third-party module is absent (an extra is not installed), not a fabricscope bug."""
+    return bool(exc.name) and exc.name.split(".")[0] != "fabricscope"
+
+
+def load(entry: Entry) -> Any:
+    """The entry's Typer command or group; ModuleNotFoundError when its extra is not installed."""
+    return getattr(importlib.import_module(entry.module), entry.attr)
+
+
+def _hint_command(entry: Entry, missing: str | None) -> Any:
+    import typer
+
+    def needs_extra(ctx: typer.Context) -> None:
+        typer.secho(f"fabricscope {entry.name} needs the '{entry.extra}' extra ({missing} is not installed): "
+                    f"{INSTALL_HINT.format(extra=entry.extra)}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2)
+
+    return needs_extra
+
+
+def build_app() -> Any:
+    import typer
+
+    app = typer.Typer(help="fabricscope: why was step N slow?", no_args_is_help=True, add_completion=False)
+    for entry in ENTRIES:
+        try:
+            target = load(entry)
+        except ModuleNotFoundError as exc:
+            if not missing_extra(exc):
+                raise
+            app.command(entry.name, help=f"{entry.help} [needs fabricscope[{entry.extra}]]",
+                        context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                          "help_option_names": []})(_hint_command(entry, exc.name))
+            continue
+        if entry.group:
+            app.add_typer(target, name=entry.name, help=entry.help)
+        else:
+            app.command(entry.name)(target)
+    return app
+
+
+def main() -> None:
+    try:
+        import typer  # noqa: F401  (every role extra brings it)
+    except ModuleNotFoundError:
+        roles = ", ".join(f"{INSTALL_HINT.format(extra=e)} ({what})" for e, what in
+                          (("agent", "host agent"), ("switch", "switch collectors"), ("server", "API, demo")))
+        print(f"fabricscope: the base install holds the training hook only; the command line comes with a role: "
+              f"{roles}", file=sys.stderr)
+        raise SystemExit(2) from None
+    build_app()()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
