@@ -1,31 +1,64 @@
 """Prometheus self-metrics of collector processes (`--metrics-port`): poll results per device.
 
-The metric objects live with the service's (one registry, one naming scheme); collectors reach them
-through here so a collector without prometheus_client installed still runs.
+A collector process exports these and nothing else: they live in their own registry, not in
+prometheus_client's global one that the server fills. prometheus_client comes with the
+``[agent]``/``[switch]`` extras; without it polls are simply not exported.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 from typing import Any
 
 log = logging.getLogger(__name__)
 
+try:
+    from prometheus_client import CollectorRegistry, Counter, Gauge
+except ModuleNotFoundError:  # pragma: no cover - a bare install without the agent extra
+    REGISTRY = None
+else:
+    REGISTRY = CollectorRegistry(auto_describe=True)
+    COLLECTOR_UP = Gauge("fabricscope_collector_up", "Last poll of a device succeeded (1) or not (0)", ["device"],
+                         registry=REGISTRY)
+    COLLECTOR_SECONDS = Gauge("fabricscope_collector_poll_seconds", "Duration of the last poll", ["device"],
+                              registry=REGISTRY)
+    COLLECTOR_POLLS = Counter("fabricscope_collector_polls_total", "Device polls", ["device", "result"],
+                              registry=REGISTRY)
+    COLLECTOR_SAMPLES = Counter("fabricscope_collector_samples_total", "Samples produced by polls", ["device"],
+                                registry=REGISTRY)
+
 
 def observe_poll(device: str, *, ok: bool, seconds: float, samples: int = 0) -> None:
-    try:
-        from fabricscope.service.observability.metrics import observe_poll as _observe
-    except ImportError:  # pragma: no cover - prometheus_client absent
+    """One finished poll of `device` (switch collector or host agent)."""
+    if REGISTRY is None:
         return
-    _observe(device, ok=ok, seconds=seconds, samples=samples)
+    COLLECTOR_UP.labels(device).set(1 if ok else 0)
+    COLLECTOR_SECONDS.labels(device).set(seconds)
+    COLLECTOR_POLLS.labels(device, "ok" if ok else "error").inc()
+    if samples:
+        COLLECTOR_SAMPLES.labels(device).inc(samples)
+
+
+def forget_device(device: str) -> None:
+    """A device left the inventory: drop its series rather than report it down forever."""
+    if REGISTRY is None:
+        return
+    for g in (COLLECTOR_UP, COLLECTOR_SECONDS):
+        with suppress(KeyError):
+            g.remove(device)
 
 
 def serve(port: int | None, addr: str = "127.0.0.1") -> Any:
-    """Start /metrics on ``addr:port`` when a port is given; returns the server or None."""
+    """Start /metrics on ``addr:port`` when a port is given; returns (server, thread) or None."""
     if not port:
         return None
-    from fabricscope.service.observability.metrics import serve_metrics
+    if REGISTRY is None:
+        log.warning("--metrics-port %d ignored: prometheus-client is not installed "
+                    "(pip install 'fabricscope[agent]')", port)
+        return None
+    from prometheus_client import start_http_server
 
-    server = serve_metrics(port, addr)
+    server = start_http_server(port, addr=addr, registry=REGISTRY)
     log.info("self-metrics on http://%s:%d/metrics", addr, port)
     return server

@@ -27,10 +27,23 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from fabricscope.collectors.training.recorder import Recorder
+
+class Recorder(Protocol):
+    """What the timers use of :class:`fabricscope.collectors.training.recorder.Recorder`: a protocol,
+    so that this module does not import the recorder, which imports it (no import cycle)."""
+
+    collectives_on: bool
+    cuda_on: bool
+    wall_offset: float
+
+    def _collective_meta(self, op: str, seq: int | None, nbytes: int | None, group: str | None,
+                         group_size: int | None) -> dict[str, Any]: ...
+    def _submit(self, kind: str, item: dict[str, Any]) -> None: ...
+    def _count_drop(self, n: int) -> None: ...
+    def _timer(self) -> Any: ...
+
 
 log = logging.getLogger("fabricscope.training")
 

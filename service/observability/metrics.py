@@ -1,7 +1,8 @@
 """Prometheus metrics of fabricscope itself (served at /metrics).
 
-Counters and histograms are updated where the work happens (call sites listed per metric);
-queue depths are read from the database at scrape time (`queues.QueueDepthCollector`), so they
+Collector processes export their own metrics from their own registry
+(:mod:`fabricscope.collectors.selfmetrics`). Counters and histograms are updated where the work
+happens (call sites listed per metric); queue depths are read from the database at scrape time (`queues.QueueDepthCollector`), so they
 are right whichever process did the work.
 """
 
@@ -9,10 +10,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from typing import Any
+from contextlib import contextmanager
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Histogram
 
 # Ingest API (service/api/routes/ingest.py, service/api/main.py).
 INGEST_ROWS = Counter("fabricscope_ingest_rows_total", "Rows accepted by the ingest API", ["kind"])
@@ -32,30 +32,7 @@ ATTRIBUTED_STEPS = Counter("fabricscope_attributed_steps_total", "Steps attribut
 WEBHOOK_DELIVERIES = Counter("fabricscope_webhook_deliveries_total", "Webhook delivery attempts", ["result"])
 WEBHOOK_SECONDS = Histogram("fabricscope_webhook_delivery_seconds", "Webhook HTTP attempt latency",
                             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-# Collectors and agents (their own processes: exposed by `serve_metrics` there).
-COLLECTOR_UP = Gauge("fabricscope_collector_up", "Last poll of a device succeeded (1) or not (0)", ["device"])
-COLLECTOR_SECONDS = Gauge("fabricscope_collector_poll_seconds", "Duration of the last poll", ["device"])
-COLLECTOR_POLLS = Counter("fabricscope_collector_polls_total", "Device polls", ["device", "result"])
-COLLECTOR_SAMPLES = Counter("fabricscope_collector_samples_total", "Samples produced by polls", ["device"])
-SPOOL_BYTES = Gauge("fabricscope_sink_spool_bytes", "Bytes waiting in a collector's outage spool", ["sink"])
-
 DELIVERY_RESULTS = ("delivered", "retrying", "failed", "expired")  # service/alerts/delivery.py states
-
-
-def observe_poll(device: str, *, ok: bool, seconds: float, samples: int = 0) -> None:
-    """One finished poll of `device` (switch collector or host agent)."""
-    COLLECTOR_UP.labels(device).set(1 if ok else 0)
-    COLLECTOR_SECONDS.labels(device).set(seconds)
-    COLLECTOR_POLLS.labels(device, "ok" if ok else "error").inc()
-    if samples:
-        COLLECTOR_SAMPLES.labels(device).inc(samples)
-
-
-def forget_device(device: str) -> None:
-    """A device left the inventory: drop its series rather than report it down forever."""
-    for g in (COLLECTOR_UP, COLLECTOR_SECONDS):
-        with suppress(KeyError):
-            g.remove(device)
 
 
 def observe_delivery(result: str, seconds: float | None = None) -> None:
@@ -77,11 +54,3 @@ def attribution_timer() -> Iterator[dict[str, str]]:
         ATTRIBUTION_SECONDS.observe(time.perf_counter() - t0)
         if "layer" in out:
             ATTRIBUTED_STEPS.labels(out["layer"]).inc()
-
-
-def serve_metrics(port: int, addr: str = "127.0.0.1") -> Any:
-    """/metrics for processes without the API (collector, agent): `--metrics-port`. Returns the
-    server (`.shutdown()`) and its daemon thread."""
-    from prometheus_client import start_http_server
-
-    return start_http_server(port, addr=addr)

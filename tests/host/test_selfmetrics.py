@@ -25,3 +25,20 @@ def test_agent_polls_are_exported_on_the_metrics_port(tmp_path: Path) -> None:
     up = [line for line in text.splitlines() if line.startswith('fabricscope_collector_up{device="outage:nic"}')]
     assert up and up[0].endswith(" 1.0")
     assert 'fabricscope_collector_polls_total{device="outage:nic",result="ok"}' in text
+
+
+def test_collector_metrics_are_its_own_registry_only() -> None:
+    """A collector's /metrics carries collector metrics, not the server's (ingest, HTTP, engine)."""
+    port = free_port()
+    server = selfmetrics.serve(port)
+    try:
+        selfmetrics.observe_poll("spineT", ok=True, seconds=0.5, samples=3)
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    finally:
+        server[0].shutdown()
+    assert 'fabricscope_collector_up{device="spineT"} 1.0' in text
+    assert 'fabricscope_collector_samples_total{device="spineT"} 3.0' in text
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    assert names and all(n.startswith("fabricscope_collector_") for n in names), names
+    selfmetrics.forget_device("spineT")
+    assert selfmetrics.REGISTRY.get_sample_value("fabricscope_collector_up", {"device": "spineT"}) is None

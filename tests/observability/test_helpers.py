@@ -7,7 +7,6 @@ import json
 import logging
 from typing import Any
 
-import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
@@ -16,25 +15,10 @@ from prometheus_client import REGISTRY
 from fabricscope.service.observability import metrics as m
 from fabricscope.service.observability.access import AccessLog
 from fabricscope.service.observability.logs import JsonFormatter, request_id_var
-from tests.support import free_port
 
 
 def _v(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
-def test_observe_poll_sets_up_duration_and_counts() -> None:
-    polls = _v("fabricscope_collector_polls_total", device="leafT", result="error")
-    m.observe_poll("leafT", ok=True, seconds=0.25, samples=40)
-    assert _v("fabricscope_collector_up", device="leafT") == 1
-    assert _v("fabricscope_collector_poll_seconds", device="leafT") == 0.25
-    m.observe_poll("leafT", ok=False, seconds=4.0)
-    assert _v("fabricscope_collector_up", device="leafT") == 0
-    assert _v("fabricscope_collector_polls_total", device="leafT", result="error") == polls + 1
-    assert _v("fabricscope_collector_samples_total", device="leafT") >= 40
-    m.forget_device("leafT")
-    assert REGISTRY.get_sample_value("fabricscope_collector_up", {"device": "leafT"}) is None
-    m.forget_device("leafT")  # twice is fine
 
 
 def test_delivery_results_are_a_closed_set() -> None:
@@ -93,15 +77,3 @@ def test_access_log_is_json_with_request_id_and_route_template() -> None:
     assert "secret-job-name" not in lines[0]["msg"]  # the template, not the path: no names in logs/labels
     assert lines[1]["http"]["status"] == 404 and lines[1]["http"]["route"] == "unmatched"
     assert _v("fabricscope_http_requests_total", method="GET", route="/v1/jobs/{job}", status="200") == before + 1
-
-
-def test_serve_metrics_for_collector_processes() -> None:
-    port = free_port()
-    server, thread = m.serve_metrics(port)
-    try:
-        m.observe_poll("spineT", ok=True, seconds=0.5)
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-        assert 'fabricscope_collector_up{device="spineT"} 1.0' in text
-    finally:
-        server.shutdown()
-        thread.join(5)

@@ -14,9 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
-from fabricscope.core.errors import ParseError
 from fabricscope.collectors.sinks.http import HttpSender
 from fabricscope.collectors.training.importers import kineto, nccl_inspector
+from fabricscope.core.errors import ParseError
 
 import_app = typer.Typer(help="Import training timings recorded by other tools.", no_args_is_help=True)
 log = logging.getLogger("fabricscope.import")
