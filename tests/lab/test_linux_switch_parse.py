@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fabricscope.core.errors import ParseError
-from fabricscope.collectors.lab.linux_switch import merge, parse_counters, parse_qdiscs
+from tests.lab.linux_switch import merge, parse_counters, parse_qdiscs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "linux_switch"
 CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.exists() else []

@@ -9,11 +9,11 @@ from typing import Any
 
 from google.protobuf.json_format import ParseDict
 
-from fabricscope.collectors.switch import lldp
 from fabricscope.collectors.switch.gnmi.parse import parse as gnmi_parse
 from fabricscope.collectors.switch.gnmi.proto import gnmi_pb2
 from fabricscope.collectors.switch.netconf import models
 from fabricscope.collectors.switch.netconf.parse import parse as netconf_parse
+from fabricscope.collectors.switch.snmp import lldp as snmp_lldp
 from fabricscope.collectors.switch.snmp import oids
 from fabricscope.collectors.switch.snmp.parse import Value
 from fabricscope.collectors.switch.snmp.parse import parse as snmp_parse
@@ -60,7 +60,7 @@ def run_case(kind: str, case: Path) -> dict[str, Any]:
         vbs = read_snmprec(case / "input.snmprec")
         p = snmp_parse(device, vbs, TS, oids.STANDARD)
         speeds = {s.source.partition(":")[2]: s.value for s in p.samples if s.metric == "speed_bps" and s.value}
-        return {"links": [link.to_json() for link in lldp.links_from_snmp(device, vbs, speeds, p.if_names)]}
+        return {"links": [link.to_json() for link in snmp_lldp.links_from_snmp(device, vbs, speeds, p.if_names)]}
     if kind == "netconf":
         model = next(m for m in models.MODELS if m.name == meta["model"])
         n = netconf_parse(device, (case / "reply.xml").read_bytes(), model, TS)

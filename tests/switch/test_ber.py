@@ -14,8 +14,8 @@ from pyasn1.type import univ
 from pysnmp.proto import rfc1902, rfc1905
 from pysnmp.proto.api import v2c
 
-from fabricscope.core.errors import ParseError
 from fabricscope.collectors.switch.snmp import ber
+from fabricscope.core.errors import ParseError
 
 arcs = st.integers(0, 2**32 - 1)
 heads = st.one_of(st.tuples(st.integers(0, 1), st.integers(0, 39)), st.tuples(st.just(2), arcs))

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabricscope.core.errors import ConfigError
 from fabricscope.collectors.switch.inventory import load_inventory, parse_inventory
+from fabricscope.core.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "collectors" / "switch" / "inventory.example.yaml"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fabricscope.collectors.switch import lldp
+from fabricscope.collectors.switch.snmp import lldp as snmp_lldp
 from fabricscope.collectors.switch.snmp import oids
 from fabricscope.collectors.switch.snmp.parse import parse
 from fabricscope.collectors.switch.snmp.plan import WalkPlan
@@ -27,7 +27,7 @@ def poll(plan: WalkPlan, recording, restarted=False):
     vbs = walk(recording, cols)
     p = parse("sw1", vbs, TS, plan.columns)
     plan.observe(vbs, full, restarted, frozenset(p.if_names))
-    links = lldp.links_from_snmp("sw1", vbs, None, p.if_names)
+    links = snmp_lldp.links_from_snmp("sw1", vbs, None, p.if_names)
     return p, links, cols
 
 

@@ -10,11 +10,11 @@ import socket
 
 import pytest
 
-from fabricscope.core.errors import CollectionError
 from fabricscope.collectors.switch.inventory import parse_inventory
 from fabricscope.collectors.switch.snmp import ber
 from fabricscope.collectors.switch.snmp.collector import SnmpCollector
 from fabricscope.collectors.switch.snmp.v2c import V2cTransport
+from fabricscope.core.errors import CollectionError
 from tests.switch import peers
 from tests.switch.fixture_io import FIXTURES, case_meta
 

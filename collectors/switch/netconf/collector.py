@@ -14,8 +14,8 @@ from typing import Any
 from ncclient import manager
 from ncclient.operations.rpc import RPCError
 
-from fabricscope.core.model import now
 from fabricscope.core.errors import CollectionError, ParseError
+from fabricscope.core.model import now
 
 from .. import lldp
 from ..base import PollResult, speeds_of

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from xml.etree import ElementTree as ET
 
-from fabricscope.core.model import Sample
 from fabricscope.core.errors import ParseError
+from fabricscope.core.model import Sample
 
 from .models import OC_ETH, OC_SPEEDS, Leaf, Model
 

@@ -6,12 +6,12 @@ from typing import Literal
 
 from fabricscope.core.model import now
 
-from .. import lldp
 from ..base import PollResult, speeds_of
 from ..inventory import Device
 from ..resets import ResetTracker
 from . import oids
 from .fetch import SnmpClient
+from .lldp import links_from_snmp
 from .parse import parse
 from .plan import REPROBE_EVERY, WalkPlan
 
@@ -44,7 +44,7 @@ class SnmpCollector:
         links = []
         if self.device.lldp:
             mib = [vb for vb in varbinds if vb[0].startswith(_LLDP_MIB)]  # lldp scans what it gets per column
-            links = lldp.links_from_snmp(self.device.name, mib, speeds_of(samples), parsed.if_names)
+            links = links_from_snmp(self.device.name, mib, speeds_of(samples), parsed.if_names)
         return PollResult(samples, links, parsed.problems)
 
     async def aclose(self) -> None:

@@ -19,7 +19,7 @@ import logging
 import signal
 
 from fabricscope.core.errors import FabricscopeError
-from fabricscope.collectors.lab.linux_switch import LinuxSwitchCollector
+from tests.lab.linux_switch import LinuxSwitchCollector
 from fabricscope.collectors.sinks.http import HttpSender
 from fabricscope.collectors.switch.cli import LinkPublisher
 from fabricscope.collectors.switch.inventory import Device

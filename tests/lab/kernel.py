@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from fabricscope.service.lab.spec import LabSpec
+from tests.lab.spec import LabSpec
 
 log = logging.getLogger("fabricscope.lab")
 CGROUP_ROOT = Path("/sys/fs/cgroup")

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fabricscope.service.lab import kernel
-from fabricscope.service.lab.kernel import sh
-from fabricscope.service.lab.spec import LabSpec
+from tests.lab import kernel
+from tests.lab.kernel import sh
+from tests.lab.spec import LabSpec
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import typer
 
-from fabricscope.service.lab import faults as F
-from fabricscope.service.lab import kernel
-from fabricscope.service.lab.spec import DEFAULT_PREFIX, LabSpec
+from tests.lab import faults as F
+from tests.lab import kernel
+from tests.lab.spec import DEFAULT_PREFIX, LabSpec
 
 lab_app = typer.Typer(help="A leaf-spine fabric in network namespaces, a real training job, injected faults.",
                       no_args_is_help=True)
@@ -60,7 +60,7 @@ def run(
     keep: bool = typer.Option(False, help="Leave the lab up afterwards (then: fabricscope lab down)."),
 ) -> None:
     """Run the lab end to end and print the per-fault table."""
-    from fabricscope.service.lab.runner import Options, run_lab
+    from tests.lab.runner import Options, run_lab
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -26,10 +26,10 @@ from typing import Any
 
 import httpx
 
-from fabricscope.service.lab import faults as F
-from fabricscope.service.lab import kernel
-from fabricscope.service.lab.evaluate import FaultResult, Window, evaluate, table
-from fabricscope.service.lab.spec import LabSpec
+from tests.lab import faults as F
+from tests.lab import kernel
+from tests.lab.evaluate import FaultResult, Window, evaluate, table
+from tests.lab.spec import LabSpec
 
 log = logging.getLogger("fabricscope.lab")
 REPO = Path(__file__).resolve().parents[2]
@@ -177,12 +177,12 @@ class Lab:
 
     def start_collectors(self) -> None:
         target = self.url.removeprefix("http://").rstrip("/")
-        self.spawn("relay", [sys.executable, "-m", "fabricscope.service.lab.relay", "--target", target, "--port",
+        self.spawn("relay", [sys.executable, "-m", "tests.lab.relay", "--target", target, "--port",
                              str(self.relay_port)] + self.spec.namespaces)
         local = f"http://127.0.0.1:{self.relay_port}"
         self._wait(lambda: "relay ready" in self.tail("relay"), 30, "relay")
         for sw in self.spec.switches:
-            self.spawn(f"collector-{sw}", [sys.executable, "-m", "fabricscope.collectors.lab.switch_agent", "--switch", sw,
+            self.spawn(f"collector-{sw}", [sys.executable, "-m", "tests.lab.switch_agent", "--switch", sw,
                                            "--url", local, "--snmp-port", str(SNMP_PORT),
                                            "--wire-frame-bytes", str(WIRE_FRAME_BYTES)],
                        ns=self.spec.ns(sw), env=self._env(**{COMMUNITY_ENV: self.community}))
@@ -225,7 +225,7 @@ class Lab:
                             FSLAB_CKPT_DIR=str(kernel.volume_dir(self.spec, h)), FSLAB_STOP=str(self.stop_file),
                             FSLAB_CKPT_EVERY=str(self.opts.ckpt_every), FSLAB_WIDTH=str(self.opts.width),
                             OMP_NUM_THREADS="1")
-            self.spawn(f"rank{rank}", [sys.executable, "-m", "fabricscope.service.lab.train"], ns=self.spec.ns(h), env=env,
+            self.spawn(f"rank{rank}", [sys.executable, "-m", "tests.lab.train"], ns=self.spec.ns(h), env=env,
                        host_cgroups=h)
 
     @property
