@@ -1,4 +1,4 @@
-"""Per-driver mapping tables from ``ethtool -S`` keys onto API.md canonical metrics.
+"""Per-driver mapping tables from ``ethtool -S`` keys onto docs/API.md canonical metrics.
 
 Data, not code: each driver has ``rules`` (regex fullmatched against the key -> metric, labels,
 scale) and ``ignore`` patterns. Keys matching a rule become canonical samples; several keys that

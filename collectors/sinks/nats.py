@@ -168,7 +168,7 @@ def sender_for(url: str, *, token: str | None = None, **kwargs: Any) -> HttpSend
 
 
 def _message_of(rec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(kind, API.md body) of a queued batch: the same body the HTTP sender would POST."""
+    """(kind, docs/API.md body) of a queued batch: the same body the HTTP sender would POST."""
     if rec["kind"] == "job":
         return "jobs", {"job": rec["job"], "batch_id": rec["batch_id"], **rec["body"]}
     _method, _path, body = _request_of(rec)

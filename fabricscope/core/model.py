@@ -18,7 +18,7 @@ Labels = Mapping[str, str]
 class Sample:
     """One value of one metric of one source at one time (Unix epoch seconds).
 
-    ``source`` is ``device`` or ``device:interface``; ``metric`` is a canonical name from API.md
+    ``source`` is ``device`` or ``device:interface``; ``metric`` is a canonical name from docs/API.md
     (``rx_bytes_total``) or an extra one kept as-is. Counters end in ``_total``.
     """
 

@@ -1,4 +1,4 @@
-"""Gzip request bodies for every route (API.md: gzip request bodies accepted).
+"""Gzip request bodies for every route (docs/API.md: gzip request bodies accepted).
 
 The ingest routes stream and decompress bodies themselves (with their own limits and 4xx answers);
 this ASGI middleware does the same for the other JSON routes (topology, jobs, webhooks).

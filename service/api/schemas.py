@@ -1,4 +1,4 @@
-"""Pydantic models of the v1 contract (API.md). Ingest bodies are parsed by the fast path in
+"""Pydantic models of the v1 contract (docs/API.md). Ingest bodies are parsed by the fast path in
 ``service.ingest.validate``; their models here document the same shape in ``/openapi.json``."""
 
 from __future__ import annotations

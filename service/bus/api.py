@@ -48,7 +48,7 @@ async def _publish_split(bus: BusPublisher, kind: str, body: dict[str, Any]) -> 
     try:
         return (await bus.publish(kind, body)).duplicate
     except MessageTooLarge:
-        items = body[kind]  # the items' key is the kind's name (API.md)
+        items = body[kind]  # the items' key is the kind's name (docs/API.md)
         if len(items) < 2:
             raise HTTPException(413, detail=[{"loc": ["body", kind, 0], "msg": "one item is larger than a NATS "
                                               "message may be (server max_payload)", "type": "too_long"}]) from None

@@ -1,4 +1,4 @@
-"""Bus messages: an API.md batch body as JSON (gzip over a few KiB), one batch per message.
+"""Bus messages: an docs/API.md batch body as JSON (gzip over a few KiB), one batch per message.
 
 Pure functions, shared by every publisher and the writers. The batch id travels in the body (the
 database claim in ``ingest_batches`` makes a redelivered batch add nothing) and in the

@@ -1,7 +1,7 @@
 """Why was this step slow? baseline -> slow step -> decompose -> straggler vs fabric -> localize -> evidence.
 
 Public, keyword-only, psycopg 3 connection passed in:
-`attribute_step`, `list_steps`, `job_report`, `process_pending`. Output is API.md's attribution.
+`attribute_step`, `list_steps`, `job_report`, `process_pending`. Output is docs/API.md's attribution.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def _net_cause(ev: pd.DataFrame, coverage: float) -> dict[str, Any]:
 # -- public API --------------------------------------------------------------------------------
 
 def attribute_step(conn: Any, *, job: str, step: int, store: bool = True) -> dict[str, Any] | None:
-    """The attribution of one step (API.md), or None when the step does not exist."""
+    """The attribution of one step (docs/API.md), or None when the step does not exist."""
     with attribution_timer() as timing:
         out = _attribute(conn, job=job, step=step, store=store)
         if out is not None:
@@ -284,7 +284,7 @@ def _step_range(conn: Any, job: str, from_ts: datetime | None, to_ts: datetime |
 
 def list_steps(conn: Any, *, job: str, from_ts: datetime | None = None, to_ts: datetime | None = None,
                slow_only: bool = False) -> list[dict[str, Any]]:
-    """API.md steps listing: step, start, duration_s, baseline_s, slow."""
+    """docs/API.md steps listing: step, start, duration_s, baseline_s, slow."""
     rng = _step_range(conn, job, from_ts, to_ts)
     if rng is None:
         return []

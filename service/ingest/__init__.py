@@ -1,1 +1,1 @@
-"""Ingest: validate API.md payloads into columns (fast path, no per-row pydantic) and write them."""
+"""Ingest: validate docs/API.md payloads into columns (fast path, no per-row pydantic) and write them."""

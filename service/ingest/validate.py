@@ -1,4 +1,4 @@
-"""Turn API.md ingest bodies into column arrays, naming the first offending field on bad input.
+"""Turn docs/API.md ingest bodies into column arrays, naming the first offending field on bad input.
 
 This is the hot path of HTTP ingest (tens of thousands of rows per request), so it is one tight loop
 per row with ``type(x) is`` checks and no per-row model objects; everything after it is numpy.

@@ -1,5 +1,5 @@
 """A pure scenario generator: topology, rank placement, samples, steps, collectives and events as
-API.md JSON payloads, plus the per-step ground truth. No I/O here (see send.py)."""
+docs/API.md JSON payloads, plus the per-step ground truth. No I/O here (see send.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Deliver a scenario: through the real HTTP ingest API (`HttpSink`), or straight into the database
-(`DirectSink`, for development and benchmarks of the engine alone). Both take API.md payloads."""
+(`DirectSink`, for development and benchmarks of the engine alone). Both take docs/API.md payloads."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The simulator's output: API.md payload shapes, topology consistency, counters, ground truth."""
+"""The simulator's output: docs/API.md payload shapes, topology consistency, counters, ground truth."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PyTorch profiler (Kineto) Chrome traces -> ``steps`` and ``collectives`` records of API.md.
+"""PyTorch profiler (Kineto) Chrome traces -> ``steps`` and ``collectives`` records of docs/API.md.
 
 - Steps: the ``ProfilerStep#N`` annotations (CPU side), one step each.
 - Collectives: the NCCL GPU kernels (``ncclKernel_*``/``ncclDevKernel_*``), timed on the GPU. The

@@ -1,4 +1,4 @@
-"""NCCL Inspector plugin output -> ``collectives`` records of API.md.
+"""NCCL Inspector plugin output -> ``collectives`` records of docs/API.md.
 
 The plugin (NVIDIA nccl ``plugins/profiler/inspector``) writes, per process, a stream of JSON
 objects, one per collective per communicator: ``header`` (communicator id, rank, n_ranks),

@@ -1,4 +1,4 @@
-"""POST /v1/ingest/{samples,steps,collectives,events} — the write side of API.md."""
+"""POST /v1/ingest/{samples,steps,collectives,events} — the write side of docs/API.md."""
 
 from __future__ import annotations
 
