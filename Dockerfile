@@ -3,11 +3,12 @@
 #   docker run --rm fabricscope:local --help
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md fabricscope-legacy.pth ./
+COPY fabricscope ./fabricscope
 COPY service ./service
 COPY collectors ./collectors
 COPY migrations ./migrations
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[all]'
 
 FROM python:3.11-slim-bookworm
 # ethtool: the agent's `ethtool: subprocess` mode; iproute2: `ip`/`rdma` for people debugging in the container.
@@ -16,7 +17,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/fabricscope --create-home fabricscope
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+RUN pip install --no-cache-dir --no-index --find-links /wheels 'fabricscope[all]' && rm -rf /wheels
 USER fabricscope
 WORKDIR /var/lib/fabricscope
 ENV PYTHONUNBUFFERED=1 \
