@@ -6,6 +6,8 @@ install only (no extras, no index): what a GPU node that only trains gets.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -39,9 +41,17 @@ def third_party(names: set[str]) -> set[str]:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """Built from a copy of the checkout's files (setuptools writes build/ next to the sources)."""
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    for rel in files:
+        path = REPO / rel
+        if path.is_symlink() or path.is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            (src / rel).symlink_to(os.readlink(path)) if path.is_symlink() else shutil.copy2(path, src / rel)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                    str(REPO)], check=True, timeout=300, capture_output=True)
+                    str(src)], check=True, timeout=300, capture_output=True)
     (whl,) = out.glob("fabricscope-*.whl")
     return whl
 
