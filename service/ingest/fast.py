@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from fabricscope.core.errors import FabricscopeError
 from fabricscope.service.ingest import validate as v
 from fabricscope.service.ingest.body import decode_body
 from fabricscope.service.ingest.errors import IngestError
@@ -37,7 +38,7 @@ class _Body(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_Body)
 
 
-class _Declined(Exception):
+class _Declined(FabricscopeError):
     """The fast path does not take this body as it is; the reference path decides."""
 
 
