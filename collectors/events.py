@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from fabricscope.core.model import Event, Sample
-from fabricscope.core.errors import ConfigError
 from fabricscope.core.rates import counter_deltas, counter_rates
 
 
@@ -47,41 +46,6 @@ class EventConfig:
         "ecn_burst", ("ecn_marked_packets_total", "cnp_sent_total"), 10000.0, 0.0)
     link_flap: bool = True
     emit_open: bool = False
-
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any] | None, where: str = "events") -> EventConfig:
-        raw = dict(raw or {})
-        base = cls()
-        rules: dict[str, Any] = {}
-        for name in ("pfc_storm", "ecn_burst"):
-            rule: RateRule = getattr(base, name)
-            spec = raw.pop(name, None) or {}
-            if not isinstance(spec, Mapping):
-                raise ConfigError(f"{where}.{name}: expected a mapping")
-            spec = dict(spec)
-            rate = _number(spec.pop("rate_per_s", rule.rate_per_s), f"{where}.{name}.rate_per_s")
-            dur = _number(spec.pop("min_duration_s", rule.min_duration_s), f"{where}.{name}.min_duration_s")
-            metrics = spec.pop("metrics", list(rule.metrics))
-            if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
-                raise ConfigError(f"{where}.{name}.metrics: expected a list of metric names")
-            if spec:
-                raise ConfigError(f"{where}.{name}.{sorted(spec)[0]}: unknown field")
-            rules[name] = RateRule(rule.kind, tuple(metrics), rate, dur)
-        flap = raw.pop("link_flap", True)
-        emit_open = raw.pop("emit_open", False)
-        if not isinstance(flap, bool):
-            raise ConfigError(f"{where}.link_flap: expected true or false")
-        if not isinstance(emit_open, bool):
-            raise ConfigError(f"{where}.emit_open: expected true or false")
-        if raw:
-            raise ConfigError(f"{where}.{sorted(raw)[0]}: unknown field")
-        return cls(rules["pfc_storm"], rules["ecn_burst"], flap, emit_open)
-
-
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"{where}: expected a non-negative number, got {value!r}")
-    return float(value)
 
 
 Key = tuple[str, str, tuple[tuple[str, str], ...]]

@@ -10,6 +10,8 @@ import platformdirs
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fabricscope.service.ingest import contract
+
 
 def _default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("fabricscope", appauthor=False))
@@ -33,8 +35,8 @@ class Settings(BaseSettings):
     max_batch: int = Field(default=50_000, ge=1)
     max_body_bytes: int = Field(default=64 << 20, ge=1024)
     # Timestamps outside [min_ts, now + max_future_s] are rejected with 422 naming the field.
-    min_ts: float = 946_684_800.0  # 2000-01-01
-    max_future_s: float = 86_400.0
+    min_ts: float = contract.MIN_TS  # 2000-01-01
+    max_future_s: float = contract.MAX_FUTURE_S
     # When true, samples/events for sources whose device is not in the topology are rejected (422).
     strict_sources: bool = False
 

@@ -13,9 +13,14 @@ import psycopg
 from apscheduler.schedulers.background import BackgroundScheduler
 from psycopg_pool import ConnectionPool
 
+from fabricscope.service.bus.leases import LeaseLost
 from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.workers")
+
+# Database unreachable, restarting or out of connections (PoolTimeout is an OperationalError), the
+# statement cancelled by a timeout (QueryCanceled is one too), or the job's lease taken over.
+EXPECTED: tuple[type[Exception], ...] = (psycopg.OperationalError, LeaseLost)
 
 
 def retention(conn: psycopg.Connection, *, days: int) -> int:
@@ -34,8 +39,10 @@ def _guarded(pool: ConnectionPool, name: str, fn: Callable[[psycopg.Connection],
         try:
             with pool.connection() as conn:
                 fn(conn)
-        except (psycopg.OperationalError, Exception) as exc:  # a worker must survive outages
+        except EXPECTED as exc:  # an outage or a lost lease: the next run retries, no traceback needed
             log.warning("%s failed: %s: %s", name, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        except Exception:  # a bug: the job keeps its schedule, but the traceback must be seen
+            log.exception("%s crashed", name)
 
     return run
 

@@ -1,19 +1,32 @@
-"""The host agent's YAML configuration, validated field by field (errors name the field)."""
+"""The host agent's YAML configuration: validated by pydantic models of the file (unknown keys are
+errors), then handed to the agent as the frozen dataclasses below. Errors name the field path."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from fabricscope.core.errors import ConfigError
-from fabricscope.collectors.events import EventConfig
+from fabricscope.collectors.events import EventConfig, RateRule
 from fabricscope.collectors.host.common import default_host
+from fabricscope.collectors.validation import config_error
+from fabricscope.core.errors import ConfigError
 
-ETHTOOL_MODES = ("ioctl", "subprocess", "none")
+EthtoolMode = Literal["ioctl", "subprocess", "none"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +46,7 @@ class NicConfig:
     interval_s: float = 1.0
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ("lo",)
-    ethtool: str = "ioctl"
+    ethtool: EthtoolMode = "ioctl"
     ethtool_binary: str = "ethtool"
     extras: bool = True
     extras_interval_s: float = 10.0
@@ -68,107 +81,131 @@ class AgentConfig:
     proc_root: Path = Path("/proc")
 
 
-class _Fields:
-    """Pops typed fields off one mapping; leftovers are unknown fields (typos), which are errors."""
-
-    def __init__(self, raw: Any, where: str) -> None:
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, Mapping):
-            raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
-        self.raw, self.where = dict(raw), where
-
-    def _name(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-        value = self.raw.pop(key, default)
-        if value is default:
-            return value
-        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-            raise ConfigError(f"{self._name(key)}: expected {_kind(kind)}, got {value!r}")
-        if not isinstance(value, kind):
-            raise ConfigError(f"{self._name(key)}: expected {_kind(kind)}, got {value!r}")
-        return value
-
-    def positive(self, key: str, default: float) -> float:
-        value = float(self.get(key, (int, float), default))
-        if value <= 0:
-            raise ConfigError(f"{self._name(key)}: must be > 0, got {value}")
-        return value
-
-    def strings(self, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
-        value = self.get(key, list, default)
-        if not all(isinstance(v, str) and v for v in value):
-            raise ConfigError(f"{self._name(key)}: expected a list of non-empty strings")
-        return tuple(value)
-
-    def done(self) -> None:
-        if self.raw:
-            raise ConfigError(f"{self._name(sorted(self.raw)[0])}: unknown field")
+# -- the YAML file's shape: one pydantic model per section; unknown keys are errors (typos) --------
+PositiveSeconds = Annotated[float, Strict(), Field(gt=0)]
+NonNegative = Annotated[float, Strict(), Field(ge=0)]
+Names = tuple[Annotated[StrictStr, Field(min_length=1)], ...]
 
 
-def _kind(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join({"str": "a string", "int": "a number", "float": "a number", "bool": "true or false",
-                        "list": "a list", "dict": "a mapping"}.get(k.__name__, k.__name__) for k in kinds)
+def _none_is_empty(value: Any) -> Any:
+    return {} if value is None else value  # `nic:` with nothing under it means "all defaults"
+
+
+_EMPTY = BeforeValidator(_none_is_empty)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _SinkFile(_Section):
+    url: StrictStr | None = None
+    dsn: StrictStr | None = None
+    token: StrictStr | None = None
+    token_file: StrictStr | None = None
+    spool_path: StrictStr | None = None
+    spool_max_bytes: Annotated[int, Strict(), Field(gt=0)] = SinkConfig.spool_max_bytes
+    batch_max: Annotated[int, Strict(), Field(gt=0)] = SinkConfig.batch_max
+    flush_interval_s: PositiveSeconds = SinkConfig.flush_interval_s
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError("expected an http:// or https:// URL")
+        return url
+
+    @model_validator(mode="after")
+    def _one_target(self) -> _SinkFile:
+        if (self.url is None) == (self.dsn is None):
+            raise ValueError("give exactly one of sink.url (ingest API) or sink.dsn (database)")
+        return self
+
+
+class _NicFile(_Section):
+    enabled: StrictBool = NicConfig.enabled
+    interval_s: PositiveSeconds = NicConfig.interval_s
+    include: Names = NicConfig.include
+    exclude: Names = NicConfig.exclude
+    ethtool: EthtoolMode = NicConfig.ethtool
+    ethtool_binary: StrictStr = NicConfig.ethtool_binary
+    extras: StrictBool = NicConfig.extras
+    extras_interval_s: PositiveSeconds = NicConfig.extras_interval_s
+
+
+class _RdmaFile(_Section):
+    enabled: StrictBool = RdmaConfig.enabled
+    interval_s: PositiveSeconds | None = None  # default: the NIC interval
+    include: Names = RdmaConfig.include
+    exclude: Names = RdmaConfig.exclude
+
+
+class _StorageFile(_Section):
+    enabled: StrictBool = StorageConfig.enabled
+    interval_s: PositiveSeconds = StorageConfig.interval_s
+    disks_include: Names = StorageConfig.disks_include
+    disks_exclude: Names = StorageConfig.disks_exclude
+    volumes: Names = StorageConfig.volumes
+
+
+class _RuleFile(_Section):
+    rate_per_s: NonNegative | None = None
+    min_duration_s: NonNegative | None = None
+    metrics: Names | None = None
+
+    def over(self, rule: RateRule) -> RateRule:
+        return replace(rule, rate_per_s=rule.rate_per_s if self.rate_per_s is None else self.rate_per_s,
+                       min_duration_s=rule.min_duration_s if self.min_duration_s is None else self.min_duration_s,
+                       metrics=rule.metrics if self.metrics is None else self.metrics)
+
+
+class _EventsFile(_Section):
+    pfc_storm: Annotated[_RuleFile, Field(default_factory=_RuleFile), _EMPTY]
+    ecn_burst: Annotated[_RuleFile, Field(default_factory=_RuleFile), _EMPTY]
+    link_flap: StrictBool = EventConfig.link_flap
+    emit_open: StrictBool = EventConfig.emit_open
+
+
+class _PathsFile(_Section):
+    sys_root: StrictStr = str(AgentConfig.sys_root)
+    proc_root: StrictStr = str(AgentConfig.proc_root)
+
+
+class _AgentFile(_Section):
+    host: StrictStr | None = None
+    sink: Annotated[_SinkFile, _EMPTY]
+    nic: Annotated[_NicFile, Field(default_factory=_NicFile), _EMPTY]
+    rdma: Annotated[_RdmaFile, Field(default_factory=_RdmaFile), _EMPTY]
+    storage: Annotated[_StorageFile, Field(default_factory=_StorageFile), _EMPTY]
+    events: Annotated[_EventsFile, Field(default_factory=_EventsFile), _EMPTY]
+    paths: Annotated[_PathsFile, Field(default_factory=_PathsFile), _EMPTY]
 
 
 def parse_config(raw: Any) -> AgentConfig:
-    top = _Fields(raw, "")
-    host = top.get("host", str, None) or default_host()
-
-    s = _Fields(top.get("sink", dict, None), "sink")
-    token = s.get("token", str, None)
-    token_file = s.get("token_file", str, None)
-    if token_file is not None:
+    try:
+        f = _AgentFile.model_validate({} if raw is None else raw)
+    except ValidationError as exc:
+        raise config_error(exc) from None
+    s = f.sink
+    token = s.token
+    if s.token_file is not None:
         try:
-            token = Path(token_file).read_text().strip()
+            token = Path(s.token_file).read_text().strip()
         except OSError as exc:
-            raise ConfigError(f"sink.token_file: cannot read {token_file}: {exc.strerror}") from exc
-    spool = s.get("spool_path", str, None)
-    sink = SinkConfig(url=s.get("url", str, None), dsn=s.get("dsn", str, None), token=token,
-                      spool_path=Path(spool) if spool else None,
-                      spool_max_bytes=int(s.positive("spool_max_bytes", 64 << 20)),
-                      batch_max=int(s.positive("batch_max", 5000)),
-                      flush_interval_s=s.positive("flush_interval_s", 1.0))
-    s.done()
-    if (sink.url is None) == (sink.dsn is None):
-        raise ConfigError("sink: give exactly one of sink.url (ingest API) or sink.dsn (database)")
-    if sink.url is not None and not sink.url.startswith(("http://", "https://")):
-        raise ConfigError(f"sink.url: expected an http:// or https:// URL, got {sink.url!r}")
-
-    n = _Fields(top.get("nic", dict, None), "nic")
-    nic = NicConfig(enabled=n.get("enabled", bool, True), interval_s=n.positive("interval_s", 1.0),
-                    include=n.strings("include", ()), exclude=n.strings("exclude", ("lo",)),
-                    ethtool=n.get("ethtool", str, "ioctl"),
-                    ethtool_binary=n.get("ethtool_binary", str, "ethtool"),
-                    extras=n.get("extras", bool, True),
-                    extras_interval_s=n.positive("extras_interval_s", 10.0))
-    n.done()
-    if nic.ethtool not in ETHTOOL_MODES:
-        raise ConfigError(f"nic.ethtool: expected one of {', '.join(ETHTOOL_MODES)}, got {nic.ethtool!r}")
-
-    r = _Fields(top.get("rdma", dict, None), "rdma")
-    rdma = RdmaConfig(enabled=r.get("enabled", bool, True),
-                      interval_s=r.positive("interval_s", nic.interval_s),
-                      include=r.strings("include", ()), exclude=r.strings("exclude", ()))
-    r.done()
-
-    st = _Fields(top.get("storage", dict, None), "storage")
-    storage = StorageConfig(enabled=st.get("enabled", bool, True), interval_s=st.positive("interval_s", 5.0),
-                            disks_include=st.strings("disks_include", ()),
-                            disks_exclude=st.strings("disks_exclude", StorageConfig.disks_exclude),
-                            volumes=st.strings("volumes", ()))
-    st.done()
-
-    events = EventConfig.from_mapping(top.get("events", dict, None))
-    p = _Fields(top.get("paths", dict, None), "paths")
-    sys_root = Path(p.get("sys_root", str, "/sys"))
-    proc_root = Path(p.get("proc_root", str, "/proc"))
-    p.done()
-    top.done()
-    return AgentConfig(host, sink, nic, rdma, storage, events, sys_root, proc_root)
+            raise ConfigError(f"sink.token_file: cannot read {s.token_file}: {exc.strerror}") from exc
+    sink = SinkConfig(url=s.url, dsn=s.dsn, token=token, spool_path=Path(s.spool_path) if s.spool_path else None,
+                      spool_max_bytes=s.spool_max_bytes, batch_max=s.batch_max,
+                      flush_interval_s=s.flush_interval_s)
+    nic = NicConfig(**f.nic.model_dump())
+    rdma_fields = f.rdma.model_dump()
+    if rdma_fields["interval_s"] is None:
+        rdma_fields["interval_s"] = nic.interval_s
+    defaults = EventConfig()
+    events = EventConfig(f.events.pfc_storm.over(defaults.pfc_storm), f.events.ecn_burst.over(defaults.ecn_burst),
+                         f.events.link_flap, f.events.emit_open)
+    return AgentConfig(host=f.host or default_host(), sink=sink, nic=nic, rdma=RdmaConfig(**rdma_fields),
+                       storage=StorageConfig(**f.storage.model_dump()), events=events,
+                       sys_root=Path(f.paths.sys_root), proc_root=Path(f.paths.proc_root))
 
 
 def load_config(path: Path) -> AgentConfig:

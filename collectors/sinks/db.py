@@ -50,12 +50,12 @@ class DbSink(HttpSender):
     def _http(self, method: str, path: str, data: bytes, gzipped: bool) -> tuple[int | None, float | None, str]:
         """Apply one batch to the database; answers like the API would (status, retry-after, detail)."""
         from fabricscope.service.db import inventory
-        from fabricscope.service.ingest import store
+        from fabricscope.service.ingest import contract, store
         from fabricscope.service.ingest import validate as v
         from fabricscope.service.ingest.errors import IngestError
 
         body: Any = orjson.loads(gzip.decompress(data) if gzipped else data)
-        limits = v.Limits(50_000, 946_684_800.0, time.time() + 86_400)
+        limits = v.Limits(50_000, contract.MIN_TS, time.time() + contract.MAX_FUTURE_S)
         try:
             with self._conn_lock:
                 conn = self._connection()

@@ -27,6 +27,7 @@ import nats
 from nats.errors import Error as NatsError
 
 from fabricscope.collectors.sinks.http import HttpSender, _dumps, _json_ok, _n_items, _request_of
+from fabricscope.core.errors import FabricscopeError
 from fabricscope.service.bus import codec
 
 log = logging.getLogger("fabricscope.sender")
@@ -40,7 +41,7 @@ def _redact(url: str) -> str:
     return redact(url)
 
 
-class _TooLarge(Exception):
+class _TooLarge(FabricscopeError):
     pass
 
 

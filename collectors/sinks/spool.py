@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fabricscope.core.errors import FabricscopeError
+
 log = logging.getLogger("fabricscope.spool")
 
 
@@ -29,7 +31,7 @@ def _number_or_str(o: Any) -> Any:
         return str(o)
 
 
-class SpoolLocked(OSError):
+class SpoolLocked(FabricscopeError, OSError):
     """Another process holds this spool."""
 
 

@@ -16,7 +16,7 @@ import httpx
 import typer
 
 from fabricscope.collectors import selfmetrics
-from fabricscope.core.errors import ConfigError
+from fabricscope.core.errors import CollectionError, ConfigError
 
 from .inventory import load_inventory
 from .lldp import Link, topology_body
@@ -37,9 +37,12 @@ class LinkPublisher:
         return f"LinkPublisher({str(self._client.base_url)!r})"
 
     def __call__(self, links: list[Link]) -> None:
-        r = self._client.post("/v1/topology/links", json=topology_body(links))
+        try:
+            r = self._client.post("/v1/topology/links", json=topology_body(links))
+        except httpx.HTTPError as exc:
+            raise CollectionError(f"POST /v1/topology/links: {type(exc).__name__}: {exc}") from exc
         if r.status_code >= 400:
-            raise RuntimeError(f"POST /v1/topology/links: HTTP {r.status_code}: {r.text[:200]}")
+            raise CollectionError(f"POST /v1/topology/links: HTTP {r.status_code}: {r.text[:200]}")
 
     def close(self) -> None:
         self._client.close()

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from fabricscope.collectors.validation import config_error
 from fabricscope.core.errors import ConfigError
 
 Protocol = Literal["snmp", "netconf", "gnmi"]
@@ -161,13 +162,6 @@ class Inventory(BaseModel):
         return self
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "<root>"
-
-
 def _resolve_all(inv: Inventory) -> None:
     """Read every referenced secret now so a missing one fails at load, naming the field."""
     for i, d in enumerate(inv.devices):
@@ -194,9 +188,7 @@ def parse_inventory(data: Any, origin: str = "inventory") -> Inventory:
     try:
         inv = Inventory.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        # input values are deliberately left out of the message: they may hold a pasted secret
-        raise ConfigError(f"{origin}: {_loc(tuple(err['loc']))}: {err['msg']}") from None
+        raise config_error(exc, origin) from None  # names the field, never the value (a pasted secret)
     _resolve_all(inv)
     return inv
 

@@ -1,9 +1,11 @@
 """Polling scheduler for switch collectors (APScheduler 3, asyncio).
 
 Each polled device (SNMP, NETCONF) is an interval job with jitter, ``max_instances=1`` and a hard
-timeout; each gNMI device is a long-lived subscription task. A failure never escapes a job: it is
-logged with the device name, ``collector_up`` goes to 0 and the device backs off exponentially
-(polls are skipped until its backoff expires) while the others carry on. Every poll also emits
+timeout; each gNMI device is a long-lived subscription task. A failure never escapes a job and is
+logged with the device name. Only an unreachable device (timeout, ``CollectionError``) sets
+``collector_up`` to 0 and backs off exponentially (polls are skipped until its backoff expires); a
+malformed reply (``ParseError``) is skipped with the device still up; any other exception is our bug:
+logged with its traceback and counted in ``bugs``, the device not marked down. Every poll also emits
 ``collector_poll_duration_seconds``. Samples go to a sink (``submit(kind, item) -> bool``); LLDP
 links go to ``publish_links`` whenever a device's set changes.
 """
@@ -22,6 +24,7 @@ from typing import Any, Protocol
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from fabricscope.collectors.selfmetrics import observe_poll
+from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
 
 from .backoff import Backoff
@@ -57,7 +60,8 @@ class _Target:
     backoff: Backoff
     links: frozenset[Link] = field(default_factory=frozenset)
     polls: int = 0
-    failures: int = 0
+    failures: int = 0  # device unreachable: collector_up 0, backoff
+    bugs: int = 0  # unexpected exceptions in our code: logged with a traceback, device not blamed
 
 
 class SwitchScheduler:
@@ -84,28 +88,39 @@ class SwitchScheduler:
 
     # -- one poll of one target: never raises ------------------------------------------------------
     async def poll(self, t: _Target) -> bool:
+        """Poll once; True when the device answered (even if part of its reply was malformed)."""
         if not t.backoff.ready():
             return False
         t.polls += 1
         start = time.monotonic()
-        ok = False
         try:
             result: PollResult = await asyncio.wait_for(t.collector.poll(), timeout=t.device.timeout)
-            ok = True
         except TimeoutError:
             log.warning("%s/%s: poll timed out after %.1fs", t.device.name, t.protocol, t.device.timeout)
-        except Exception as exc:  # a device must never take the scheduler down; log it by name
-            log.warning("%s/%s: poll failed: %s: %s", t.device.name, t.protocol, type(exc).__name__, exc)
-        duration = time.monotonic() - start
-        if ok:
-            t.backoff.succeeded()
-            self._deliver(t, result)
-        else:
-            t.failures += 1
-            delay = t.backoff.failed()
-            log.info("%s/%s: backing off %.1fs (failure %d)", t.device.name, t.protocol, delay, t.backoff.failures)
-        self._self_metrics(t, ok, duration)
-        return ok
+            return self._down(t, time.monotonic() - start)
+        except CollectionError as exc:
+            log.warning("%s/%s: poll failed: %s", t.device.name, t.protocol, exc)
+            return self._down(t, time.monotonic() - start)
+        except ParseError as exc:
+            # the device answered: its reply is at fault, not its reachability, so no backoff
+            log.warning("%s/%s: malformed reply skipped: %s", t.device.name, t.protocol, exc)
+            result = PollResult(problems=[])
+        except Exception:
+            # a bug of ours, not the device's: keep it visible and do not blame the device
+            t.bugs += 1
+            log.exception("%s/%s: poll crashed (bug %d)", t.device.name, t.protocol, t.bugs)
+            return False
+        t.backoff.succeeded()
+        self._deliver(t, result)
+        self._self_metrics(t, True, time.monotonic() - start)
+        return True
+
+    def _down(self, t: _Target, duration: float) -> bool:
+        t.failures += 1
+        delay = t.backoff.failed()
+        log.info("%s/%s: backing off %.1fs (failure %d)", t.device.name, t.protocol, delay, t.backoff.failures)
+        self._self_metrics(t, False, duration)
+        return False
 
     def _deliver(self, t: _Target, result: PollResult) -> None:
         for problem in result.problems:
@@ -117,8 +132,10 @@ class SwitchScheduler:
             try:
                 self.publish_links(sorted(links, key=lambda link: (link.a, link.b)))
                 t.links = links
-            except Exception as exc:
+            except CollectionError as exc:  # the API is unreachable or refused them: retried next change
                 log.warning("%s: publishing %d LLDP links failed: %s", t.device.name, len(links), exc)
+            except Exception:
+                log.exception("%s: publishing %d LLDP links crashed", t.device.name, len(links))
 
     def _self_metrics(self, t: _Target, up: bool, duration: float | None) -> None:
         observe_poll(t.device.name, ok=up, seconds=duration or 0.0)

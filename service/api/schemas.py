@@ -1,74 +1,85 @@
 """Pydantic models of the v1 contract (docs/API.md). Ingest bodies are parsed by the fast path in
-``service.ingest.validate``; their models here document the same shape in ``/openapi.json``."""
+``service.ingest.validate``; their models here document the same shape in ``/openapi.json``, with
+the constraints of ``service.ingest.contract`` (the one definition all three validators share)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
-Timestamp = float | datetime  # Unix epoch seconds or RFC 3339 with offset
+from fabricscope.service.ingest import contract
+
+# Unix epoch seconds or RFC 3339 with an offset; the range [min_ts, now + max_future_s] is a server
+# setting, checked by the server, not here.
+Timestamp = StrictFloat | AwareDatetime
+Text = Annotated[StrictStr, Field(min_length=contract.MIN_TEXT, max_length=contract.MAX_TEXT)]
+Name = Annotated[StrictStr, Field(pattern=contract.schema_pattern(contract.NAME_BODY))]
+LabelKey = Annotated[str, Field(pattern=contract.schema_pattern(contract.LABEL_KEY_BODY))]
+Count = Annotated[StrictInt, Field(ge=contract.MIN_RANK, le=contract.MAX_INT)]
+Seconds = Annotated[StrictFloat, Field(ge=contract.MIN_PHASE_S)]
 
 
 class SampleIn(BaseModel):
     ts: Timestamp
-    source: str = Field(min_length=1, max_length=512, examples=["leaf1:Ethernet12"])
-    metric: str = Field(pattern=r"^[a-z][a-z0-9_]{0,127}$", examples=["tx_pause_frames_total"])
-    value: float
-    labels: dict[str, str] | None = None
+    source: Text = Field(examples=["leaf1:Ethernet12"])
+    metric: Name = Field(examples=["tx_pause_frames_total"])
+    value: StrictFloat
+    labels: dict[LabelKey, StrictStr | StrictInt] | None = Field(
+        default=None, description="Integer values are stored as their decimal string.")
     discontinuity: bool | None = Field(
         default=None, description="The counter was reset before this value (device reboot, counter clear).")
 
 
 class SamplesBatch(BaseModel):
-    batch_id: str | None = Field(default=None, max_length=512, description="Makes retries idempotent.")
+    batch_id: Text | None = Field(default=None, description="Makes retries idempotent.")
     samples: list[SampleIn]
 
 
 class StepIn(BaseModel):
-    rank: int = Field(ge=0)
-    step: int = Field(ge=0)
+    rank: Count
+    step: Count
     start: Timestamp
     end: Timestamp
-    phases: dict[str, float] | None = Field(default=None, description="Seconds per phase.")
+    phases: dict[str, Seconds] | None = Field(default=None, description="Seconds per phase.")
 
 
 class StepsBatch(BaseModel):
-    job: str = Field(min_length=1, max_length=512)
-    batch_id: str | None = Field(default=None, max_length=512)
+    job: Text
+    batch_id: Text | None = None
     steps: list[StepIn]
 
 
 class CollectiveIn(BaseModel):
-    rank: int = Field(ge=0)
-    step: int | None = Field(default=None, ge=0)
-    seq: int | None = Field(default=None, ge=0)
-    op: str = Field(min_length=1, max_length=512)
-    bytes: int | None = Field(default=None, ge=0)
+    rank: Count
+    step: Count | None = None
+    seq: Count | None = None
+    op: Text
+    bytes: Count | None = None
     start: Timestamp
     end: Timestamp
-    group: str | None = None
-    group_size: int | None = Field(default=None, ge=1)
+    group: Text | None = None
+    group_size: Annotated[StrictInt, Field(ge=contract.MIN_GROUP_SIZE, le=contract.MAX_INT)] | None = None
 
 
 class CollectivesBatch(BaseModel):
-    job: str = Field(min_length=1, max_length=512)
-    batch_id: str | None = Field(default=None, max_length=512)
+    job: Text
+    batch_id: Text | None = None
     collectives: list[CollectiveIn]
 
 
 class EventIn(BaseModel):
-    kind: str = Field(pattern=r"^[a-z][a-z0-9_]{0,127}$", examples=["pfc_storm"])
-    source: str = Field(min_length=1, max_length=512)
-    job: str | None = None
+    kind: Name = Field(examples=["pfc_storm"])
+    source: Text
+    job: Text | None = None
     start: Timestamp
     end: Timestamp | None = None
     attrs: dict[str, Any] | None = None
 
 
 class EventsBatch(BaseModel):
-    batch_id: str | None = Field(default=None, max_length=512)
+    batch_id: Text | None = None
     events: list[EventIn]
 
 

@@ -27,6 +27,8 @@ from collections.abc import Iterator, Sequence
 
 import psycopg
 
+from fabricscope.core.errors import FabricscopeError
+
 _UPSERT = """
 INSERT INTO leases (name, holder, expires_at) VALUES (%(name)s, %(holder)s, now() + make_interval(secs => %(ttl)s))
 ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
@@ -35,7 +37,7 @@ RETURNING holder
 """
 
 
-class LeaseLost(Exception):
+class LeaseLost(FabricscopeError):
     """The lease is no longer this worker's: drop the work, another worker owns it now."""
 
 

@@ -16,13 +16,14 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
+from fabricscope.core.errors import FabricscopeError
 from fabricscope.service.bus import codec, stream
 from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.bus")
 
 
-class BusUnavailable(Exception):
+class BusUnavailable(FabricscopeError):
     """JetStream did not acknowledge the batch (NATS down, stream full, timeout)."""
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fabricscope.core.errors import FabricscopeError
 
-class IngestError(Exception):
+
+class IngestError(FabricscopeError):
     """Bad input: becomes a 4xx with FastAPI's ``{"detail": [{"loc", "msg", "type"}]}`` shape."""
 
     status_code = 422

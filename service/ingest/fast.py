@@ -1,43 +1,50 @@
 """The fast path of ``POST /v1/ingest/samples``: JSON bytes straight to columns.
 
 msgspec decodes and type-checks the body in C against the shape below (chosen over orjson + a
-Python loop: 2.1 + 1.8 ms instead of 3.0 + 4.9 ms per 5,000 samples here). What msgspec has no
-words for (metric name pattern, label names, text lengths, time range, finite values) is checked
-on the columns. A body the fast path does not take as it is goes to the reference path
-(``orjson.loads`` + ``validate.samples``), which accepts it or names the first offending field,
-exactly as it always has: both paths accept the same bodies and give the same 4xx.
+Python loop: 2.1 + 1.8 ms instead of 3.0 + 4.9 ms per 5,000 samples here). Its ``Meta`` carries
+the text lengths of ``service.ingest.contract``; the metric name pattern (matched once per
+distinct name, cheaper than msgspec's per-sample match), label names, time range and finite values
+are checked on the columns against the same contract. A body the fast path does not take as it is
+goes to the reference path (``orjson.loads`` + ``validate.samples``), which accepts it or names the
+first offending field: both paths accept the same bodies and give the same 4xx.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 
+from fabricscope.core.errors import FabricscopeError
+from fabricscope.service.ingest import contract
 from fabricscope.service.ingest import validate as v
 from fabricscope.service.ingest.body import decode_body
 from fabricscope.service.ingest.errors import IngestError
 
+Text = Annotated[str, msgspec.Meta(min_length=contract.MIN_TEXT, max_length=contract.MAX_TEXT)]
+
 
 class _Sample(msgspec.Struct):
     ts: float | str
-    source: str
+    source: Text
+    # not Meta(pattern=...): msgspec would run the regex on every sample (6.5 instead of 5.1 ms per
+    # 5,000 samples); _fast matches each distinct name once against the same contract.NAME
     metric: str
     value: float
-    labels: dict[str, Any] | None = None
+    labels: dict[str, Any] | None = None  # checked (and made canonical) by validate.labels_key
     discontinuity: Any = None  # only `true` means something; anything else is ignored, as before
 
 
 class _Body(msgspec.Struct):
     samples: list[_Sample]
-    batch_id: Any = None
+    batch_id: Text | None = None
 
 
 _DECODER = msgspec.json.Decoder(_Body)
 
 
-class _Declined(Exception):
+class _Declined(FabricscopeError):
     """The fast path does not take this body as it is; the reference path decides."""
 
 
@@ -57,12 +64,10 @@ def _fast(raw: bytes, limits: v.Limits) -> tuple[v.SampleColumns, str | None]:
     n = len(items)
     if n > limits.max_batch:
         raise _Declined
-    bid = v.batch_id({"batch_id": doc.batch_id})
+    bid = doc.batch_id
     sources = [s.source for s in items]
     metrics = [s.metric for s in items]
-    if n and (min(map(len, sources)) == 0 or max(map(len, sources)) > v.MAX_TEXT):
-        raise _Declined
-    if not all(map(v.NAME.match, set(metrics))):
+    if not all(map(contract.NAME.match, set(metrics))):
         raise _Declined
     raw_ts = [s.ts for s in items]
     if str in set(map(type, raw_ts)):

@@ -6,7 +6,6 @@ per row with ``type(x) is`` checks and no per-row model objects; everything afte
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,11 +14,11 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from fabricscope.service.ingest import contract
 from fabricscope.service.ingest.errors import IngestError, TooLarge
 
-NAME = re.compile(r"^[a-z][a-z0-9_]{0,127}\Z")  # \Z: "$" would let a trailing newline through
-_LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
-MAX_TEXT = 512
+NAME = contract.NAME
+MAX_TEXT = contract.MAX_TEXT
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +46,7 @@ def parse_ts(value: Any, loc: list[Any]) -> float:
 def _text(value: Any, loc: list[Any], *, required: bool = True) -> str | None:
     if value is None and not required:
         return None
-    if type(value) is not str or not value:
+    if type(value) is not str or len(value) < contract.MIN_TEXT:
         raise IngestError(loc, "must be a non-empty string", "string_type")
     if len(value) > MAX_TEXT:
         raise IngestError(loc, f"longer than {MAX_TEXT} characters", "string_too_long")
@@ -119,7 +118,7 @@ def samples(body: Any, limits: Limits) -> SampleColumns:
         tt = type(t)
         ts[i] = t if (tt is float or tt is int) else parse_ts(t, ["body", "samples", i, "ts"])
         src = s.get("source")
-        if type(src) is not str or not src or len(src) > MAX_TEXT:
+        if type(src) is not str or not contract.MIN_TEXT <= len(src) <= MAX_TEXT:
             _text(src, ["body", "samples", i, "source"])
         sources[i] = src  # type: ignore[assignment]  # checked just above
         m = s.get("metric")
@@ -163,7 +162,7 @@ def labels_key(lab: Any, i: int = 0) -> str:
     if not lab:
         return ""
     for k, v in lab.items():
-        if not _LABEL_KEY.match(k):
+        if not contract.LABEL_KEY.match(k):
             raise IngestError([*loc, k], "label names are [A-Za-z_][A-Za-z0-9_]*", "string_pattern_mismatch")
         if type(v) is not str:
             if type(v) is int:  # {"priority": 3} is common; store it as the string it means
@@ -173,10 +172,10 @@ def labels_key(lab: Any, i: int = 0) -> str:
     return orjson.dumps(lab, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def _int(value: Any, loc: list[Any], *, lo: int = 0, required: bool = True) -> int | None:
+def _int(value: Any, loc: list[Any], *, lo: int = contract.MIN_RANK, required: bool = True) -> int | None:
     if value is None and not required:
         return None
-    if type(value) is not int or value < lo or value >= 2**63:
+    if type(value) is not int or value < lo or value > contract.MAX_INT:
         raise IngestError(loc, f"must be an integer >= {lo}", "int_type")
     return value
 
@@ -204,7 +203,7 @@ def steps(body: Any, limits: Limits) -> list[tuple[Any, ...]]:
             if type(phases) is not dict:
                 raise IngestError([*loc, "phases"], "must be an object of seconds", "dict_type")
             for k, v in phases.items():
-                if (type(v) is not float and type(v) is not int) or v < 0 or v != v:
+                if (type(v) is not float and type(v) is not int) or v < contract.MIN_PHASE_S or v != v:
                     raise IngestError([*loc, "phases", k], "must be a number of seconds >= 0", "float_type")
         out.append((rank, step, start, end, phases))
     _check_range(np.array([r[2] for r in out], dtype=np.float64), limits, lambda i: ["body", "steps", i, "start"])
@@ -225,7 +224,7 @@ def collectives(body: Any, limits: Limits) -> list[tuple[Any, ...]]:
         nbytes = _int(c.get("bytes"), [*loc, "bytes"], required=False)
         start, end = _span(c, loc)
         group = _text(c.get("group"), [*loc, "group"], required=False)
-        gsize = _int(c.get("group_size"), [*loc, "group_size"], lo=1, required=False)
+        gsize = _int(c.get("group_size"), [*loc, "group_size"], lo=contract.MIN_GROUP_SIZE, required=False)
         out.append((rank, step, seq, op, nbytes, start, end, group, gsize))
     _check_range(np.array([r[5] for r in out], dtype=np.float64), limits,
                  lambda i: ["body", "collectives", i, "start"])

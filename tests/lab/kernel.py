@@ -17,6 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from fabricscope.core.errors import FabricscopeError
 from tests.lab.spec import LabSpec
 
 log = logging.getLogger("fabricscope.lab")
@@ -25,7 +26,7 @@ CONTROLLERS = ("cpu", "blkio")
 VOLUME_MB = 96
 
 
-class LabError(RuntimeError):
+class LabError(FabricscopeError):
     pass
 
 

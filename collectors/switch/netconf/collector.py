@@ -15,7 +15,7 @@ from ncclient import manager
 from ncclient.operations.rpc import RPCError
 
 from fabricscope.core.errors import CollectionError, ParseError
-from fabricscope.core.model import now
+from fabricscope.core.model import Sample, now
 
 from .. import lldp
 from ..base import PollResult, speeds_of
@@ -94,9 +94,14 @@ class NetconfCollector:
         ts = now()
         reply, lldp_reply = await asyncio.to_thread(self.fetch)
         assert self.model is not None
-        parsed = parse(self.device.name, reply, self.model, ts, self.device.wants)
-        samples = self.resets.mark(parsed.samples, epochs=parsed.counter_epoch)
-        result = PollResult(samples, problems=parsed.problems)
+        try:
+            parsed = parse(self.device.name, reply, self.model, ts, self.device.wants)
+        except ParseError as exc:  # the interfaces reply is unusable; the LLDP one may still be fine
+            result = PollResult(problems=[str(exc)])
+            samples: list[Sample] = []
+        else:
+            samples = self.resets.mark(parsed.samples, epochs=parsed.counter_epoch)
+            result = PollResult(samples, problems=parsed.problems)
         if lldp_reply is not None:
             try:
                 rows = lldp_rows(lldp_reply)

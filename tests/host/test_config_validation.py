@@ -1,0 +1,60 @@
+"""The agent config is validated by pydantic models of the file: an unknown key or a wrong type is a
+ConfigError naming the field path, never echoing the value (it may be a pasted token)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fabricscope.collectors.host.config import load_config, parse_config
+from fabricscope.core.errors import ConfigError
+
+SINK = {"url": "http://127.0.0.1:8000"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"sink": SINK, "nic": {"interval_s": 1, "intreval_s": 2}}, "nic.intreval_s: unknown field"),
+        ({"sink": {**SINK, "tokne": "abc"}}, "sink.tokne: unknown field"),
+        ({"sink": SINK, "events": {"pfc_storm": {"rate": 5}}}, "events.pfc_storm.rate: unknown field"),
+        ({"sink": SINK, "paths": {"sysroot": "/host/sys"}}, "paths.sysroot: unknown field"),
+        ({"sink": SINK, "verbose": True}, "verbose: unknown field"),
+    ],
+)
+def test_unknown_key_names_its_path(raw: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"sink": SINK, "nic": {"interval_s": 0}}, "nic.interval_s: must be > 0"),
+        ({"sink": SINK, "nic": {"interval_s": "1s"}}, "nic.interval_s: expected a number"),
+        ({"sink": SINK, "rdma": {"interval_s": True}}, "rdma.interval_s: expected a number"),
+        ({"sink": SINK, "nic": {"extras": "yes"}}, "nic.extras: expected true or false"),
+        ({"sink": SINK, "storage": {"volumes": "/mnt/ckpt"}}, "storage.volumes: expected a list"),
+        ({"sink": SINK, "storage": {"volumes": ["/mnt/a", 7]}}, "storage.volumes[1]: expected a string"),
+        ({"sink": {**SINK, "batch_max": 2.5}}, "sink.batch_max: expected an integer"),
+        ({"sink": {**SINK, "token": 123456}}, "sink.token: expected a string"),
+        ({"sink": SINK, "events": {"ecn_burst": {"min_duration_s": -1}}},
+         "events.ecn_burst.min_duration_s: must be >= 0"),
+        ({"sink": SINK, "nic": ["eth0"]}, "nic: expected a mapping"),
+    ],
+)
+def test_wrong_type_or_range_names_its_path(raw: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw)
+    assert str(err.value) == message
+    assert "123456" not in str(err.value)
+
+
+def test_empty_sections_mean_defaults_and_rdma_follows_nic(tmp_path: Path) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text("host: n1\nsink:\n  url: https://fs:8000\nnic:\n  interval_s: 2\nrdma:\nevents:\n  pfc_storm:\n")
+    cfg = load_config(path)
+    assert cfg.host == "n1" and cfg.rdma.interval_s == 2.0 and cfg.nic.exclude == ("lo",)
+    assert cfg.events.pfc_storm.rate_per_s == 1000.0 and cfg.sys_root == Path("/sys")

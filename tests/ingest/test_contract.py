@@ -1,0 +1,149 @@
+"""The three ingest validators (pydantic models, msgspec fast path, reference loop) agree on every
+constraint of ``service.ingest.contract``: a value just inside a bound is taken by all of them, a
+value just outside is refused by all of them."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from fabricscope.service.api.schemas import INGEST_MODELS
+from fabricscope.service.ingest import contract as c
+from fabricscope.service.ingest import fast
+from fabricscope.service.ingest import validate as v
+from fabricscope.service.ingest.body import decode_body
+from fabricscope.service.ingest.errors import IngestError
+from fabricscope.service.settings import Settings
+
+LIMITS = v.Limits(max_batch=50, min_ts=c.MIN_TS, max_ts=time.time() + c.MAX_FUTURE_S)
+T = 1.7e9
+ROW: dict[str, dict[str, Any]] = {
+    "samples": {"ts": T, "source": "leaf1:Ethernet1", "metric": "rx_bytes_total", "value": 1.0},
+    "steps": {"rank": 0, "step": 1, "start": T, "end": T + 1},
+    "collectives": {"rank": 0, "op": "allreduce", "start": T, "end": T + 1},
+    "events": {"kind": "pfc_storm", "source": "leaf1:Ethernet1", "start": T},
+}
+REFERENCE = {"samples": v.samples, "steps": v.steps, "collectives": v.collectives, "events": v.events}
+
+NAME_MAX = "n" * c.NAME_MAX_LEN
+KEY_MAX = "k" * c.LABEL_KEY_MAX_LEN
+TEXT_MAX = "x" * c.MAX_TEXT
+
+# (kind, where the value goes: "row.<field>", "row.labels" (as a key) or "body.<field>", inside, outside)
+CASES: list[tuple[str, str, Any, Any]] = [
+    ("samples", "row.metric", NAME_MAX, NAME_MAX + "n"),
+    ("samples", "row.metric", "rx_bytes_total", "rx_bytes_total\n"),
+    ("samples", "row.metric", "rx", "Rx"),
+    ("samples", "row.metric", "r2", "2r"),
+    ("samples", "row.source", "x" * c.MIN_TEXT, "x" * (c.MIN_TEXT - 1)),
+    ("samples", "row.source", TEXT_MAX, TEXT_MAX + "x"),
+    ("samples", "body.batch_id", "x" * c.MIN_TEXT, "x" * (c.MIN_TEXT - 1)),
+    ("samples", "body.batch_id", TEXT_MAX, TEXT_MAX + "x"),
+    ("samples", "row.labels", KEY_MAX, KEY_MAX + "k"),
+    ("samples", "row.labels", "_queue", "1queue"),
+    ("samples", "row.labels", "queue", "queue\n"),
+    ("events", "row.kind", NAME_MAX, NAME_MAX + "n"),
+    ("events", "row.kind", "pfc_storm", "pfc_storm\n"),
+    ("events", "row.source", TEXT_MAX, TEXT_MAX + "x"),
+    ("events", "row.job", "x" * c.MIN_TEXT, "x" * (c.MIN_TEXT - 1)),
+    ("events", "row.job", TEXT_MAX, TEXT_MAX + "x"),
+    ("events", "body.batch_id", TEXT_MAX, TEXT_MAX + "x"),
+    ("steps", "row.rank", c.MIN_RANK, c.MIN_RANK - 1),
+    ("steps", "row.rank", c.MAX_INT, c.MAX_INT + 1),
+    ("steps", "row.step", c.MIN_RANK, c.MIN_RANK - 1),
+    ("steps", "row.phases", {"forward": c.MIN_PHASE_S}, {"forward": c.MIN_PHASE_S - 0.001}),
+    ("steps", "body.job", TEXT_MAX, TEXT_MAX + "x"),
+    ("steps", "body.job", "x" * c.MIN_TEXT, "x" * (c.MIN_TEXT - 1)),
+    ("collectives", "row.op", TEXT_MAX, TEXT_MAX + "x"),
+    ("collectives", "row.op", "x" * c.MIN_TEXT, "x" * (c.MIN_TEXT - 1)),
+    ("collectives", "row.group", TEXT_MAX, TEXT_MAX + "x"),
+    ("collectives", "row.seq", c.MIN_RANK, c.MIN_RANK - 1),
+    ("collectives", "row.bytes", c.MAX_INT, c.MAX_INT + 1),
+    ("collectives", "row.group_size", c.MIN_GROUP_SIZE, c.MIN_GROUP_SIZE - 1),
+    ("collectives", "body.batch_id", TEXT_MAX, TEXT_MAX + "x"),
+]
+
+
+def _body(kind: str, where: str, value: Any) -> bytes:
+    row = dict(ROW[kind])
+    body: dict[str, Any] = {kind: [row]}
+    if kind in ("steps", "collectives"):
+        body["job"] = "train-1"
+    scope, _, name = where.partition(".")
+    if name == "labels":
+        row["labels"] = {value: "3"}
+    elif scope == "row":
+        row[name] = value
+    else:
+        body[name] = value
+    return json.dumps(body).encode()  # not orjson: it refuses the ints past 64 bits a client may send
+
+
+def _pydantic(kind: str, raw: bytes) -> bool:
+    model: type[BaseModel] = INGEST_MODELS[kind]
+    try:
+        model.model_validate_json(raw)
+    except ValidationError:
+        return False
+    return True
+
+
+def _reference(kind: str, raw: bytes) -> bool:
+    try:
+        body = decode_body(raw, gzipped=False, max_bytes=1 << 30)
+        REFERENCE[kind](body, LIMITS)
+        if kind != "samples" and "job" in body:
+            v.job_name(body)
+        v.batch_id(body)
+    except IngestError:
+        return False
+    return True
+
+
+def _fast(raw: bytes) -> bool:
+    try:
+        fast.samples_json(raw, LIMITS)
+    except IngestError:
+        return False
+    return True
+
+
+def _answers(kind: str, raw: bytes) -> dict[str, bool]:
+    got = {"pydantic": _pydantic(kind, raw), "reference": _reference(kind, raw)}
+    if kind == "samples":
+        got["fast"] = _fast(raw)
+    return got
+
+
+@pytest.mark.parametrize(("kind", "where", "inside", "outside"), CASES,
+                         ids=[f"{k}-{w}-{i}" for i, (k, w, _, _) in enumerate(CASES)])
+def test_every_validator_takes_the_inside_and_refuses_the_outside(kind: str, where: str, inside: Any,
+                                                                   outside: Any) -> None:
+    accepted = _answers(kind, _body(kind, where, inside))
+    refused = _answers(kind, _body(kind, where, outside))
+    assert accepted == dict.fromkeys(accepted, True)
+    assert refused == dict.fromkeys(refused, False)
+
+
+def test_fast_path_takes_inside_bodies_itself() -> None:
+    """Meta on the msgspec shape must not push good bodies to the slower reference path."""
+    for kind, where, inside, _ in CASES:
+        if kind == "samples":
+            fast._fast(_body(kind, where, inside), LIMITS)  # raises when it declines
+
+
+@pytest.mark.parametrize(("inside", "outside"), [(c.MIN_TS, c.MIN_TS - 0.001)])
+def test_time_range_agrees_on_both_server_paths(inside: float, outside: float) -> None:
+    """The time range is a server setting (default from the contract); pydantic cannot know it."""
+    assert (Settings().min_ts, Settings().max_future_s) == (c.MIN_TS, c.MAX_FUTURE_S)
+    for kind in REFERENCE:
+        start = "ts" if kind == "samples" else "start"
+        ok = _body(kind, f"row.{start}", inside).replace(b'"end":1700000001.0', f'"end":{inside + 1}'.encode())
+        bad = _body(kind, f"row.{start}", outside).replace(b'"end":1700000001.0', f'"end":{outside + 1}'.encode())
+        assert _reference(kind, ok) and not _reference(kind, bad), kind
+        if kind == "samples":
+            assert _fast(ok) and not _fast(bad)
