@@ -21,8 +21,6 @@ from typing import Any, Protocol
 import typer
 
 from fabricscope.collectors import selfmetrics
-from fabricscope.core.model import Collector, Sample, now
-from fabricscope.core.errors import ConfigError, FabricscopeError
 from fabricscope.collectors.events import EventDetector
 from fabricscope.collectors.host.config import AgentConfig, SinkConfig, load_config
 from fabricscope.collectors.host.ethtool_ioctl import EthtoolIoctl
@@ -30,6 +28,8 @@ from fabricscope.collectors.host.nic import EthtoolSource, NicCollector, Subproc
 from fabricscope.collectors.host.rdma import RdmaCollector
 from fabricscope.collectors.host.storage import StorageCollector
 from fabricscope.collectors.selfmetrics import observe_poll
+from fabricscope.core.errors import ConfigError, FabricscopeError
+from fabricscope.core.model import Collector, Sample, now
 
 log = logging.getLogger("fabricscope.agent")
 

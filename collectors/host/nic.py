@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from fabricscope.core.model import Sample, now
-from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.collectors.host.common import extra_counter, read_text, select
 from fabricscope.collectors.host.ethtool_maps import DriverMap, driver_map
+from fabricscope.core.errors import CollectionError, ParseError
+from fabricscope.core.model import Sample, now
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fabricscope.core.model import Sample, now
-from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.collectors.host.common import extra_counter, read_text, select
+from fabricscope.core.errors import CollectionError, ParseError
+from fabricscope.core.model import Sample, now
 
 log = logging.getLogger(__name__)
 

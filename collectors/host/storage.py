@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fabricscope.core.model import Sample, now
-from fabricscope.core.errors import ParseError
 from fabricscope.collectors.host.common import extra_counter, read_text, select, snake
+from fabricscope.core.errors import ParseError
+from fabricscope.core.model import Sample, now
 from fabricscope.core.rates import counter_deltas
 
 log = logging.getLogger(__name__)

@@ -2,8 +2,8 @@
 
 Collector processes export their own metrics from their own registry
 (:mod:`fabricscope.collectors.selfmetrics`). Counters and histograms are updated where the work
-happens (call sites listed per metric); queue depths are read from the database at scrape time (`queues.QueueDepthCollector`), so they
-are right whichever process did the work.
+happens (call sites listed per metric); queue depths are read from the database at scrape time
+(`queues.QueueDepthCollector`), so they are right whichever process did the work.
 """
 
 from __future__ import annotations

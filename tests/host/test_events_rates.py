@@ -7,9 +7,9 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabricscope.core.model import Sample
 from fabricscope.collectors.events import EventConfig, EventDetector, RateRule
 from fabricscope.collectors.host.storage import IntervalMean
+from fabricscope.core.model import Sample
 
 PFC = {"priority": "3"}
 

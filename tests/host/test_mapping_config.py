@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fabricscope.core.errors import ConfigError
 from fabricscope.collectors.host import nic, rdma
 from fabricscope.collectors.host.config import parse_config
+from fabricscope.core.errors import ConfigError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -17,8 +17,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fabricscope.core.model import Sample  # noqa: E402
 from fabricscope.collectors.host import nic, rdma, storage  # noqa: E402
+from fabricscope.core.model import Sample  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TS = 1_700_000_000.0

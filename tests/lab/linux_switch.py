@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fabricscope.core.model import Sample, now
 from fabricscope.core.errors import CollectionError, ParseError
+from fabricscope.core.model import Sample, now
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ import contextlib
 import logging
 import signal
 
-from fabricscope.core.errors import FabricscopeError
-from tests.lab.linux_switch import LinuxSwitchCollector
 from fabricscope.collectors.sinks.http import HttpSender
 from fabricscope.collectors.switch.cli import LinkPublisher
 from fabricscope.collectors.switch.inventory import Device
 from fabricscope.collectors.switch.snmp.collector import SnmpCollector
+from fabricscope.core.errors import FabricscopeError
+from tests.lab.linux_switch import LinuxSwitchCollector
 
 log = logging.getLogger("fabricscope.lab.switch")
 

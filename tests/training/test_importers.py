@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from fabricscope.core.errors import ParseError
 from fabricscope.collectors.training.importers import kineto, nccl_inspector
+from fabricscope.core.errors import ParseError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "training"
 CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())

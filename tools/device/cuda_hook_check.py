@@ -9,6 +9,7 @@ with CUDA events taken around the same calls, measures the hook's cost per colle
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -61,10 +62,8 @@ def sysfs_pci(bus_id: str) -> dict[str, str]:
             attrs[a] = (dev / a).read_text().strip()
         except OSError as exc:
             attrs[a] = f"unreadable: {exc.strerror}"
-    try:
+    with contextlib.suppress(OSError):
         attrs["resolved"] = str(dev.resolve())
-    except OSError:
-        pass
     return attrs
 
 
@@ -79,7 +78,8 @@ def main() -> None:
     from fabricscope.training import Recorder
 
     report: dict[str, object] = {"torch": torch.__version__, "cuda": torch.version.cuda,
-                                 "gpu": torch.cuda.get_device_name(0), "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
+                                 "gpu": torch.cuda.get_device_name(0),
+                                 "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
     rec = Recorder(url=url, job="gpu-hook-check", rank=0, spool=OUT / "spool").start()
     torch.cuda.set_device(0)
     dist.init_process_group("nccl", rank=0, world_size=1)
