@@ -92,7 +92,8 @@ class Writers:
         for i in range(n):
             log = (self.log_dir / f"writer{len(self.procs)}.log").open("ab")
             self.procs.append(subprocess.Popen([sys.executable, "-m", "fabricscope.service.bus.cli",
-                                                "--name", f"bench-w{i}"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
+                                                "--name", f"bench-w{i}"],
+                                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
 
     def stop(self) -> None:
         for p in self.procs:
