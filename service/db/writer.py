@@ -18,8 +18,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from fabricscope.core.rates import series_rates
+from fabricscope.service.db.columns import SampleColumns
 from fabricscope.service.db.copybin import iso_utc, samples_copy_payload
-from fabricscope.service.ingest.validate import SampleColumns
 
 SeriesKey = tuple[str, str, str]  # (source, metric, labels as sorted JSON or "")
 

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from fabricscope.service.db.columns import SampleColumns
 from fabricscope.service.ingest import contract
 from fabricscope.service.ingest.errors import IngestError, TooLarge
 
@@ -84,21 +85,6 @@ def job_name(body: dict[str, Any]) -> str:
     job = _text(body.get("job"), ["body", "job"])
     assert job is not None
     return job
-
-
-@dataclass(slots=True)
-class SampleColumns:
-    ts: npt.NDArray[np.float64]
-    source: list[str]
-    metric: list[str]
-    value: npt.NDArray[np.float64]
-    # Labels in canonical form, the series key the writer looks up: JSON with sorted keys, "" for none.
-    # Built here, in the one pass that validates them, rather than in a second pass in the writer.
-    label_keys: list[str]
-    discontinuity: npt.NDArray[np.bool_] | None
-
-    def __len__(self) -> int:
-        return len(self.source)
 
 
 def samples(body: Any, limits: Limits) -> SampleColumns:
