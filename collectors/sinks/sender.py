@@ -21,16 +21,16 @@ import logging
 import os
 import threading
 import time
-import uuid
 import weakref
 from collections import deque
 from pathlib import Path
 from typing import Any, Protocol
 
+from fabricscope.collectors.sinks.batches import encode, group, n_items
 from fabricscope.collectors.sinks.spool import Spool
 from fabricscope.core import wire
 from fabricscope.core.backoff import backoff_delay
-from fabricscope.core.transport import Batch, Transport
+from fabricscope.core.transport import Transport
 
 log = logging.getLogger("fabricscope.sender")
 
@@ -207,7 +207,7 @@ class Sender:
         self._replay()
         while self._q:
             items = [self._q.popleft() for _ in range(min(self._batch_max, len(self._q)))]
-            for rec in _group(items):
+            for rec in group(items):
                 self._dispatch(rec)
 
     def _dispatch(self, rec: dict[str, Any]) -> None:
@@ -233,7 +233,7 @@ class Sender:
                 return
             self._spool.pop()
             if result == "ok":
-                self._stats["replayed"] += _n_items(rec)
+                self._stats["replayed"] += n_items(rec)
             self._close_circuit()
 
     def _open_circuit(self) -> None:
@@ -252,7 +252,7 @@ class Sender:
         self._probe_failures = 0
 
     def _to_spool(self, rec: dict[str, Any]) -> None:
-        n = _n_items(rec)
+        n = n_items(rec)
         if self._spool is not None:
             try:
                 if self._spool.append(rec):
@@ -265,7 +265,10 @@ class Sender:
     # -- one batch ----------------------------------------------------------------------------------
     def _deliver(self, rec: dict[str, Any], retries: int | None = None) -> str:
         """'ok', 'rejected' (dropped and counted) or 'failed' (retries ran out)."""
-        batch = self._encode(rec)
+        batch, not_json = encode(rec)
+        if not_json:
+            self._count_drop("rejected", not_json)
+            log.warning("fabricscope: %s: %d items with NaN/inf dropped", rec["kind"], not_json)
         if batch is None:
             return "rejected"
         max_retries = self._max_retries if retries is None else retries
@@ -273,7 +276,7 @@ class Sender:
         while True:
             out = self._transport.send(batch)
             if out.kind == "ok":
-                self._stats["sent"] += _n_items(rec)
+                self._stats["sent"] += n_items(rec)
                 self._stats["sent_batches"] += 1
                 return "ok"
             if out.kind == "too_large" and len(rec.get("items") or ()) > 1:
@@ -284,7 +287,7 @@ class Sender:
                 results = [self._deliver(p, retries) for p in parts]
                 return "failed" if "failed" in results else "ok"
             if out.kind in ("rejected", "too_large"):
-                n = _n_items(rec)
+                n = n_items(rec)
                 self._stats["rejected_batches"] += 1
                 self._count_drop("rejected", n)
                 log.warning("fabricscope: %s batch rejected by %r (%d items dropped): %s",
@@ -300,51 +303,6 @@ class Sender:
             if self._stop.wait(min(pause, _MAX_PAUSE_S)):
                 self._stats["failed_batches"] += 1
                 return "failed"
-
-    def _encode(self, rec: dict[str, Any]) -> Batch | None:
-        """The batch as the transports take it; items that are not strict JSON are dropped here."""
-        kind, job = rec["kind"], rec.get("job")
-        if kind == "job":
-            try:
-                return Batch(kind, job, rec["batch_id"], rec["body"], wire.dumps(rec["body"]))
-            except ValueError:
-                self._count_drop("rejected", 1)
-                log.warning("fabricscope: job %s registration is not JSON, dropped", job)
-                return None
-        body = wire.batch_body(kind, rec["items"], batch_id=rec["batch_id"], job=job)
-        try:
-            return Batch(kind, job, rec["batch_id"], body, wire.dumps_yielding(body, kind))
-        except ValueError:  # NaN/inf somewhere: drop just the items that are not JSON
-            good = [it for it in rec["items"] if wire.json_ok(it)]
-            self._count_drop("rejected", len(rec["items"]) - len(good))
-            log.warning("fabricscope: %s: %d items with NaN/inf dropped", kind, len(rec["items"]) - len(good))
-            rec["items"][:] = good
-            if not good:
-                return None
-            body = wire.batch_body(kind, good, batch_id=rec["batch_id"], job=job)
-            return Batch(kind, job, rec["batch_id"], body, wire.dumps(body))
-
-
-def _group(items: list[tuple[str, str | None, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Batches in first-seen order, one per (kind, job); job registrations one each."""
-    groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
-    out: list[dict[str, Any]] = []
-    for kind, job, item in items:
-        if kind == "job":
-            out.append({"kind": "job", "job": job, "body": item})
-            continue
-        lst = groups.get((kind, job))
-        if lst is None:
-            lst = groups[(kind, job)] = []
-            out.append({"kind": kind, "job": job, "items": lst})
-        lst.append(item)
-    for rec in out:
-        rec["batch_id"] = uuid.uuid4().hex
-    return out
-
-
-def _n_items(rec: dict[str, Any]) -> int:
-    return len(rec["items"]) if "items" in rec else 1
 
 
 __all__ = ["KINDS", "Sender", "Sink"]
