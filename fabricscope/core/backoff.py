@@ -11,31 +11,28 @@ import random
 import time
 
 
-def backoff_delay(failures: int, *, base: float, cap: float, jitter: float = 0.2,
+def backoff_delay(failures: int, *, base: float, cap: float, spread: tuple[float, float] = (0.8, 1.2),
                   rng: random.Random | None = None) -> float:
     """Seconds to wait after the ``failures``-th failure in a row: base, 2·base, 4·base ... capped,
-    each scaled by a random factor in [1 - jitter, 1 + jitter]. No wait before the first failure."""
+    each scaled by a random factor in ``spread``. No wait before the first failure."""
     if failures <= 0:
         return 0.0
     raw = min(cap, base * 2 ** (failures - 1))
-    return raw * (rng or random).uniform(1.0 - jitter, 1.0 + jitter)
+    return raw * (rng or random).uniform(*spread)  # noqa: S311 - jitter, not security
 
 
 class Backoff:
     """Failure bookkeeping for one peer: when it may be tried again; one success resets it."""
 
-    def __init__(self, base: float, cap: float = 300.0, rng: random.Random | None = None,
-                 jitter: float = 0.2) -> None:
+    def __init__(self, base: float, cap: float = 300.0, rng: random.Random | None = None) -> None:
         self.base = base
         self.cap = max(cap, base)
         self.failures = 0
         self.not_before = 0.0  # monotonic time before which the peer is left alone
         self._rng = rng or random.Random()
-        self._jitter = jitter
 
     def delay(self) -> float:
-        return backoff_delay(max(1, self.failures), base=self.base, cap=self.cap, jitter=self._jitter,
-                             rng=self._rng)
+        return backoff_delay(max(1, self.failures), base=self.base, cap=self.cap, rng=self._rng)
 
     def failed(self, at: float | None = None) -> float:
         self.failures += 1
