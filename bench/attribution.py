@@ -34,7 +34,7 @@ from fabricscope.service.correlate import attribute_step  # noqa: E402
 from fabricscope.service.correlate.baseline import CHANGE_RUN  # noqa: E402
 from fabricscope.service.simulate.faults import FAULT_KINDS, LEVEL_CHANGE, make_fault, random_plan  # noqa: E402
 from fabricscope.service.simulate.generator import Scenario, generate  # noqa: E402
-from fabricscope.service.simulate.send import DirectSink, HttpSink, Sink, send_scenario  # noqa: E402
+from fabricscope.service.simulate.send import DirectSink, HttpSink, ScenarioSink, send_scenario  # noqa: E402
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster  # noqa: E402
 
 ACCURACY_CLUSTER = ClusterSpec(hosts=8, gpus_per_host=8, nics_per_host=4, leaves=2, spines=2)
@@ -48,7 +48,7 @@ class DataPath:
         if args.direct:
             self.db_url = args.direct
             self.conn = psycopg.connect(self.db_url, autocommit=True)
-            self.sink: Sink = DirectSink(self.conn)
+            self.sink: ScenarioSink = DirectSink(self.conn)
             self.kind = "direct COPY (no API)"
             return
         if args.url:

@@ -2,9 +2,9 @@
 
 One thread, deadline scheduling (a slow poll delays the next one of that collector instead of
 piling up), each collector's failure logged and counted without stopping the others. Samples go
-to the ingest API through :class:`collectors.sinks.http.HttpSender` (bounded queue, on-disk spool
-during an outage, replayed in order) or straight to the database through ``DbSink`` when the
-config names a DSN. Events (pfc_storm, ecn_burst, link_flap) are derived here from the NIC/RDMA
+through the sink the config's URL names (``collectors.sinks.factory.make_sink``: the ingest API,
+NATS, or the database when the config names a DSN; bounded queue, on-disk spool during an outage,
+replayed in order). Events (pfc_storm, ecn_burst, link_flap) are derived here from the NIC/RDMA
 counters, so they exist even if the central service was down when they happened.
 """
 
@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import typer
 
@@ -28,34 +28,19 @@ from fabricscope.collectors.host.nic import EthtoolSource, NicCollector, Subproc
 from fabricscope.collectors.host.rdma import RdmaCollector
 from fabricscope.collectors.host.storage import StorageCollector
 from fabricscope.collectors.selfmetrics import observe_poll
+from fabricscope.collectors.sinks.factory import Sink, make_sink
 from fabricscope.core.errors import ConfigError, FabricscopeError
 from fabricscope.core.model import Collector, Sample, now
 
 log = logging.getLogger("fabricscope.agent")
 
 
-class Sink(Protocol):
-    def submit(self, kind: str, item: dict[str, Any], *, job: str | None = None) -> bool: ...
-    def flush(self, timeout_s: float | None = None) -> bool: ...
-    def close(self, timeout_s: float = 5.0) -> None: ...
-
-
-def make_sink(cfg: SinkConfig) -> Sink:
-    if cfg.dsn is not None:
-        from fabricscope.collectors.sinks.db import DbSink  # the lead's direct-to-database sink
-
-        sink: Sink = DbSink(cfg.dsn)
-        return sink
-    assert cfg.url is not None  # parse_config guarantees exactly one of url/dsn
-    kwargs: dict[str, Any] = {"spool_path": cfg.spool_path, "spool_max_bytes": cfg.spool_max_bytes,
-                              "batch_max": cfg.batch_max, "flush_interval_s": cfg.flush_interval_s}
-    if cfg.url.split("://", 1)[0].lower() in ("nats", "tls", "ws", "wss"):
-        from fabricscope.collectors.sinks.nats import NatsSender  # only then is nats-py needed
-
-        return NatsSender(cfg.url, **kwargs)
-    from fabricscope.collectors.sinks.http import HttpSender
-
-    return HttpSender(cfg.url, token=cfg.token, **kwargs)
+def sink_from_config(cfg: SinkConfig) -> Sink:
+    """The sink the config names: sink.url (http(s):// or nats://) or sink.dsn (postgresql://)."""
+    target = cfg.dsn if cfg.dsn is not None else cfg.url
+    assert target is not None  # parse_config guarantees exactly one of url/dsn
+    return make_sink(target, token=cfg.token, spool_path=cfg.spool_path, spool_max_bytes=cfg.spool_max_bytes,
+                     batch_max=cfg.batch_max, flush_interval_s=cfg.flush_interval_s)
 
 
 def make_ethtool(mode: str, binary: str) -> EthtoolSource | None:
@@ -162,7 +147,7 @@ def agent_command(
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    sink = make_sink(cfg.sink)
+    sink = sink_from_config(cfg.sink)
     agent = Agent(cfg, sink)
     try:
         if once:

@@ -10,12 +10,12 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
-from typing import Any
 
 import httpx
 import typer
 
 from fabricscope.collectors import selfmetrics
+from fabricscope.collectors.sinks.factory import Sink, make_sink
 from fabricscope.core.errors import CollectionError, ConfigError
 
 from .inventory import load_inventory
@@ -48,20 +48,10 @@ class LinkPublisher:
         self._client.close()
 
 
-def _sink(url: str | None, token: str | None, dsn: str | None) -> Any:
-    if url:
-        if url.split("://", 1)[0].lower() in ("nats", "tls", "ws", "wss"):
-            from fabricscope.collectors.sinks.nats import NatsSender  # only then is nats-py needed
-
-            return NatsSender(url)
-        from fabricscope.collectors.sinks.http import HttpSender
-
-        return HttpSender(url, token=token)
-    if dsn:
-        from fabricscope.collectors.sinks.db import DbSink  # type: ignore[import-not-found,unused-ignore]
-
-        return DbSink(dsn)
-    raise ConfigError("give --url (the fabricscope API) or --dsn (write to the database directly)")
+def _sink(url: str | None, token: str | None, dsn: str | None) -> Sink:
+    if url or dsn:
+        return make_sink(url or dsn or "", token=token)
+    raise ConfigError("give --url (the fabricscope API or nats://) or --dsn (write to the database directly)")
 
 
 async def _run(scheduler: SwitchScheduler, once: bool) -> int:

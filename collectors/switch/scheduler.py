@@ -19,15 +19,16 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from fabricscope.collectors.selfmetrics import observe_poll
+from fabricscope.collectors.sinks.sender import Sink
+from fabricscope.core.backoff import Backoff
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
 
-from .backoff import Backoff
 from .base import PollResult, SwitchCollector
 from .gnmi.client import GnmiCollector
 from .inventory import Device
@@ -42,14 +43,6 @@ FACTORIES: dict[str, Callable[[Device], Any]] = {
     "netconf": NetconfCollector,
     "gnmi": GnmiCollector,
 }
-
-
-class Sink(Protocol):
-    def submit(self, kind: str, item: dict[str, Any], job: str | None = None) -> bool: ...
-
-    def flush(self) -> Any: ...
-
-    def close(self) -> Any: ...
 
 
 @dataclass

@@ -26,9 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fabricscope.collectors.sinks.http import HttpSender, redact_url
+from fabricscope.collectors.sinks.http import HttpSender
+from fabricscope.collectors.sinks.sender import Sender
 from fabricscope.collectors.training import placement
 from fabricscope.collectors.training.collectives import CollectiveTimer, ddp_comm_hook
+from fabricscope.core.redact import redact_url
 
 log = logging.getLogger("fabricscope.training")
 
@@ -116,7 +118,7 @@ class Recorder:
         collectives: bool | None = None,
         sysfs_root: str | Path = "/sys",
         env: Any = None,
-        sender: HttpSender | None = None,
+        sender: Sender | None = None,
         exit_timeout_s: float = 5.0,
         **sender_options: Any,
     ) -> None:
@@ -428,7 +430,7 @@ class Recorder:
             self._registered = True  # do not retry on every step
             log.warning("fabricscope: rank placement not registered: %s", e)
 
-    def _get_sender(self) -> HttpSender | None:
+    def _get_sender(self) -> Sender | None:
         if self._sender is None and self.enabled and not self._closed:
             with self._lock:
                 if self._sender is None:

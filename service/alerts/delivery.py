@@ -18,13 +18,13 @@ service/workers.py as `deliver_due(conn, settings=...)`, never from a request ha
 from __future__ import annotations
 
 import logging
-import random
 import time
 from typing import Any
 
 import httpx
 import psycopg
 
+from fabricscope.core.backoff import backoff_delay
 from fabricscope.service.alerts import payloads
 from fabricscope.service.alerts.store import url_host
 from fabricscope.service.observability import metrics as m
@@ -49,8 +49,9 @@ RETURNING d.id, d.webhook_id, d.event, d.idempotency_key, d.body, d.attempts,
 
 
 def backoff_s(attempts: int, settings: Settings, retry_after: float | None = None) -> float:
-    base = settings.delivery_backoff_s * 2 ** max(attempts - 1, 0)
-    delay = min(base, settings.delivery_backoff_max_s) * random.uniform(0.8, 1.0)  # noqa: S311 - jitter only
+    # Never longer than the configured cap: the jitter only shortens.
+    delay = backoff_delay(max(attempts, 1), base=settings.delivery_backoff_s, cap=settings.delivery_backoff_max_s,
+                          spread=(0.8, 1.0))
     if retry_after is not None:
         delay = max(delay, min(retry_after, settings.delivery_backoff_max_s))
     return delay

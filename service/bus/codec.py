@@ -8,20 +8,20 @@ publisher's retry does not even reach the writers).
 
 from __future__ import annotations
 
-import gzip
 import uuid
 from typing import Any
 
 import orjson
 
+from fabricscope.core import wire
 from fabricscope.service.ingest.body import decode_body
 
-PREFIX = "fabricscope.ingest"
+PREFIX = wire.SUBJECT_PREFIX  # the collectors' NATS transport publishes to the same subjects
 # "jobs" carries PUT /v1/jobs bodies (rank placement) from senders that register their job.
 KINDS = ("samples", "steps", "collectives", "events", "jobs")
 DEAD_PREFIX = "fabricscope.rejected"  # batches a writer refused (bad input), kept for people
-GZIP_OVER = 4096  # smaller bodies are not worth the CPU
-MSG_ID = "Nats-Msg-Id"
+GZIP_OVER = wire.GZIP_OVER
+MSG_ID = wire.MSG_ID
 
 
 def subject(kind: str) -> str:
@@ -48,10 +48,9 @@ def encode(kind: str, body: dict[str, Any]) -> tuple[str, bytes, dict[str, str]]
     """(subject, payload, headers) for one batch; gives the body a batch id when it has none."""
     subj = subject(kind)
     bid = ensure_batch_id(body)
-    data = orjson.dumps(body)
+    data, gzipped = wire.gzip_if_large(orjson.dumps(body))
     headers = {MSG_ID: f"{kind}:{bid}"}
-    if len(data) > GZIP_OVER:
-        data = gzip.compress(data, compresslevel=1)
+    if gzipped:
         headers["Content-Encoding"] = "gzip"
     return subj, data, headers
 

@@ -1,7 +1,7 @@
 """The direct writer: resolves series ids, computes rates, and COPYs batches in one transaction.
 
-Used by the HTTP ingest routes, by ``DbSink`` (agents writing straight to the database) and by the
-NATS writers. Caches (names → ids, last point per series) are per process; a cache miss costs one
+Used by the HTTP ingest routes, by ``service.ingest.db_transport`` (agents writing straight to the
+database) and by the NATS writers. Caches (names → ids, last point per series) are per process; a cache miss costs one
 query per batch, never one per row.
 """
 

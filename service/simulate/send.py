@@ -6,57 +6,61 @@ from __future__ import annotations
 import io
 import json
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import httpx
 import numpy as np
 import orjson
 import pandas as pd
 
+from fabricscope.collectors.sinks.http import HttpTransport
+from fabricscope.core import wire
+from fabricscope.core.backoff import backoff_delay
 from fabricscope.core.rates import series_rates
 from fabricscope.service.simulate.generator import Scenario
 
 MAX_BATCH = 5000
 
 
-class Sink(Protocol):
+class ScenarioSink(Protocol):
+    """Takes a scenario's ready-made API.md bodies, synchronously (errors raise), with the
+    scenario's own batch ids so a re-send is idempotent. Collectors use ``make_sink`` instead."""
+
     def put_topology(self, body: dict[str, Any]) -> None: ...
     def put_job(self, job: str, body: dict[str, Any]) -> None: ...
     def post(self, kind: str, body: dict[str, Any]) -> None: ...
 
 
 class HttpSink:
-    """POSTs to a running fabricscope API, honouring 503 + Retry-After."""
+    """Sends through the collectors' HTTP transport, waiting out outages (503 + Retry-After)."""
 
-    def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0) -> None:
-        headers = {"content-type": "application/json"}
-        if token:
-            headers["authorization"] = f"Bearer {token}"
-        self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0, attempts: int = 8) -> None:
+        self.transport = HttpTransport(url, token=token, timeout_s=timeout)
+        self.attempts = attempts
 
-    def _send(self, method: str, path: str, body: dict[str, Any]) -> None:
+    def _send(self, method: str, path: str, body: dict[str, Any], *, gzipped: bool) -> None:
         data = orjson.dumps(body)
-        for attempt in range(8):
-            resp = self.client.request(method, path, content=data)
-            if resp.status_code == 503 and attempt < 7:
-                time.sleep(float(resp.headers.get("retry-after", "1") or 1))
-                continue
-            if resp.status_code >= 400:
-                raise RuntimeError(f"{method} {path} -> {resp.status_code}: {resp.text[:500]}")
-            return
+        data = wire.gzip_body(data) if gzipped else data
+        for attempt in range(1, self.attempts + 1):
+            out = self.transport.request(method, path, data, gzipped=gzipped)
+            if out.kind == "ok":
+                return
+            if out.kind != "retry" or attempt == self.attempts:
+                raise RuntimeError(f"{method} {path}: {out.kind}: {out.reason}")
+            time.sleep(out.retry_after if out.retry_after is not None else backoff_delay(attempt, base=0.5, cap=10))
 
     def put_topology(self, body: dict[str, Any]) -> None:
-        self._send("PUT", "/v1/topology", body)
+        self._send("PUT", "/v1/topology", body, gzipped=False)
 
     def put_job(self, job: str, body: dict[str, Any]) -> None:
-        self._send("PUT", f"/v1/jobs/{job}", body)
+        self._send("PUT", f"/v1/jobs/{urllib.parse.quote(job, safe='')}", body, gzipped=False)
 
     def post(self, kind: str, body: dict[str, Any]) -> None:
-        self._send("POST", f"/v1/ingest/{kind}", body)
+        self._send("POST", f"/v1/ingest/{kind}", body, gzipped=True)
 
     def close(self) -> None:
-        self.client.close()
+        self.transport.close()
 
 
 def _copy(cur: Any, table: str, columns: list[str], df: pd.DataFrame) -> None:
@@ -155,7 +159,7 @@ class DirectSink:
                                   json.dumps(e.get("attrs", {}))) for e in body["events"]])
 
 
-def send_scenario(sink: Sink, sc: Scenario, *, batch: int = MAX_BATCH, topology: bool = True,
+def send_scenario(sink: ScenarioSink, sc: Scenario, *, batch: int = MAX_BATCH, topology: bool = True,
                   progress: Callable[[str], None] | None = None) -> dict[str, int]:
     """Topology, rank placement, then telemetry and timings in time order; idempotent batch ids."""
     if topology:

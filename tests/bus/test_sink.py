@@ -1,14 +1,18 @@
-"""NatsSender: the HttpSender interface over JetStream — spool while NATS is away, replay, dedupe."""
+"""The sender over the NATS transport — spool while NATS is away, replay, dedupe."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 import nats
 import pytest
 
-from fabricscope.collectors.sinks.http import HttpSender
-from fabricscope.collectors.sinks.nats import NatsSender, sender_for
+from fabricscope.collectors.sinks.factory import make_sink
+from fabricscope.collectors.sinks.http import HttpTransport
+from fabricscope.collectors.sinks.nats import NatsSender, NatsTransport
+from fabricscope.core import wire
+from fabricscope.core.transport import Batch
 from tests.bus.natsd import NatsServer, declare_streams
 
 
@@ -57,11 +61,39 @@ def test_never_raises_and_counts_what_it_refuses(nats_server) -> None:
         sender.close()
 
 
-@pytest.mark.parametrize(("url", "cls"), [("nats://u:secret@127.0.0.1:1", NatsSender),
-                                           ("http://127.0.0.1:1", HttpSender)])
-def test_sender_for_and_no_secret_in_repr(url, cls, tmp_path) -> None:
-    s = sender_for(url, flush_interval_s=60)
+@pytest.mark.parametrize(("url", "cls"), [("nats://u:secret@127.0.0.1:1", NatsTransport),
+                                           ("nats://u:secret@127.0.0.1:1,nats://u:secret@127.0.0.1:2", NatsTransport),
+                                           ("http://u:secret@127.0.0.1:1", HttpTransport)])
+def test_make_sink_picks_the_transport_and_no_secret_in_repr(url, cls, tmp_path) -> None:
+    s = make_sink(url, flush_interval_s=60)
     try:
-        assert type(s) is cls and "secret" not in repr(s)
+        assert type(s.transport) is cls and "secret" not in repr(s) and "127.0.0.1:1" in repr(s)
     finally:
         s.close(0.5)
+
+
+def test_nats_outcomes_ok_too_large_retry_and_the_sender_halves(tmp_path) -> None:
+    srv = NatsServer(tmp_path / "nats", max_payload=8192)
+    srv.start()
+    t = NatsTransport(srv.url, timeout_s=1)
+    try:
+        declare_streams(srv.url)
+        items = [{"ts": 1.7e9 + i, "source": f"h:{os.urandom(400).hex()}", "metric": "x", "value": i}
+                 for i in range(40)]
+        body = wire.batch_body("samples", items, batch_id="big")
+        assert t.send(Batch("samples", None, "big", body, wire.dumps(body))).kind == "too_large"
+        body = wire.batch_body("samples", items[:1], batch_id="small")
+        assert t.send(Batch("samples", None, "small", body, wire.dumps(body))).kind == "ok"
+        sender = NatsSender(srv.url, flush_interval_s=60)
+        try:
+            for it in items:
+                sender.submit("samples", it)
+            assert sender.flush(10)
+            assert sender.stats["sent"] == 40 and sender.stats["split_batches"] > 0
+        finally:
+            sender.close()
+        srv.stop()
+        assert t.send(Batch("samples", None, "small2", body, wire.dumps(body))).kind == "retry"
+    finally:
+        t.close()
+        srv.stop()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from fabricscope.collectors.host.agent import Agent, agent_command, make_sink
+from fabricscope.collectors.host.agent import Agent, agent_command, sink_from_config
 from fabricscope.collectors.host.config import parse_config
 from tests.sinks.receiver import Receiver, free_port
 
@@ -81,7 +81,7 @@ def test_veth_traffic_deltas_and_link_flap(veth: tuple[str, str, str]) -> None:
                         "nic": {"include": [a], "exclude": [], "ethtool": "subprocess",
                                 "ethtool_binary": binary},
                         "rdma": {"enabled": False}, "storage": {"enabled": False}})
-    sink = make_sink(cfg.sink)
+    sink = sink_from_config(cfg.sink)
     agent = Agent(cfg, sink)
     nic = agent.tasks[0][1]
     try:
@@ -139,7 +139,7 @@ def _fixture_agent(url: str, tmp_path: Path, spool_max: int) -> tuple[Agent, Any
                                                   "spool_max_bytes": spool_max, "flush_interval_s": 0.05},
                         "nic": {"exclude": [], "ethtool": "none"}, "rdma": {"enabled": False},
                         "storage": {"enabled": False}, "paths": {"sys_root": str(SYS_FIXTURE)}})
-    sink = make_sink(cfg.sink)
+    sink = sink_from_config(cfg.sink)
     return Agent(cfg, sink), sink
 
 

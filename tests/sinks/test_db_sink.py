@@ -1,4 +1,5 @@
-"""DbSink writes through the ingest code to the real database, spools while it is down, replays."""
+"""The database transport (make_sink("postgresql://...")) writes through the ingest code to the real
+database, spools while it is down, replays."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from pathlib import Path
 
 import psycopg
 
-from fabricscope.collectors.sinks.db import DbSink
+from fabricscope.collectors.sinks.factory import make_sink
 from tests.support import TestDatabase
 
 
 def test_db_sink_writes_samples_steps_and_job(database_url: str, db_conn: psycopg.Connection) -> None:
     src = f"dbsink{uuid.uuid4().hex[:6]}:eth0"
     job = f"job-{uuid.uuid4().hex[:6]}"
-    sink = DbSink(database_url, flush_interval_s=0.1)
+    sink = make_sink(database_url, flush_interval_s=0.1)
     t = time.time() - 10
     for i in range(5):
         assert sink.submit("samples", {"ts": t + i, "source": src, "metric": "rx_bytes_total", "value": 100 * i})
@@ -34,7 +35,7 @@ def test_db_sink_spools_during_outage_and_replays(tmp_path: Path) -> None:
     db = TestDatabase.create(None, tmp_path)
     try:
         assert db.embedded is not None
-        sink = DbSink(db.url, spool_path=tmp_path / "spool", flush_interval_s=0.1, max_retries=0, timeout_s=1)
+        sink = make_sink(db.url, spool_path=tmp_path / "spool", flush_interval_s=0.1, max_retries=0, timeout_s=1)
         t = time.time() - 100
         sink.submit("samples", {"ts": t, "source": "h:eth0", "metric": "rx_bytes_total", "value": 0})
         assert sink.flush(10)

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fabricscope.collectors.switch.backoff import Backoff
 from fabricscope.collectors.switch.resets import ResetSample, ResetTracker
 from fabricscope.collectors.switch.sharding import parse_shard, select, shard_of
+from fabricscope.core.backoff import Backoff
 from fabricscope.core.errors import ConfigError
 from fabricscope.core.model import Sample
 from fabricscope.core.rates import series_rates
