@@ -113,14 +113,14 @@ def test_topology_import_cli(tmp_path: Path, database_url: str, db_conn: psycopg
     get_settings.cache_clear()
     try:
         good = Path(__file__).resolve().parents[2] / "docs" / "topology.example.yaml"
-        res = CliRunner().invoke(cli.build_app(), ["topology", "import", str(good)])
+        res = CliRunner().invoke(cli.build_app("topology"), ["topology", "import", str(good)])
         assert res.exit_code == 0, res.output
         assert "imported 6 devices, 6 links" in res.output
         row = db_conn.execute("SELECT count(*) FROM links WHERE a = 'node01:mlx5_0' AND b = 'leaf1:Ethernet1'")
         assert row.fetchone() == (1,)
         bad = tmp_path / "bad.yaml"
         bad.write_text("devices:\n  - {name: x, kind: toaster}\n")
-        res = CliRunner().invoke(cli.build_app(), ["topology", "import", str(bad)])
+        res = CliRunner().invoke(cli.build_app("topology"), ["topology", "import", str(bad)])
         assert res.exit_code == 2
         assert "devices.0.kind" in res.output
     finally:
