@@ -1,14 +1,71 @@
 """The engine's numbers in one place, each with the reason for its value.
 
-`EngineConfig` is passed to `AttributionEngine`, so a test or a benchmark can vary one of them; the
-defaults are what the service runs with (the values the simulator benchmark was tuned on). The
-signal tables (which metric points at which layer, per-metric floors, AFTERMATH_S) are data of
-localize.py, and the step-time baseline's constants live with it in baseline.py.
+Module constants are the pure stages' (baseline.py, decompose.py, localize.py, queries.py import
+them from here). `EngineConfig` is passed to `AttributionEngine`, so a test or a benchmark can vary
+one of them; its defaults are what the service runs with. All values are the ones the simulator
+benchmark (bench/attribution.py) was tuned on. The signal tables (which metric points at which layer
+with which weight, per-metric floors) are data and stay in localize.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# Scales a median absolute deviation to a standard deviation for normal data (1 / Phi^-1(3/4)).
+MAD_TO_SIGMA = 1.4826
+
+# -- step-time baseline (baseline.py) ------------------------------------------------------------
+# Healthy steps kept: a few minutes of training at 1-5 s steps, enough for a stable median.
+WINDOW = 48
+# Steps needed before judging: fewer give a median that one odd step can move.
+MIN_HISTORY = 5
+# A step is slow beyond K_SIGMA robust sigmas: healthy jitter is ~1-2 sigma, so 6 has no false alarms.
+K_SIGMA = 6.0
+# ...and never for less than 4% over the baseline (below that nobody loses real time).
+REL = 0.04
+# Sigma floor relative to the median: a perfectly steady job (MAD 0) must not flag 0.1% noise.
+MIN_SIGMA_REL = 0.002
+# Consecutive slow, agreeing steps after which the job is at a new level (a new training phase).
+CHANGE_RUN = 12
+# The slow run must agree within 3% to be a new level (a fault's steps vary more than that).
+CHANGE_SPREAD = 0.03
+# While bootstrapping, a step over 1.5x the median of the few seen is warm-up (step 0 compiles).
+BOOTSTRAP_MAX_RATIO = 1.5
+# Checkpoint extras remembered: checkpoints are rare, 8 span a long run.
+CKPT_HISTORY = 8
+# Checkpoint extras needed before their median replaces the step's own checkpoint phase.
+CKPT_MIN_HISTORY = 2
+# Margin added to the first checkpoints' own phase time (seconds): a write that takes its usual time.
+CKPT_FIRST_MARGIN_S = 0.01
+# Share of the checkpoint extra added to the slow threshold: checkpoint writes vary more than steps.
+CKPT_SPREAD_SHARE = 0.05
+
+# -- stragglers (decompose.py) --------------------------------------------------------------------
+# Peer z-score for a rank's excess work to count as a straggler (jitter among ranks stays under 3).
+MIN_Z = 5.0
+# ...and at least this much excess (seconds): below 10 ms nobody waits long enough to matter.
+MIN_EXCESS_S = 0.01
+# Spread floor of local work: 0.3% of the median, at least 5 ms (timer and scheduling noise).
+WORK_MAD_FLOOR_REL = 0.003
+WORK_MAD_FLOOR_S = 0.005
+# Ranks slow in the same phase by at least half the worst one's excess are slow with it.
+MEMBER_SHARE = 0.5
+# A straggler is host-level when its slow ranks are all on one host and at least half of that host.
+HOST_LEVEL_SHARE = 0.5
+
+# -- localization (localize.py, queries.py) -------------------------------------------------------
+# Seconds before a step in which a signal still explains it. A link that went down and came back
+# leaves the transports on it backing off (TCP RTO doubling, RoCE retry timers, collective
+# reconnects): the step that stalls can start seconds after the counter moved.
+AFTERMATH_S: dict[str, float] = {"link_down_total": 10.0}
+# Score a series needs to count as anomalous (3 robust sigmas: rare by chance, common under a fault).
+MIN_SCORE = 3.0
+# Peer z-score a series needs to come back from the database at all: the same bar as MIN_SCORE.
+PEER_MIN_Z = 3.0
+# Outliers returned per window: more than any real fault lights up, bounded for a fabric-wide storm.
+MAX_OUTLIERS = 64
+# A series without own history counts its peer score discounted: it could be always this high.
+NO_HISTORY_DISCOUNT = 0.7
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from fabricscope.service.correlate.constants import MAX_OUTLIERS, PEER_MIN_Z
+
 SUMMARY_SQL = """
 WITH st AS (
   SELECT step, count(*) AS n,
@@ -123,8 +125,8 @@ def series_meta(conn: Any, *, sources: list[str], metrics: list[str]) -> pd.Data
     return _frame(conn, SERIES_SQL, {"sources": sources, "metrics": metrics})
 
 
-def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: float = 3.0,
-             limit: int = 64) -> tuple[pd.DataFrame, int]:
+def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: float = PEER_MIN_Z,
+             limit: int = MAX_OUTLIERS) -> tuple[pd.DataFrame, int]:
     """Series whose window value stands out from their peer group (`meta`: series_id, grp, gauge,
     floor, net, lookback: seconds the window reaches back for that series), and how many network
     series had data in the window."""

@@ -11,7 +11,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate import AttributionEngine, EngineConfig
 from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.send import HttpSink, send_scenario
@@ -94,6 +94,10 @@ def test_two_causes_are_ranked(service_url: str, db_conn: psycopg.Connection) ->
         (net.layer, net.component), (gpu.layer, gpu.component)]
     assert a["causes"][0]["lost_s"] > a["causes"][1]["lost_s"] > 0
     assert (a["layer"], a["component"]) == (net.layer, net.component)
+    # the engine's configuration is its own: a higher listing bar drops the minor cause
+    strict = AttributionEngine(EngineConfig(min_share=a["causes"][1]["lost_s"] / a["lost_s"] + 0.01))
+    b = strict.attribute_step(db_conn, job=sc.job, step=21, store=False)
+    assert b is not None and [(c["layer"], c["component"]) for c in b["causes"]] == [(net.layer, net.component)]
 
 
 def test_missing_telemetry_lowers_confidence(service_url: str, db_conn: psycopg.Connection) -> None:
