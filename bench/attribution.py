@@ -30,7 +30,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fabricscope.service.correlate import attribute_step  # noqa: E402
+from fabricscope.service.correlate import AttributionEngine  # noqa: E402
 from fabricscope.service.correlate.baseline import CHANGE_RUN  # noqa: E402
 from fabricscope.service.simulate.faults import FAULT_KINDS, LEVEL_CHANGE, make_fault, random_plan  # noqa: E402
 from fabricscope.service.simulate.generator import Scenario, generate  # noqa: E402
@@ -45,6 +45,7 @@ LATENCY_CLUSTERS = {64: ClusterSpec(8, 8, 8, 2, 2), 256: ClusterSpec(32, 8, 8, 4
 class DataPath:
     def __init__(self, args: argparse.Namespace) -> None:
         self._stop: list[Any] = []
+        self.engine = AttributionEngine()  # one per process, as in the service: its caches stay warm
         if args.direct:
             self.db_url = args.direct
             self.conn = psycopg.connect(self.db_url, autocommit=True)
@@ -166,7 +167,7 @@ def run_accuracy(dp: DataPath, n_runs: int, seed: int) -> None:
         send_scenario(dp.sink, sc, topology=(i == 0))
         t_send += time.perf_counter() - t
         t = time.perf_counter()
-        got = {s: attribute_step(dp.conn, job=sc.job, step=s) for s in sorted(sc.truth)}
+        got = {s: dp.engine.attribute_step(dp.conn, job=sc.job, step=s) for s in sorted(sc.truth)}
         t_attr += time.perf_counter() - t
         results.append((sc, got))
     r = score(results)
@@ -206,7 +207,7 @@ def run_latency(dp: DataPath, sizes: list[int], steps: int, seed: int, analyze: 
         lat, lat_slow = [], []
         for s in range(steps):
             t = time.perf_counter()
-            a = attribute_step(dp.conn, job=sc.job, step=s)
+            a = dp.engine.attribute_step(dp.conn, job=sc.job, step=s)
             dt = (time.perf_counter() - t) * 1000
             lat.append(dt)
             if a and a["slow"]:

@@ -6,20 +6,26 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Annotated, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fabricscope.service.settings import get_settings
 
+if TYPE_CHECKING:
+    from fabricscope.service.correlate import AttributionEngine
 
-def _serve_in_thread(host: str, port: int) -> tuple[Any, threading.Thread]:
+
+def _serve_in_thread(host: str, port: int) -> tuple[Any, threading.Thread, AttributionEngine]:
+    """The running server, its thread, and the app's attribution engine (the report shares its caches)."""
     import uvicorn
 
     from fabricscope.service.api.main import create_app
 
     settings = get_settings()
-    config = uvicorn.Config(create_app(settings, background=True), host=host, port=port, log_level="warning",
+    app = create_app(settings, background=True)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning",
                             access_log=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="api", daemon=True)
@@ -29,7 +35,7 @@ def _serve_in_thread(host: str, port: int) -> tuple[Any, threading.Thread]:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise typer.Exit(_port_error(host, port))
         time.sleep(0.05)
-    return server, thread
+    return server, thread, app.state.engine
 
 
 def _port_error(host: str, port: int) -> int:
@@ -37,7 +43,7 @@ def _port_error(host: str, port: int) -> int:
     return 2
 
 
-def _table(rows: list[dict[str, Any]], truth: dict[int, Any]) -> str:
+def _table(rows: Sequence[Mapping[str, Any]], truth: dict[int, Any]) -> str:
     head = (f"{'step':>6} {'time s':>7} {'base s':>7} {'lost s':>7}  {'layer':<8} {'component':<26} "
             f"{'conf':>5}  injected")
     lines = [head, "-" * len(head)]
@@ -70,12 +76,12 @@ def demo_command(
 
     signal.signal(signal.SIGTERM, _terminate)
     with database() as dsn:
-        server, thread = _serve_in_thread(host, port)
+        server, thread, engine = _serve_in_thread(host, port)
         try:
             base = f"http://{host}:{port}"
             typer.echo(f"API: {base}  (docs: {base}/docs)", err=True)
-            _feed_and_report(dsn, base, hosts=hosts, gpus_per_host=gpus_per_host, steps=steps, faults=faults,
-                             seed=seed)
+            _feed_and_report(dsn, base, engine, hosts=hosts, gpus_per_host=gpus_per_host, steps=steps,
+                             faults=faults, seed=seed)
             if not exit_after:
                 typer.echo("serving; Ctrl-C to stop", err=True)
                 while thread.is_alive():
@@ -87,11 +93,10 @@ def demo_command(
             thread.join(10)
 
 
-def _feed_and_report(dsn: str, base: str, *, hosts: int, gpus_per_host: int, steps: int, faults: int,
-                     seed: int) -> None:
+def _feed_and_report(dsn: str, base: str, engine: AttributionEngine, *, hosts: int, gpus_per_host: int,
+                     steps: int, faults: int, seed: int) -> None:
     import psycopg
 
-    from fabricscope.service.correlate import attribute_step, list_steps
     from fabricscope.service.simulate.generator import generate
     from fabricscope.service.simulate.send import HttpSink, send_scenario
     from fabricscope.service.simulate.topology import ClusterSpec
@@ -109,8 +114,8 @@ def _feed_and_report(dsn: str, base: str, *, hosts: int, gpus_per_host: int, ste
     typer.echo(f"ingested {sum(counts.values()):,} records in {time.monotonic() - started:.1f}s; attributing ...",
                err=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = [a for s in list_steps(conn, job=job, slow_only=True)
-                if (a := attribute_step(conn, job=job, step=s["step"], store=True)) is not None]
+        rows = [a for s in engine.list_steps(conn, job=job, slow_only=True)
+                if (a := engine.attribute_step(conn, job=job, step=s["step"], store=True)) is not None]
     typer.echo("")
     typer.echo(f"slow steps of {job} ({len(rows)} of {steps}):")
     typer.echo(_table(rows, sc.truth))

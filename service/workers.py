@@ -14,6 +14,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from psycopg_pool import ConnectionPool
 
 from fabricscope.service.bus.leases import LeaseLost
+from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.workers")
@@ -47,11 +48,11 @@ def _guarded(pool: ConnectionPool, name: str, fn: Callable[[psycopg.Connection],
     return run
 
 
-def start_background(pool: ConnectionPool, settings: Settings) -> BackgroundScheduler:
+def start_background(pool: ConnectionPool, settings: Settings, *, engine: AttributionEngine) -> BackgroundScheduler:
+    """`engine`: the app's, so attribution in the background and on request share one set of caches."""
     sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
     if settings.correlate_interval_s > 0:
         from fabricscope.service.bus.leases import JobPartitioner
-        from fabricscope.service.correlate import process_pending
 
         # Several `serve` processes split the jobs between them with leases (one owner per job).
         part = JobPartitioner("correlate", ttl_s=max(30.0, 3 * settings.correlate_interval_s))
@@ -59,7 +60,7 @@ def start_background(pool: ConnectionPool, settings: Settings) -> BackgroundSche
         def correlate(conn: psycopg.Connection) -> None:
             jobs = [r[0] for r in conn.execute("SELECT name FROM jobs ORDER BY name").fetchall()]
             for job in part.claim(conn, jobs):
-                process_pending(conn, job=job)
+                engine.process_pending(conn, job=job)
 
         sched.add_job(_guarded(pool, "attribution", correlate), "interval",
                       seconds=settings.correlate_interval_s, id="correlate", jitter=1)

@@ -31,7 +31,7 @@ OK = Outcome("ok")
 @dataclass
 class Batch:
     """One batch as queued and spooled. ``kind`` is an ingest kind, or "job" for a job registration
-    (then ``body`` is the PUT /v1/jobs body). ``body`` is the API.md body, ``text`` its strict JSON."""
+    (then ``body`` is the PUT /v1/jobs body). ``body`` is the docs/API.md body, ``text`` its strict JSON."""
 
     kind: str
     job: str | None

@@ -1,4 +1,4 @@
-"""The ingest batch on the wire: ``{"batch_id": ..., "<kind>": [...]}`` (API.md, POST /v1/ingest/{kind}).
+"""The ingest batch on the wire: ``{"batch_id": ..., "<kind>": [...]}`` (docs/API.md, POST /v1/ingest/{kind}).
 
 One definition shared by every publisher (the HTTP and NATS transports of the collectors) and the
 server's bus codec, so the body a collector sends and the body the server reads cannot drift.
@@ -22,7 +22,7 @@ _CHUNK = 256
 
 
 def batch_body(kind: str, items: list[dict[str, Any]], *, batch_id: str, job: str | None = None) -> dict[str, Any]:
-    """The API.md body of one batch. Steps and collectives name their job once; events each."""
+    """The docs/API.md body of one batch. Steps and collectives name their job once; events each."""
     body: dict[str, Any] = {"batch_id": batch_id}
     if job is not None and kind in JOB_KINDS:
         body["job"] = job

@@ -10,6 +10,7 @@ import psycopg
 from fastapi import Depends, HTTPException, Request
 from psycopg_pool import ConnectionPool
 
+from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.settings import Settings
 
@@ -34,10 +35,16 @@ def get_sample_writer(request: Request) -> SampleWriter:
     return writer
 
 
+def get_engine(request: Request) -> AttributionEngine:
+    engine: AttributionEngine = request.app.state.engine
+    return engine
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 PoolDep = Annotated[ConnectionPool, Depends(get_pool)]
 ConnDep = Annotated[psycopg.Connection, Depends(get_conn)]
 WriterDep = Annotated[SampleWriter, Depends(get_sample_writer)]
+EngineDep = Annotated[AttributionEngine, Depends(get_engine)]
 
 
 def require(scope: str) -> Callable[..., None]:

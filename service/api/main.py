@@ -19,6 +19,7 @@ from psycopg_pool import PoolTimeout
 from fabricscope.service.api.gzip_body import GzipRequestMiddleware
 from fabricscope.service.api.routes import alerts, health, ingest, jobs, sources, steps, topology
 from fabricscope.service.api.schemas import INGEST_MODELS
+from fabricscope.service.correlate import AttributionEngine, EngineConfig
 from fabricscope.service.db.database import database_url, make_pool
 from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.ingest.errors import IngestError
@@ -42,8 +43,11 @@ def _flavour(url: str) -> str:
         return "unknown"
 
 
-def create_app(settings: Settings | None = None, *, background: bool = False) -> FastAPI:
+def create_app(settings: Settings | None = None, *, background: bool = False,
+               engine_config: EngineConfig | None = None) -> FastAPI:
     settings = settings or get_settings()
+    # One engine per app, shared by request threads and the background scheduler (it is thread-safe).
+    engine = AttributionEngine(engine_config or EngineConfig())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -55,7 +59,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
         if background:
             from fabricscope.service.workers import start_background
 
-            workers = start_background(app.state.pool, settings)
+            workers = start_background(app.state.pool, settings, engine=engine)
         try:
             yield
         finally:
@@ -75,6 +79,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
     )
     app.state.settings = settings
     app.state.sample_writer = SampleWriter()
+    app.state.engine = engine
     app.state.token_scopes = settings.token_scopes()
     for r in (health.router, ingest.router, topology.router, jobs.router, steps.router, sources.router,
               alerts.router):

@@ -154,6 +154,18 @@ class Evidence(BaseModel):
     value: float | None
     baseline: float | None
     score: float
+    # Optional extras (the engine's records.EvidenceRow): absent keys are left out of responses.
+    labels: dict[str, str] | None = None
+    unit: str | None = None  # "per_second" (counter rate), "value" (gauge) or "seconds" (a timing)
+    rank: int | None = None  # the straggling rank, for timing evidence
+    kind: str | None = None  # "timing" for a rank's phase time; telemetry rows have none
+
+
+class Cause(BaseModel):
+    layer: str
+    component: str | None
+    lost_s: float
+    confidence: float
 
 
 class Attribution(BaseModel):
@@ -162,11 +174,13 @@ class Attribution(BaseModel):
     slow: bool
     duration_s: float | None
     baseline_s: float | None
+    start: str | None = None  # RFC 3339 start of the step (median over ranks)
     layer: str
     component: str | None
     confidence: float
     lost_s: float
     evidence: list[Evidence]
+    causes: list[Cause] = []  # every cause of the lost time, worst first; the top one is layer/component
 
 
 class SeriesPoint(BaseModel):

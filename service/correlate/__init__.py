@@ -1,5 +1,9 @@
-"""Correlation engine: attribute slow training steps to a layer and a component (see engine.py)."""
+"""Correlation engine: attribute slow training steps to a layer and a component (see engine.py).
 
-from fabricscope.service.correlate.engine import attribute_step, job_report, list_steps, process_pending
+One `AttributionEngine` per process (the API app owns it on `app.state.engine`); it is thread-safe.
+"""
 
-__all__ = ["attribute_step", "job_report", "list_steps", "process_pending"]
+from fabricscope.service.correlate.constants import EngineConfig
+from fabricscope.service.correlate.engine import AttributionEngine
+
+__all__ = ["AttributionEngine", "EngineConfig"]

@@ -15,13 +15,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-WINDOW = 48  # healthy steps kept
-MIN_HISTORY = 5  # steps needed before judging
-K_SIGMA = 6.0
-REL = 0.04  # never call a step slow for less than 4%
-MIN_SIGMA_REL = 0.002
-CHANGE_RUN = 12
-CHANGE_SPREAD = 0.03  # the slow run must agree within 3% to be a new level
+from fabricscope.service.correlate.constants import (
+    BOOTSTRAP_MAX_RATIO,
+    CHANGE_RUN,
+    CHANGE_SPREAD,
+    CKPT_FIRST_MARGIN_S,
+    CKPT_HISTORY,
+    CKPT_MIN_HISTORY,
+    CKPT_SPREAD_SHARE,
+    K_SIGMA,
+    MAD_TO_SIGMA,
+    MIN_HISTORY,
+    MIN_SIGMA_REL,
+    REL,
+    WINDOW,
+)
+
+__all__ = ["CHANGE_RUN", "Baselines", "compute_baselines"]
 
 
 @dataclass
@@ -34,7 +44,7 @@ class Baselines:
 
 def _robust(x: np.ndarray) -> tuple[float, float]:
     med = float(np.median(x))
-    return med, max(1.4826 * float(np.median(np.abs(x - med))), MIN_SIGMA_REL * abs(med))
+    return med, max(MAD_TO_SIGMA * float(np.median(np.abs(x - med))), MIN_SIGMA_REL * abs(med))
 
 
 def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.ndarray,
@@ -48,7 +58,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     slow = np.zeros(n, bool)
     transfer = np.where(np.isfinite(transfer), transfer, 0.0)
     hist: deque[tuple[float, float]] = deque(maxlen=WINDOW)
-    hist_ck: deque[float] = deque(maxlen=8)  # checkpoint extra over the normal baseline
+    hist_ck: deque[float] = deque(maxlen=CKPT_HISTORY)  # checkpoint extra over the normal baseline
     run: list[tuple[float, float]] = []
     for i in range(n):
         d = float(duration[i])
@@ -56,16 +66,19 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             continue
         if len(hist) < MIN_HISTORY:
             # bootstrap: take steps that are not wildly off the few seen (step 0 compiles)
-            if not is_ckpt[i] and (not hist or d < 1.5 * float(np.median([h[0] for h in hist]))):
+            if not is_ckpt[i] and (not hist or d < BOOTSTRAP_MAX_RATIO * float(np.median([h[0] for h in hist]))):
                 hist.append((d, float(transfer[i])))
             continue
         hd = np.fromiter((h[0] for h in hist), float, len(hist))
         med, sigma = _robust(hd)
         med_t = float(np.median([h[1] for h in hist]))
         if is_ckpt[i]:
-            extra = float(np.median(hist_ck)) if len(hist_ck) >= 2 else float(ckpt_med[i]) + 0.01
+            if len(hist_ck) >= CKPT_MIN_HISTORY:
+                extra = float(np.median(hist_ck))
+            else:
+                extra = float(ckpt_med[i]) + CKPT_FIRST_MARGIN_S
             b = med + extra
-            t = b + max(K_SIGMA * sigma + 0.05 * extra, REL * b)
+            t = b + max(K_SIGMA * sigma + CKPT_SPREAD_SHARE * extra, REL * b)
             is_slow = d > t
             if not is_slow:
                 hist_ck.append(d - med)

@@ -14,9 +14,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fabricscope.service.correlate.constants import (
+    HOST_LEVEL_SHARE,
+    MAD_TO_SIGMA,
+    MEMBER_SHARE,
+    MIN_EXCESS_S,
+    MIN_Z,
+    WORK_MAD_FLOOR_REL,
+    WORK_MAD_FLOOR_S,
+)
+
 PHASES = ("compute", "data", "checkpoint", "optimizer")
-MIN_Z = 5.0  # peer z-score for a rank's excess work to count as a straggler
-MIN_EXCESS_S = 0.01
 
 
 @dataclass
@@ -61,7 +69,7 @@ def decompose(steps: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
 def _z(x: np.ndarray, v: float, floor: float) -> tuple[float, float]:
     med = float(np.median(x))
     mad = float(np.median(np.abs(x - med)))
-    return med, (v - med) / max(1.4826 * mad, floor)
+    return med, (v - med) / max(MAD_TO_SIGMA * mad, floor)
 
 
 def find_straggler(df: pd.DataFrame) -> Straggler | None:
@@ -70,7 +78,7 @@ def find_straggler(df: pd.DataFrame) -> Straggler | None:
         return None
     work = df["work"].to_numpy()
     i = int(np.argmax(work))
-    med, z = _z(work, work[i], max(0.003 * float(np.median(work)), 0.005))
+    med, z = _z(work, work[i], max(WORK_MAD_FLOOR_REL * float(np.median(work)), WORK_MAD_FLOOR_S))
     if z < MIN_Z or work[i] - med < MIN_EXCESS_S:
         return None
     cols = {"compute": "compute", "data": "data", "checkpoint": "ckpt", "optimizer": "opt"}
@@ -78,12 +86,12 @@ def find_straggler(df: pd.DataFrame) -> Straggler | None:
     excess = {p: float(v[i] - np.median(v)) for p, v in vals.items()}
     phase = max(excess, key=lambda p: excess[p])
     ex = vals[phase] - np.median(vals[phase])
-    members = np.flatnonzero(ex >= 0.5 * ex[i])
+    members = np.flatnonzero(ex >= MEMBER_SHARE * ex[i])
     hosts = df["host"].to_numpy()
     host = str(hosts[i])
     on_host = int((hosts == host).sum())
     host_level = (len(members) >= 2 and bool((hosts[members] == host).all())
-                  and len(members) >= 0.5 * on_host)
+                  and len(members) >= HOST_LEVEL_SHARE * on_host)
     gpu = df["gpu"].iloc[i]
     return Straggler(phase, host_level, int(df["rank"].iloc[i]), host, None if pd.isna(gpu) else str(gpu),
                      float(vals[phase][i]), float(np.median(vals[phase])), float(ex[i]), float(z),

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fabricscope.service.correlate.constants import AFTERMATH_S, MIN_SCORE, NO_HISTORY_DISCOUNT
+
 SWITCH_ROLES = ("leaf_down", "leaf_up", "spine")
 # (role class, metric) -> (layer, target, weight). target: self | peer | link. Layer "@peer" = the
 # layer of whoever sits on the other end (a NIC -> nic, a switch port -> fabric).
@@ -54,11 +56,6 @@ FLOORS: dict[str, float] = {
     "queue_occupancy_bytes": 1e6, "port_xmit_wait_total": 1e5,
     "read_latency_seconds": 0.002, "write_latency_seconds": 0.002,
 }
-# Seconds before a step in which a signal still explains it. A link that went down and came back
-# leaves the transports on it backing off (TCP RTO doubling, RoCE retry timers, collective
-# reconnects): the step that stalls can start seconds after the counter moved.
-AFTERMATH_S: dict[str, float] = {"link_down_total": 10.0}
-MIN_SCORE = 3.0
 
 
 @dataclass
@@ -131,7 +128,7 @@ def finish_scores(out: pd.DataFrame, meta: pd.DataFrame, hist: pd.DataFrame) -> 
     df = df.merge(hist, on="series_id", how="left")
     own = (df["cur"] - df["hist_med"]) / np.maximum(df["hist_sigma"].fillna(0), df["floor"])
     df["baseline"] = df["hist_med"].where(df["hist_med"].notna(), df["peer_med"])
-    df["score"] = np.where(own.notna(), np.minimum(df["peer_z"], own), 0.7 * df["peer_z"])
+    df["score"] = np.where(own.notna(), np.minimum(df["peer_z"], own), NO_HISTORY_DISCOUNT * df["peer_z"])
     return df
 
 

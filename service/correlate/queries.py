@@ -1,11 +1,16 @@
-"""SQL for the engine: the database does the windowing and per-step aggregation, Python gets small
-frames. Every function is keyword-only and takes a psycopg 3 connection."""
+"""All SQL of the correlation engine: the database does the windowing and per-step aggregation, Python
+gets small frames. Every function takes a psycopg 3 connection and keyword-only arguments."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import pandas as pd
+
+from fabricscope.service.correlate.constants import MAX_OUTLIERS, PEER_MIN_Z
 
 SUMMARY_SQL = """
 WITH st AS (
@@ -120,8 +125,8 @@ def series_meta(conn: Any, *, sources: list[str], metrics: list[str]) -> pd.Data
     return _frame(conn, SERIES_SQL, {"sources": sources, "metrics": metrics})
 
 
-def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: float = 3.0,
-             limit: int = 64) -> tuple[pd.DataFrame, int]:
+def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: float = PEER_MIN_Z,
+             limit: int = MAX_OUTLIERS) -> tuple[pd.DataFrame, int]:
     """Series whose window value stands out from their peer group (`meta`: series_id, grp, gauge,
     floor, net, lookback: seconds the window reaches back for that series), and how many network
     series had data in the window."""
@@ -158,3 +163,77 @@ def host_volumes(conn: Any, *, hosts: list[str]) -> list[str]:
         "SELECT name FROM sources WHERE (device = ANY(%(h)s) AND interface LIKE '/%%') "
         "OR device IN (SELECT name FROM devices WHERE kind = 'storage')", {"h": hosts})
     return [r[0] for r in cur.fetchall()]
+
+
+# -- steps, attributions and jobs ---------------------------------------------------------------
+
+def step_range(conn: Any, *, job: str, from_ts: datetime | None, to_ts: datetime | None) -> tuple[int, int] | None:
+    """First and last step of `job` starting within [from_ts, to_ts] (open ends when None)."""
+    r = conn.execute("SELECT min(step), max(step) FROM steps WHERE job = %s AND (%s::timestamptz IS NULL OR "
+                     "start_ts >= %s) AND (%s::timestamptz IS NULL OR start_ts <= %s)",
+                     (job, from_ts, from_ts, to_ts, to_ts)).fetchone()
+    return None if r is None or r[0] is None else (int(r[0]), int(r[1]))
+
+
+def job_names(conn: Any) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT name FROM jobs ORDER BY name").fetchall()]
+
+
+def last_attributed_step(conn: Any, *, job: str) -> int | None:
+    r = conn.execute("SELECT max(step) FROM attributions WHERE job = %s", (job,)).fetchone()
+    return None if r is None or r[0] is None else int(r[0])
+
+
+def last_step(conn: Any, *, job: str) -> int | None:
+    r = conn.execute("SELECT max(step) FROM steps WHERE job = %s", (job,)).fetchone()
+    return None if r is None or r[0] is None else int(r[0])
+
+
+def unattributed_steps(conn: Any, *, job: str, after: int) -> list[tuple[int, float, int]]:
+    """Steps after `after` with no attribution yet: (step, latest end as epoch seconds, ranks reported)."""
+    return [(int(s), float(e), int(n)) for s, e, n in conn.execute(
+        """SELECT s.step, extract(epoch FROM max(s.end_ts))::float8, count(*) FROM steps s
+           WHERE s.job = %s AND s.step > %s AND NOT EXISTS
+             (SELECT 1 FROM attributions a WHERE a.job = s.job AND a.step = s.step)
+           GROUP BY s.step ORDER BY s.step""", (job, after)).fetchall()]
+
+
+def telemetry_horizon(conn: Any, *, sources: list[str]) -> float | None:
+    """Newest sample time (epoch seconds) over the series of `sources`; None when they have none."""
+    r = conn.execute(
+        """SELECT extract(epoch FROM max(x.ts))::float8 FROM series se JOIN sources src ON src.id = se.source_id,
+           LATERAL (SELECT ts FROM samples s WHERE s.series_id = se.id ORDER BY ts DESC LIMIT 1) x
+           WHERE src.name = ANY(%s)""", (sources,)).fetchone()
+    return None if r is None or r[0] is None else float(r[0])
+
+
+def step_numbers(conn: Any, *, job: str, lo: int, hi: int) -> list[int]:
+    return [int(r[0]) for r in conn.execute(
+        "SELECT DISTINCT step FROM steps WHERE job = %s AND step BETWEEN %s AND %s ORDER BY step",
+        (job, lo, hi)).fetchall()]
+
+
+def attributed_steps(conn: Any, *, job: str, lo: int, hi: int) -> set[int]:
+    return {int(r[0]) for r in conn.execute(
+        "SELECT step FROM attributions WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall()}
+
+
+def stored_attributions(conn: Any, *, job: str, lo: int, hi: int) -> list[tuple[Any, ...]]:
+    """(step, slow, lost_s, layer, component, causes) of the stored attributions in [lo, hi]."""
+    return [tuple(r) for r in conn.execute(
+        "SELECT step, slow, lost_s, layer, component, causes FROM attributions "
+        "WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall()]
+
+
+def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) -> None:
+    a = attribution
+    conn.execute(
+        """INSERT INTO attributions (job, step, step_start, slow, duration_s, baseline_s, layer, component,
+                                     confidence, lost_s, evidence, causes)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+           ON CONFLICT (job, step) DO UPDATE SET computed_at = now(), step_start = EXCLUDED.step_start,
+             slow = EXCLUDED.slow, duration_s = EXCLUDED.duration_s, baseline_s = EXCLUDED.baseline_s,
+             layer = EXCLUDED.layer, component = EXCLUDED.component, confidence = EXCLUDED.confidence,
+             lost_s = EXCLUDED.lost_s, evidence = EXCLUDED.evidence, causes = EXCLUDED.causes""",
+        (job, a["step"], a["start"], a["slow"], a["duration_s"], a["baseline_s"], a["layer"], a["component"],
+         a["confidence"], a["lost_s"], json.dumps(a["evidence"]), json.dumps(a["causes"])))

@@ -1,4 +1,4 @@
-"""The constraints of the v1 ingest contract (API.md), defined once.
+"""The constraints of the v1 ingest contract (docs/API.md), defined once.
 
 Three validators enforce them: the pydantic models of ``service.api.schemas`` (``/openapi.json``
 and the model tests), the msgspec fast path of ``service.ingest.fast`` and the reference loop of

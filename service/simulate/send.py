@@ -24,7 +24,7 @@ MAX_BATCH = 5000
 
 
 class ScenarioSink(Protocol):
-    """Takes a scenario's ready-made API.md bodies, synchronously (errors raise), with the
+    """Takes a scenario's ready-made docs/API.md bodies, synchronously (errors raise), with the
     scenario's own batch ids so a re-send is idempotent. Collectors use ``make_sink`` instead."""
 
     def put_topology(self, body: dict[str, Any]) -> None: ...

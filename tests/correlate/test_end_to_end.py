@@ -11,7 +11,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from fabricscope.service.correlate import attribute_step, job_report, list_steps, process_pending
+from fabricscope.service.correlate import AttributionEngine, EngineConfig
 from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.send import HttpSink, send_scenario
@@ -20,6 +20,7 @@ from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
 SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
 STEPS = 32
 _slot = itertools.count()
+ENGINE = AttributionEngine()  # one per process, as the service has: the tests share its caches
 
 CASES = [("gpu_straggler", ""), ("host_contention", ""), ("nic_degradation", ""),
          ("link_errors", "host_link"), ("link_errors", "uplink"), ("link_flap", "host_link"),
@@ -67,7 +68,7 @@ def test_fault_kind_is_attributed(service_url: str, db_conn: psycopg.Connection,
     slow = [t for t in sc.truth.values() if t.slow]
     assert slow
     for t in slow:
-        a = attribute_step(db_conn, job=sc.job, step=t.step)
+        a = ENGINE.attribute_step(db_conn, job=sc.job, step=t.step)
         assert a is not None and a["slow"], (t, a)
         assert (a["layer"], a["component"]) == (f.layer, f.component), a
         assert a["lost_s"] > 0 and 0 < a["confidence"] <= 1 and a["evidence"]
@@ -77,7 +78,7 @@ def test_fault_kind_is_attributed(service_url: str, db_conn: psycopg.Connection,
         _check_evidence(db_conn, a, sc.t0 + float(sc.timeline.start[t.step].min()) - 0.1)
     healthy = [t.step for t in sc.truth.values() if t.slow is False and t.step > 8]
     for s in healthy:
-        a = attribute_step(db_conn, job=sc.job, step=s)
+        a = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
         assert a is not None and not a["slow"] and a["layer"] == "none", a
 
 
@@ -87,12 +88,16 @@ def test_two_causes_are_ranked(service_url: str, db_conn: psycopg.Connection) ->
     sc = _send(service_url, [net, gpu], seed=6, name="multi")
     t = sc.truth[21]
     assert [c["component"] for c in t.causes] == [net.component, gpu.component]
-    a = attribute_step(db_conn, job=sc.job, step=21)
+    a = ENGINE.attribute_step(db_conn, job=sc.job, step=21)
     assert a is not None and a["slow"]
     assert [(c["layer"], c["component"]) for c in a["causes"][:2]] == [
         (net.layer, net.component), (gpu.layer, gpu.component)]
     assert a["causes"][0]["lost_s"] > a["causes"][1]["lost_s"] > 0
     assert (a["layer"], a["component"]) == (net.layer, net.component)
+    # the engine's configuration is its own: a higher listing bar drops the minor cause
+    strict = AttributionEngine(EngineConfig(min_share=a["causes"][1]["lost_s"] / a["lost_s"] + 0.01))
+    b = strict.attribute_step(db_conn, job=sc.job, step=21, store=False)
+    assert b is not None and [(c["layer"], c["component"]) for c in b["causes"]] == [(net.layer, net.component)]
 
 
 def test_missing_telemetry_lowers_confidence(service_url: str, db_conn: psycopg.Connection) -> None:
@@ -111,8 +116,8 @@ def test_missing_telemetry_lowers_confidence(service_url: str, db_conn: psycopg.
     finally:
         sink.close()
     for s in (20, 21, 22):
-        a_full = attribute_step(db_conn, job=full.job, step=s)
-        a_gap = attribute_step(db_conn, job=gap.job, step=s)
+        a_full = ENGINE.attribute_step(db_conn, job=full.job, step=s)
+        a_gap = ENGINE.attribute_step(db_conn, job=gap.job, step=s)
         assert a_full and a_gap and a_gap["slow"]
         assert a_gap["confidence"] < a_full["confidence"], (a_gap, a_full)
         assert a_gap["layer"] in ("fabric", "unknown")
@@ -124,7 +129,7 @@ def test_clock_skew_does_not_change_the_answer(service_url: str, db_conn: psycop
     runs = [_send(service_url, faults, seed=13, name=f"skew{s}", skew_s=s) for s in (0.0, 0.05)]
     assert np.ptp(runs[1].host_skew) > 0.03
     for s in range(STEPS):
-        a, b = (attribute_step(db_conn, job=r.job, step=s) for r in runs)
+        a, b = (ENGINE.attribute_step(db_conn, job=r.job, step=s) for r in runs)
         assert a and b
         assert (a["slow"], a["layer"], a["component"]) == (b["slow"], b["layer"], b["component"]), s
 
@@ -132,18 +137,18 @@ def test_clock_skew_does_not_change_the_answer(service_url: str, db_conn: psycop
 def test_listing_report_and_pending(service_url: str, db_conn: psycopg.Connection) -> None:
     f = _fault("nic_degradation", "", seed=21)
     sc = _send(service_url, [f], seed=22, name="report")
-    assert attribute_step(db_conn, job=sc.job, step=999) is None
-    n = process_pending(db_conn, job=sc.job)
+    assert ENGINE.attribute_step(db_conn, job=sc.job, step=999) is None
+    n = ENGINE.process_pending(db_conn, job=sc.job)
     assert n == STEPS
-    assert process_pending(db_conn, job=sc.job) == 0
+    assert ENGINE.process_pending(db_conn, job=sc.job) == 0
     stored = db_conn.execute("SELECT count(*), count(*) FILTER (WHERE slow) FROM attributions WHERE job = %s",
                              (sc.job,)).fetchone()
     want_slow = sum(1 for t in sc.truth.values() if t.slow)
     assert stored == (STEPS, want_slow)
-    steps = list_steps(db_conn, job=sc.job, slow_only=True)
+    steps = ENGINE.list_steps(db_conn, job=sc.job, slow_only=True)
     assert [s["step"] for s in steps] == [t.step for t in sc.truth.values() if t.slow]
     assert all(set(s) == {"step", "start", "duration_s", "baseline_s", "slow"} for s in steps)
-    rep = job_report(db_conn, job=sc.job)
+    rep = ENGINE.job_report(db_conn, job=sc.job)
     assert rep["layers"][0]["layer"] == "nic" and rep["components"][0]["component"] == f.component
     assert rep["lost_s"] == pytest.approx(sum(c["lost_s"] for c in rep["layers"]))
 
@@ -170,7 +175,7 @@ def test_a_link_that_went_down_just_before_a_step_explains_it(service_url: str, 
         send_scenario(sink, sc)
     finally:
         sink.close()
-    a = attribute_step(db_conn, job=sc.job, step=f.start_step)
+    a = ENGINE.attribute_step(db_conn, job=sc.job, step=f.start_step)
     assert a is not None and a["slow"]
     assert ((a["layer"], a["component"]) == ("link", f.component)) is explained, a
     if explained:
@@ -186,6 +191,6 @@ def test_a_long_fault_still_stands_out_from_its_own_past(service_url: str, db_co
     late = [t.step for t in sc.truth.values() if t.slow and t.step >= 24]
     assert len(late) >= 4
     for s in late:
-        a = attribute_step(db_conn, job=sc.job, step=s)
+        a = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
         assert a is not None and a["slow"]
         assert (a["layer"], a["component"]) == (f.layer, f.component), (s, a)

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 
 from fabricscope.service.correlate.baseline import CHANGE_RUN, Baselines, compute_baselines
+from fabricscope.service.correlate.causes import combine_causes, rank_causes
 from fabricscope.service.correlate.decompose import decompose, find_straggler
-from fabricscope.service.correlate.engine import combine_causes, rank_causes
 from fabricscope.service.correlate.localize import build_topo, candidates, rank_candidates
 
 

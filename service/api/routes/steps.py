@@ -7,21 +7,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from fabricscope.service.api.deps import ConnDep, ReadAuth
+from fabricscope.service.api.deps import ConnDep, EngineDep, ReadAuth
 from fabricscope.service.api.schemas import Attribution, StepRow
 
 router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
 
 JobName = Path(min_length=1, max_length=512)
-
-
-def _engine(name: str) -> Any:
-    try:
-        import fabricscope.service.correlate as engine
-
-        return getattr(engine, name)
-    except (ImportError, AttributeError) as exc:
-        raise HTTPException(503, detail="the correlation engine is not available in this build") from exc
 
 
 def _known_job(conn: ConnDep, job: str) -> None:
@@ -39,22 +30,22 @@ def _tz(value: datetime | None, field: str) -> datetime | None:
 @router.get("/{job}/steps", response_model=list[StepRow], summary="Steps of a job with baseline and slow flag")
 def list_steps(
     conn: ConnDep,
+    engine: EngineDep,
     job: str = JobName,
     from_: Annotated[datetime | None, Query(alias="from")] = None,
     to: Annotated[datetime | None, Query()] = None,
     slow: Annotated[bool, Query(description="Only slow steps")] = False,
 ) -> Any:
-    _list_steps = _engine("list_steps")
     _known_job(conn, job)
-    return _list_steps(conn, job=job, from_ts=_tz(from_, "from"), to_ts=_tz(to, "to"), slow_only=slow)
+    return engine.list_steps(conn, job=job, from_ts=_tz(from_, "from"), to_ts=_tz(to, "to"), slow_only=slow)
 
 
-@router.get("/{job}/steps/{step}/attribution", response_model=Attribution,
+# exclude_unset: evidence keys a row does not have (labels, rank, kind) stay absent rather than null.
+@router.get("/{job}/steps/{step}/attribution", response_model=Attribution, response_model_exclude_unset=True,
             summary="Why was this step slow: layer, component, confidence, evidence")
-def attribution(conn: ConnDep, job: str = JobName, step: int = Path(ge=0, lt=2**63)) -> Any:
-    attribute_step = _engine("attribute_step")
+def attribution(conn: ConnDep, engine: EngineDep, job: str = JobName, step: int = Path(ge=0, lt=2**63)) -> Any:
     _known_job(conn, job)
-    out = attribute_step(conn, job=job, step=step, store=True)  # timed inside (fabricscope_attribution_seconds)
+    out = engine.attribute_step(conn, job=job, step=step, store=True)  # timed inside (fabricscope_attribution_seconds)
     if out is None:
         raise HTTPException(404, detail=f"job '{job}' has no step {step}")
     return out
@@ -63,10 +54,10 @@ def attribution(conn: ConnDep, job: str = JobName, step: int = Path(ge=0, lt=2**
 @router.get("/{job}/report", summary="Time lost per layer and per component, worst first")
 def report(
     conn: ConnDep,
+    engine: EngineDep,
     job: str = JobName,
     from_: Annotated[datetime | None, Query(alias="from")] = None,
     to: Annotated[datetime | None, Query()] = None,
 ) -> dict[str, Any]:
-    job_report = _engine("job_report")
     _known_job(conn, job)
-    return job_report(conn, job=job, from_ts=_tz(from_, "from"), to_ts=_tz(to, "to"))
+    return engine.job_report(conn, job=job, from_ts=_tz(from_, "from"), to_ts=_tz(to, "to"))

@@ -1,0 +1,115 @@
+"""From a slow step's straggler and anomalous telemetry to its causes: which layer and component, how
+confident, with which evidence. Pure functions over frames; the numbers come from `EngineConfig`."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+
+import pandas as pd
+
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
+from fabricscope.service.correlate.decompose import Straggler
+from fabricscope.service.correlate.localize import Topo, rank_candidates
+from fabricscope.service.correlate.records import CauseDraft, EvidenceRow
+
+NET_LAYERS = ("nic", "link", "fabric")
+_PHASE_METRIC = {"compute": "compute_seconds", "data": "data_seconds", "checkpoint": "checkpoint_seconds",
+                 "optimizer": "optimizer_seconds"}
+
+
+def evidence_rows(ev: pd.DataFrame, *, layer: str, component: str, n: int) -> list[EvidenceRow]:
+    """The `n` strongest telemetry rows pointing at (layer, component)."""
+    sub = ev[(ev["layer"] == layer) & (ev["component"] == component)].nlargest(n, "score")
+    out = []
+    for r in sub.itertuples(index=False):
+        row: EvidenceRow = {"source": r.source, "metric": r.metric, "value": round(float(r.cur), 6),
+                            "baseline": round(float(r.baseline), 6), "score": round(float(r.score), 2)}  # type: ignore[typeddict-item]
+        labels = json.loads(r.labels) if isinstance(r.labels, str) else {}
+        if labels:
+            row["labels"] = labels
+        row["unit"] = "value" if r.metric.endswith("_seconds") else "per_second"
+        out.append(row)
+    return out
+
+
+def unknown_cause(confidence: float) -> CauseDraft:
+    return {"layer": "unknown", "component": None, "confidence": confidence, "evidence": []}
+
+
+def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float,
+               cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
+    """Layer and component for excess local work (the thing everyone waited for)."""
+    n = cfg.evidence_per_cause
+    storage = rank_candidates(ev, ("storage",)) if len(ev) else pd.DataFrame()
+    if st is None:
+        if len(storage):
+            comp = storage.iloc[0]["component"]
+            return {"layer": "storage", "component": comp, "confidence": cfg.storage_without_straggler_confidence,
+                    "evidence": evidence_rows(ev, layer="storage", component=comp, n=n)}
+        return unknown_cause(cfg.unknown_confidence)
+    source = f"{st.host}:{st.gpu}" if (st.gpu and not st.host_level) else st.host
+    timing: EvidenceRow = {"source": source, "metric": _PHASE_METRIC[st.phase], "value": round(st.value_s, 6),
+                           "baseline": round(st.peer_s, 6), "score": round(min(st.z, cfg.max_evidence_score), 2),
+                           "rank": st.rank, "unit": "seconds", "kind": "timing"}
+    strength = cfg.straggler_base + cfg.straggler_span * (1 - math.exp(-st.z / cfg.straggler_z_scale))
+    conf = strength * conf_t
+    if st.phase in ("data", "checkpoint"):
+        mine = storage[storage["component"].map(topo.host_of).eq(st.host)] if len(storage) else storage
+        if len(mine):
+            comp = mine.iloc[0]["component"]
+            return {"layer": "storage", "component": comp, "confidence": conf,
+                    "evidence": [timing] + evidence_rows(ev, layer="storage", component=comp, n=n)}
+        if st.phase == "checkpoint":
+            vols = [s for s, h in topo.host_of.items() if h == st.host and topo.role.get(s) == "volume"]
+            comp = next((v for v in vols if "ckpt" in v or "checkpoint" in v), vols[0] if vols else st.host)
+            by_name = cfg.checkpoint_by_name_factor * strength * conf_t
+            return {"layer": "storage", "component": comp, "confidence": by_name, "evidence": [timing]}
+        return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing]}
+    if st.host_level:
+        return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing]}
+    return {"layer": "compute", "component": source, "confidence": conf, "evidence": [timing]}
+
+
+def net_cause(ev: pd.DataFrame, coverage: float, cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
+    """The network component with the most weighted evidence; confidence grows with its margin over
+    the runner-up, its total evidence and whether it shows origin (not only symptom) signals."""
+    cands = rank_candidates(ev, NET_LAYERS) if len(ev) else pd.DataFrame()
+    if cands.empty:
+        return unknown_cause(cfg.unknown_confidence * max(coverage, cfg.unknown_coverage_floor))
+    top = cands.iloc[0]
+    second = float(cands.iloc[1]["total"]) if len(cands) > 1 else 0.0
+    margin = 1.0 - second / float(top["total"])
+    conf = ((cfg.net_margin_base + cfg.net_margin_span * margin)
+            * (1 - math.exp(-float(top["total"]) / cfg.net_total_scale))
+            * (cfg.net_origin_base + cfg.net_origin_span * float(top["origin"])))
+    return {"layer": top["layer"], "component": top["component"], "confidence": conf * coverage,
+            "evidence": evidence_rows(ev, layer=top["layer"], component=top["component"], n=cfg.evidence_per_cause)}
+
+
+def combine_causes(lost: float, w_share: float, n_share: float, work_cause: Callable[[], CauseDraft],
+                   net_cause: Callable[[], CauseDraft], cfg: EngineConfig = DEFAULT_CONFIG) -> list[CauseDraft]:
+    """The causes of a slow step's lost time from its local-work and network shares (each cause is
+    computed only when needed). Work that no rank straggled on and no volume explains, while the
+    network shows an anomaly, is time waiting on the network outside the timed collectives
+    (retransmission stalls before a collective starts, barriers): it goes to the network cause
+    instead of becoming a second, unexplained one."""
+    work = work_cause() if w_share >= cfg.min_share else None
+    net = net_cause() if n_share >= cfg.min_share or work is not None else None
+    if work is not None and work["layer"] == "unknown" and net is not None and net["layer"] != "unknown":
+        work, n_share = None, n_share + w_share
+    causes = []
+    for share, c in ((w_share, work), (n_share, net)):
+        if c is not None and share >= cfg.min_share:
+            c["lost_s"] = lost * share
+            c["confidence"] *= cfg.share_confidence_base + cfg.share_confidence_span * share
+            causes.append(c)
+    return causes
+
+
+def rank_causes(causes: list[CauseDraft]) -> list[CauseDraft]:
+    """Worst first, but a cause the engine could not name (``unknown``: no straggler, no anomalous
+    telemetry) never heads the answer over one it could: its lost time is only what the timings
+    could not place (in the lab: time at a checkpoint barrier during a network fault)."""
+    return sorted(causes, key=lambda c: (c["layer"] == "unknown", -c.get("lost_s", 0.0)))

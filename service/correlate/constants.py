@@ -1,0 +1,152 @@
+"""The engine's numbers in one place, each with the reason for its value.
+
+Module constants are the pure stages' (baseline.py, decompose.py, localize.py, queries.py import
+them from here). `EngineConfig` is passed to `AttributionEngine`, so a test or a benchmark can vary
+one of them; its defaults are what the service runs with. All values are the ones the simulator
+benchmark (bench/attribution.py) was tuned on. The signal tables (which metric points at which layer
+with which weight, per-metric floors) are data and stay in localize.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Scales a median absolute deviation to a standard deviation for normal data (1 / Phi^-1(3/4)).
+MAD_TO_SIGMA = 1.4826
+
+# -- step-time baseline (baseline.py) ------------------------------------------------------------
+# Healthy steps kept: a few minutes of training at 1-5 s steps, enough for a stable median.
+WINDOW = 48
+# Steps needed before judging: fewer give a median that one odd step can move.
+MIN_HISTORY = 5
+# A step is slow beyond K_SIGMA robust sigmas: healthy jitter is ~1-2 sigma, so 6 has no false alarms.
+K_SIGMA = 6.0
+# ...and never for less than 4% over the baseline (below that nobody loses real time).
+REL = 0.04
+# Sigma floor relative to the median: a perfectly steady job (MAD 0) must not flag 0.1% noise.
+MIN_SIGMA_REL = 0.002
+# Consecutive slow, agreeing steps after which the job is at a new level (a new training phase).
+CHANGE_RUN = 12
+# The slow run must agree within 3% to be a new level (a fault's steps vary more than that).
+CHANGE_SPREAD = 0.03
+# While bootstrapping, a step over 1.5x the median of the few seen is warm-up (step 0 compiles).
+BOOTSTRAP_MAX_RATIO = 1.5
+# Checkpoint extras remembered: checkpoints are rare, 8 span a long run.
+CKPT_HISTORY = 8
+# Checkpoint extras needed before their median replaces the step's own checkpoint phase.
+CKPT_MIN_HISTORY = 2
+# Margin added to the first checkpoints' own phase time (seconds): a write that takes its usual time.
+CKPT_FIRST_MARGIN_S = 0.01
+# Share of the checkpoint extra added to the slow threshold: checkpoint writes vary more than steps.
+CKPT_SPREAD_SHARE = 0.05
+
+# -- stragglers (decompose.py) --------------------------------------------------------------------
+# Peer z-score for a rank's excess work to count as a straggler (jitter among ranks stays under 3).
+MIN_Z = 5.0
+# ...and at least this much excess (seconds): below 10 ms nobody waits long enough to matter.
+MIN_EXCESS_S = 0.01
+# Spread floor of local work: 0.3% of the median, at least 5 ms (timer and scheduling noise).
+WORK_MAD_FLOOR_REL = 0.003
+WORK_MAD_FLOOR_S = 0.005
+# Ranks slow in the same phase by at least half the worst one's excess are slow with it.
+MEMBER_SHARE = 0.5
+# A straggler is host-level when its slow ranks are all on one host and at least half of that host.
+HOST_LEVEL_SHARE = 0.5
+
+# -- localization (localize.py, queries.py) -------------------------------------------------------
+# Seconds before a step in which a signal still explains it. A link that went down and came back
+# leaves the transports on it backing off (TCP RTO doubling, RoCE retry timers, collective
+# reconnects): the step that stalls can start seconds after the counter moved.
+AFTERMATH_S: dict[str, float] = {"link_down_total": 10.0}
+# Score a series needs to count as anomalous (3 robust sigmas: rare by chance, common under a fault).
+MIN_SCORE = 3.0
+# Peer z-score a series needs to come back from the database at all: the same bar as MIN_SCORE.
+PEER_MIN_Z = 3.0
+# Outliers returned per window: more than any real fault lights up, bounded for a fabric-wide storm.
+MAX_OUTLIERS = 64
+# A series without own history counts its peer score discounted: it could be always this high.
+NO_HISTORY_DISCOUNT = 0.7
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    # -- history and windows --------------------------------------------------------------------
+    # Steps of history fetched to rebuild the baseline: three baseline windows (48 healthy steps)
+    # so that a fault of a dozen steps still leaves enough healthy ones behind it.
+    history_steps: int = 160
+    # Seconds of a source's own history its window value is compared with: long enough for a robust
+    # median/MAD at 1-10 s sampling, short enough that a diurnal load shift does not count.
+    own_history_s: float = 90.0
+    # The history window ends this long before the step, so the step's own samples are not in it.
+    own_history_gap_s: float = 0.5
+    # Telemetry window after a step ends: half the step, at least 1 s (a sample interval) and at
+    # most 5 s, because counters are scraped after the fact and a long step's tail is already in.
+    window_pad_share: float = 0.5
+    window_pad_min_s: float = 1.0
+    window_pad_max_s: float = 5.0
+
+    # -- caches -----------------------------------------------------------------------------------
+    # A job's ranks, links and series change only when topology or new series arrive: a few seconds
+    # of staleness is harmless and saves four queries per attributed step.
+    topo_ttl_s: float = 10.0
+    # Jobs whose topology is kept; more than a cluster runs at once, few enough to stay small.
+    topo_cache_size: int = 256
+    # Final per-step summaries kept over all jobs (about 200 bytes each: ~10 MB at most).
+    summary_cache_size: int = 50_000
+    # A step is final (cacheable) once this many newer steps exist: late ranks arrive within a step.
+    final_lag_steps: int = 2
+    # ...and when at least this share of the ranks reported it (a lost rank must not block caching).
+    final_rank_share: float = 0.9
+
+    # -- causes -------------------------------------------------------------------------------------
+    # A cause explaining less than this share of the lost time is noise and is not listed.
+    min_share: float = 0.15
+    # Telemetry rows of evidence kept per cause: enough to show origin and symptoms, short to read.
+    evidence_per_cause: int = 4
+    # Cap on a straggler's z-score in evidence: a zero-MAD peer group gives astronomically large z.
+    max_evidence_score: float = 1e6
+    # Confidence of a cause the engine could not name: low, but not zero (the step *is* slow).
+    unknown_confidence: float = 0.2
+    # Floor of the telemetry coverage applied to an unnamed network cause.
+    unknown_coverage_floor: float = 0.2
+    # Confidence of a storage cause with no straggler to tie it to a rank: a coin toss at best.
+    storage_without_straggler_confidence: float = 0.5
+    # Straggler strength = base + span * (1 - exp(-z / scale)): z of 5 (the detection bar) gives
+    # ~0.64, z of 60 and more approaches 0.95.
+    straggler_base: float = 0.55
+    straggler_span: float = 0.4
+    straggler_z_scale: float = 20.0
+    # A checkpoint straggler pinned on a volume by name only (no anomalous volume telemetry).
+    checkpoint_by_name_factor: float = 0.6
+    # Network confidence = (base + span * margin over the runner-up) * (1 - exp(-total / scale))
+    # * (origin_base + origin_span * strongest weight): a clear, strong, origin signal nears 1, a
+    # symptom-only one (weight 0.2-0.4) stays near 0.6 of that.
+    net_margin_base: float = 0.5
+    net_margin_span: float = 0.45
+    net_total_scale: float = 4.0
+    net_origin_base: float = 0.5
+    net_origin_span: float = 0.5
+    # A cause's confidence is scaled by (base + span * its share of the lost time): a cause that
+    # explains all of it keeps its confidence, a minor one loses up to 30%.
+    share_confidence_base: float = 0.7
+    share_confidence_span: float = 0.3
+    # A healthy step's confidence: base + span * how far below the slow threshold it is (0..1).
+    healthy_confidence_base: float = 0.5
+    healthy_confidence_span: float = 0.5
+    # Share of ranks timed when the job has no placement (ranks unknown): half the usual trust.
+    unplaced_timing_confidence: float = 0.5
+    # Never claim certainty: the engine infers from telemetry, it does not observe the cause.
+    max_confidence: float = 0.99
+
+    # -- background attribution (process_pending) ---------------------------------------------------
+    # Telemetry counts as in for a step once the newest NIC sample is this far past the step's end.
+    telemetry_margin_s: float = 2.0
+    # ...or once the step ended this long ago (a job without fresh telemetry must not wait forever).
+    telemetry_stale_s: float = 120.0
+    # NIC series probed for the telemetry horizon: a few suffice, each probe is an index lookup.
+    horizon_probe_nics: int = 8
+    # Steps attributed per background pass, so one backlogged job cannot starve the others.
+    pending_limit: int = 5000
+
+
+DEFAULT_CONFIG = EngineConfig()

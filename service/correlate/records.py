@@ -1,0 +1,62 @@
+"""The shapes the engine returns, as TypedDicts mirroring `service.api.schemas.Attribution` (docs/API.md).
+
+tests/correlate/test_records.py checks that every key here exists in the pydantic models with a
+compatible type, so the HTTP response never silently drops a field the engine computes.
+"""
+
+from __future__ import annotations
+
+from typing import NotRequired, TypedDict
+
+
+class EvidenceRow(TypedDict):
+    source: str  # the telemetry source (`leaf1:Ethernet12`) or, for a timing, `host:gpu` / `host`
+    metric: str
+    value: float
+    baseline: float
+    score: float
+    unit: str  # per_second (counter rate), value (gauge) or seconds (a timing)
+    labels: NotRequired[dict[str, str]]  # the series' labels, when it has any
+    rank: NotRequired[int]  # timing evidence: the straggling rank
+    kind: NotRequired[str]  # "timing" for a rank's phase time
+
+
+class Cause(TypedDict):
+    """One cause as listed in an attribution's `causes`."""
+
+    layer: str
+    component: str | None
+    lost_s: float
+    confidence: float
+
+
+class CauseDraft(TypedDict):
+    """A cause while it is being built: its evidence is still attached, lost time set when combined."""
+
+    layer: str
+    component: str | None
+    confidence: float
+    evidence: list[EvidenceRow]
+    lost_s: NotRequired[float]
+
+
+class Attribution(TypedDict):
+    step: int
+    slow: bool
+    duration_s: float
+    baseline_s: float | None  # None until the job has enough history
+    start: str | None  # RFC 3339
+    layer: str  # none | compute | host | nic | link | fabric | storage | unknown
+    component: str | None
+    confidence: float
+    lost_s: float
+    evidence: list[EvidenceRow]
+    causes: list[Cause]
+
+
+class StepRow(TypedDict):
+    step: int
+    start: str | None
+    duration_s: float
+    baseline_s: float | None
+    slow: bool
