@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from fabricscope.core.errors import ConfigError
+from fabricscope.service.db.lifecycle import database, fail
 from fabricscope.service.observability.logs import setup_logging
 from fabricscope.service.settings import get_settings
 
@@ -19,37 +18,6 @@ db_app = typer.Typer(help="The database in use (embedded PostgreSQL unless DATAB
 topology_app = typer.Typer(help="Topology (devices, links) files.", no_args_is_help=True)
 
 log = logging.getLogger("fabricscope")
-
-
-def _fail(msg: str) -> None:
-    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(2)
-
-
-@contextlib.contextmanager
-def database(*, migrate_schema: bool = True) -> Iterator[str]:
-    """Yield the DSN in use; start (and afterwards stop) the embedded server when it is the default."""
-    from fabricscope.service.db.database import database_url, embedded_for, migrate, redact
-
-    settings = get_settings()
-    started = False
-    emb = None
-    try:
-        if settings.database_url is None:
-            emb = embedded_for(settings)
-            started = emb.start()
-            typer.echo(f"database: embedded PostgreSQL at {emb.url} (data in {emb.pgdata})", err=True)
-        url = database_url(settings)
-        if migrate_schema:
-            flavour = migrate(url, settings)
-            typer.echo(f"database: {redact(url)} schema current ({flavour})", err=True)
-        yield url
-    except ConfigError as exc:
-        _fail(str(exc))
-    finally:
-        if started and emb is not None:
-            emb.stop()
-            typer.echo("database: embedded PostgreSQL stopped", err=True)
 
 
 def serve(
@@ -92,12 +60,12 @@ def db_start() -> None:
 
     settings = get_settings()
     if settings.database_url is not None:
-        _fail("DATABASE_URL is set: the embedded server is not in use")
+        fail("DATABASE_URL is set: the embedded server is not in use")
     emb = embedded_for(settings)
     try:
         started = emb.start()
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     typer.echo(f"{'started' if started else 'already running'}: {emb.url}")
 
 
@@ -110,7 +78,7 @@ def db_stop() -> None:
     try:
         stopped = emb.stop()
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     typer.echo("stopped" if stopped else "not running")
 
 
@@ -135,7 +103,7 @@ def topology_import(
     try:
         topo = load_topology(file)
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     body = topo.model_dump(exclude_none=True)
     if url:
         import httpx
@@ -143,7 +111,7 @@ def topology_import(
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         r = httpx.put(f"{url.rstrip('/')}/v1/topology", json=body, headers=headers, timeout=30)
         if r.status_code >= 400:
-            _fail(f"the API refused the topology ({r.status_code}): {r.text[:500]}")
+            fail(f"the API refused the topology ({r.status_code}): {r.text[:500]}")
         typer.echo(f"imported {len(topo.devices)} devices, {len(topo.links)} links via {url}")
         return
     import psycopg

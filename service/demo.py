@@ -69,7 +69,7 @@ def demo_command(
     exit_after: Annotated[bool, typer.Option("--exit", help="exit after printing (do not keep serving)")] = False,
 ) -> None:
     """Start the API, feed it a simulated cluster with injected faults, print the slow steps and why."""
-    from fabricscope.service.cli import database
+    from fabricscope.service.db.lifecycle import database
 
     def _terminate(*_: object) -> None:
         raise KeyboardInterrupt  # SIGTERM stops the API and the embedded database like Ctrl-C does

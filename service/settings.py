@@ -10,7 +10,7 @@ import platformdirs
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from fabricscope.service.ingest import contract
+from fabricscope.service import contract
 
 
 def _default_data_dir() -> Path:

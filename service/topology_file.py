@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from fabricscope.core.errors import ConfigError
-from fabricscope.service.api.schemas import Topology
+from fabricscope.service.schemas import Topology
 
 
 def load_topology(path: Path) -> Topology:

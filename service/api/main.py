@@ -18,7 +18,6 @@ from psycopg_pool import PoolTimeout
 
 from fabricscope.service.api.gzip_body import GzipRequestMiddleware
 from fabricscope.service.api.routes import alerts, health, ingest, jobs, sources, steps, topology
-from fabricscope.service.api.schemas import INGEST_MODELS
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
 from fabricscope.service.db.database import database_url, make_pool
 from fabricscope.service.db.writer import SampleWriter
@@ -27,6 +26,7 @@ from fabricscope.service.observability import metrics as m
 from fabricscope.service.observability.access import AccessLog
 from fabricscope.service.observability.logs import request_id_var
 from fabricscope.service.observability.queues import register_queue_depths
+from fabricscope.service.schemas import INGEST_MODELS
 from fabricscope.service.settings import Settings, get_settings
 
 log = logging.getLogger("fabricscope.api")

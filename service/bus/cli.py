@@ -23,7 +23,7 @@ def writer_command(
     from pydantic import SecretStr
 
     from fabricscope.service.bus.writer import BusWriter
-    from fabricscope.service.cli import database
+    from fabricscope.service.db.lifecycle import database
     from fabricscope.service.observability.logs import setup_logging
     from fabricscope.service.settings import get_settings
 

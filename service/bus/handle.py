@@ -93,7 +93,7 @@ class Handler:
             return _reject(exc)
 
     def _prepare_job(self, body: dict[str, Any]) -> Prepared | Outcome:
-        from fabricscope.service.api.schemas import JobIn  # pydantic only; the same model as PUT /v1/jobs
+        from fabricscope.service.schemas import JobIn  # pydantic only; the same model as PUT /v1/jobs
 
         job = v.job_name(body)
         try:

@@ -1,4 +1,4 @@
-"""The shapes the engine returns, as TypedDicts mirroring `service.api.schemas.Attribution` (docs/API.md).
+"""The shapes the engine returns, as TypedDicts mirroring `service.schemas.Attribution` (docs/API.md).
 
 tests/correlate/test_records.py checks that every key here exists in the pydantic models with a
 compatible type, so the HTTP response never silently drops a field the engine computes.

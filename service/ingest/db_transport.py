@@ -18,10 +18,11 @@ import orjson
 import psycopg
 
 from fabricscope.core.transport import OK, Batch, Outcome, http_outcome
+from fabricscope.service import contract
 from fabricscope.service.db import inventory
 from fabricscope.service.db.database import redact
 from fabricscope.service.db.writer import SampleWriter
-from fabricscope.service.ingest import contract, store
+from fabricscope.service.ingest import store
 from fabricscope.service.ingest import validate as v
 from fabricscope.service.ingest.errors import IngestError
 

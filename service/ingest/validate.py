@@ -14,8 +14,8 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from fabricscope.service import contract
 from fabricscope.service.db.columns import SampleColumns
-from fabricscope.service.ingest import contract
 from fabricscope.service.ingest.errors import IngestError, TooLarge
 
 NAME = contract.NAME

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from pydantic import BaseModel
 
-from fabricscope.service.api import schemas
+from fabricscope.service import schemas
 from fabricscope.service.correlate import AttributionEngine, records
 from tests.correlate.test_end_to_end import _fault, _send
 

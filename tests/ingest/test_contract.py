@@ -1,5 +1,5 @@
 """The three ingest validators (pydantic models, msgspec fast path, reference loop) agree on every
-constraint of ``service.ingest.contract``: a value just inside a bound is taken by all of them, a
+constraint of ``service.contract``: a value just inside a bound is taken by all of them, a
 value just outside is refused by all of them."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from fabricscope.service.api.schemas import INGEST_MODELS
-from fabricscope.service.ingest import contract as c
+from fabricscope.service import contract as c
 from fabricscope.service.ingest import fast
 from fabricscope.service.ingest import validate as v
 from fabricscope.service.ingest.body import decode_body
 from fabricscope.service.ingest.errors import IngestError
+from fabricscope.service.schemas import INGEST_MODELS
 from fabricscope.service.settings import Settings
 
 LIMITS = v.Limits(max_batch=50, min_ts=c.MIN_TS, max_ts=time.time() + c.MAX_FUTURE_S)

@@ -11,13 +11,13 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from fabricscope.service.api.deps import IngestAuth, PoolDep, SettingsDep, WriterDep
-from fabricscope.service.api.schemas import INGEST_MODELS, IngestResult
 from fabricscope.service.ingest import store
 from fabricscope.service.ingest import validate as v
 from fabricscope.service.ingest.body import decode_body, inflate
 from fabricscope.service.ingest.errors import IngestError, TooLarge
 from fabricscope.service.ingest.fast import samples_json
 from fabricscope.service.observability import metrics as m
+from fabricscope.service.schemas import INGEST_MODELS, IngestResult
 from fabricscope.service.settings import Settings
 
 router = APIRouter(prefix="/v1/ingest", tags=["ingest"], dependencies=[IngestAuth])

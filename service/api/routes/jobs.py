@@ -7,8 +7,8 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Path
 
 from fabricscope.service.api.deps import ConnDep, IngestAuth, ReadAuth
-from fabricscope.service.api.schemas import JobIn, JobOut
 from fabricscope.service.db import inventory
+from fabricscope.service.schemas import JobIn, JobOut
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

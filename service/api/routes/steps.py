@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from fabricscope.service.api.deps import ConnDep, EngineDep, ReadAuth
-from fabricscope.service.api.schemas import Attribution, StepRow
+from fabricscope.service.schemas import Attribution, StepRow
 
 router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
 

@@ -7,8 +7,8 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 
 from fabricscope.service.api.deps import AdminAuth, ConnDep, ReadAuth
-from fabricscope.service.api.schemas import LinksMerge, Topology
 from fabricscope.service.db import inventory
+from fabricscope.service.schemas import LinksMerge, Topology
 
 router = APIRouter(prefix="/v1/topology", tags=["inventory"])
 

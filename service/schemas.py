@@ -1,6 +1,6 @@
 """Pydantic models of the v1 contract (docs/API.md). Ingest bodies are parsed by the fast path in
 ``service.ingest.validate``; their models here document the same shape in ``/openapi.json``, with
-the constraints of ``service.ingest.contract`` (the one definition all three validators share)."""
+the constraints of ``service.contract`` (the one definition all three validators share)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
-from fabricscope.service.ingest import contract
+from fabricscope.service import contract
 
 # Unix epoch seconds or RFC 3339 with an offset; the range [min_ts, now + max_future_s] is a server
 # setting, checked by the server, not here.

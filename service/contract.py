@@ -1,6 +1,6 @@
 """The constraints of the v1 ingest contract (docs/API.md), defined once.
 
-Three validators enforce them: the pydantic models of ``service.api.schemas`` (``/openapi.json``
+Three validators enforce them: the pydantic models of ``service.schemas`` (``/openapi.json``
 and the model tests), the msgspec fast path of ``service.ingest.fast`` and the reference loop of
 ``service.ingest.validate``. They once drifted apart (a ``$`` let a trailing newline through one of
 them); each now derives its checks from the constants below, and tests/ingest/test_contract.py
