@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import suppress
+from collections.abc import Callable, Mapping
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,11 @@ else:
                               registry=REGISTRY)
     COLLECTOR_SAMPLES = Counter("fabricscope_collector_samples_total", "Samples produced by polls", ["device"],
                                 registry=REGISTRY)
+    SINK_SPOOL_BYTES = Gauge("fabricscope_collector_sink_spool_bytes",
+                             "Bytes waiting in the process's outage spool (read at scrape time)", ["sink"],
+                             registry=REGISTRY)
+    SINK_EVENTS = Gauge("fabricscope_collector_sink_items", "Items the sink sent, spooled, rejected or dropped "
+                        "(read at scrape time)", ["sink", "outcome"], registry=REGISTRY)
 
 
 def observe_poll(device: str, *, ok: bool, seconds: float, samples: int = 0) -> None:
@@ -47,6 +53,15 @@ def forget_device(device: str) -> None:
     for g in (COLLECTOR_UP, COLLECTOR_SECONDS):
         with suppress(KeyError):
             g.remove(device)
+
+
+def watch_sink(name: str, stats: Callable[[], Mapping[str, int]]) -> None:
+    """Export a sink's spool backlog and item outcomes, read from ``stats()`` when scraped."""
+    if REGISTRY is None:
+        return
+    SINK_SPOOL_BYTES.labels(name).set_function(lambda: float(stats().get("spool_bytes", 0)))
+    for outcome in ("sent", "spooled", "rejected", "dropped"):
+        SINK_EVENTS.labels(name, outcome).set_function(lambda o=outcome: float(stats().get(o, 0)))
 
 
 def serve(port: int | None, addr: str = "127.0.0.1") -> Any:

@@ -148,6 +148,7 @@ def agent_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     sink = sink_from_config(cfg.sink)
+    selfmetrics.watch_sink("agent", lambda: sink.stats)
     agent = Agent(cfg, sink)
     try:
         if once:

@@ -89,6 +89,7 @@ def collect_command(
         i, n = parse_shard(shard)
         devices = select(load_inventory(inventory).devices, i, n)
         sink = _sink(url, token, dsn)
+        selfmetrics.watch_sink("collect", lambda: sink.stats)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

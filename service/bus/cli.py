@@ -1,7 +1,7 @@
 """``fabricscope writer``: drain the NATS ingest stream into the database (run N of them).
 
-Registered by ``service.cli`` as ``app.command("writer")(writer_command)``; also runnable as
-``python -m service.bus.cli`` (tests and benchmarks start it that way).
+Registered by :mod:`fabricscope.cli` as the ``writer`` command; also runnable as
+``python -m fabricscope.service.bus.cli`` (tests and benchmarks start it that way).
 """
 
 from __future__ import annotations

@@ -42,3 +42,24 @@ def test_collector_metrics_are_its_own_registry_only() -> None:
     assert names and all(n.startswith("fabricscope_collector_") for n in names), names
     selfmetrics.forget_device("spineT")
     assert selfmetrics.REGISTRY.get_sample_value("fabricscope_collector_up", {"device": "spineT"}) is None
+
+
+def test_a_sinks_backlog_is_read_at_scrape_time(tmp_path: Path) -> None:
+    """The spool backlog of a real sender whose service is down shows on the collector's /metrics."""
+    from fabricscope.collectors.sinks.factory import make_sink
+
+    sink = make_sink("http://127.0.0.1:9", spool_path=tmp_path / "spool.jsonl", max_retries=0)
+    selfmetrics.watch_sink("test-sink", lambda: sink.stats)
+    port = free_port()
+    server = selfmetrics.serve(port)
+    try:
+        sink.submit("samples", {"ts": 1.7e9, "source": "n1:eth0", "metric": "rx_bytes_total", "value": 1.0})
+        sink.flush(10)
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    finally:
+        sink.close(1)
+        server[0].shutdown()
+    spool = [line for line in text.splitlines()
+             if line.startswith('fabricscope_collector_sink_spool_bytes{sink="test-sink"}')]
+    assert spool and float(spool[0].split()[-1]) > 0
+    assert 'fabricscope_collector_sink_items{outcome="spooled",sink="test-sink"} 1.0' in text

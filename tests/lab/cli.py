@@ -1,4 +1,4 @@
-"""``fabricscope lab up|run|down`` (root): the fault-injection lab (see the README section "The fabric lab")."""
+"""``python -m tests.lab up|run|down`` (root): the fault-injection lab (see docs/lab.md)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def run(
     gap: float = typer.Option(12.0, help="Seconds of recovery after each fault."),
     log_dir: Path | None = typer.Option(None, help="Keep process logs here."),
     job: str = typer.Option("lab-train", help="Job name."),
-    keep: bool = typer.Option(False, help="Leave the lab up afterwards (then: fabricscope lab down)."),
+    keep: bool = typer.Option(False, help="Leave the lab up afterwards (then: python -m tests.lab down)."),
 ) -> None:
     """Run the lab end to end and print the per-fault table."""
     from tests.lab.runner import Options, run_lab

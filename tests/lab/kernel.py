@@ -56,7 +56,7 @@ def up(spec: LabSpec) -> None:
     """Build the fabric. On any failure everything made so far is torn down again."""
     preflight()
     if set(spec.namespaces) & set(list_namespaces(spec.prefix)):
-        raise LabError(f"a lab with prefix {spec.prefix!r} is already up (fabricscope lab down --prefix ...)")
+        raise LabError(f"a lab with prefix {spec.prefix!r} is already up (python -m tests.lab down --prefix ...)")
     try:
         _up(spec)
     except BaseException:

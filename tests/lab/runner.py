@@ -1,4 +1,4 @@
-"""``fabricscope lab run``: the fabric, its collectors, a real training job, faults, and the verdict.
+"""``python -m tests.lab run``: the fabric, its collectors, a real training job, faults, and the verdict.
 
 Order: fabric up (kernel.py) -> daemons in the namespaces (snmpd + lldpd per switch, lldpd per
 host) -> the API (given, or a ``fabricscope serve`` started here) -> the management relay ->

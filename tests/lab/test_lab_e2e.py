@@ -90,7 +90,7 @@ def test_failed_run_leaves_nothing(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_leaves_nothing(tmp_path: Path, fresh_database: TestDatabase) -> None:
-    """SIGINT to ``fabricscope lab run`` mid-job: it exits non-zero and the machine is clean."""
+    """SIGINT to ``python -m tests.lab run`` mid-job: it exits non-zero and the machine is clean."""
     spec = _spec("c")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICSCOPE_")}
     p = subprocess.Popen([sys.executable, "-m", "tests.lab", "run", "--prefix", spec.prefix,
