@@ -85,7 +85,7 @@ def agent_share(sys_root: Path, seconds: float, nic_cfg: str) -> tuple[float, in
         cfg.write_text(f"host: bench\nsink: {{url: '{recv.url}'}}\nnic: {{interval_s: 1, {nic_cfg}}}\n"
                        f"storage: {{interval_s: 5, volumes: ['{tmp}']}}\npaths: {{sys_root: '{sys_root}'}}\n")
         code = ("import sys; sys.path.insert(0, sys.argv[1]); import typer;"
-                "from collectors.host.agent import agent_command; app=typer.Typer();"
+                "from fabricscope.collectors.host.agent import agent_command; app=typer.Typer();"
                 "app.command()(agent_command); app(sys.argv[2:])")
         proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT), "--config", str(cfg),
                                  "--log-level", "warning"])

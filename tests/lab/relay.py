@@ -7,7 +7,7 @@ namespace (``setns`` into it, bind, ``setns`` back) and connects to the API from
 namespace. No interface is added anywhere, and relayed bytes never cross a lab link, so they do
 not show in the fabric's counters.
 
-Run: ``python -m service.lab.relay --target 127.0.0.1:8000 --port 18080 NS1 NS2 ...``
+Run: ``python -m tests.lab.relay --target 127.0.0.1:8000 --port 18080 NS1 NS2 ...``
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ LLDP-MIB neighbours that ``lldpd`` serves through AgentX) and the Linux-switch c
 nftables counters, carrier losses), and sends samples to the ingest API and discovered links to
 ``/v1/topology/links``.
 
-Run: ``python -m collectors.lab.switch_agent --switch leaf1 --url http://127.0.0.1:18080
+Run: ``python -m tests.lab.switch_agent --switch leaf1 --url http://127.0.0.1:18080
 --snmp-port 1161 [--ports 'swp*'] [--interval 1] [--wire-frame-bytes 1514]`` with the community in
 ``FSLAB_SNMP_COMMUNITY``.
 """

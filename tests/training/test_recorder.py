@@ -31,7 +31,8 @@ def make(recv: Receiver, tmp_path: Path, **kw: Any) -> Recorder:
 
 
 def test_importing_the_hook_pulls_in_nothing_but_the_standard_library() -> None:
-    code = ("import sys, collectors.training, collectors.training.recorder, collectors.sinks.http;"
+    code = ("import sys, fabricscope.training, fabricscope.collectors.training.recorder,"
+            " fabricscope.collectors.sinks.http;"
             "heavy = {'torch', 'numpy', 'pandas', 'fastapi', 'sqlalchemy', 'pydantic', 'typer', 'httpx'};"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

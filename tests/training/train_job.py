@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for collectors.training
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for fabricscope.training
 
 
 def wait_for(path: Path, timeout: float = 60.0) -> None:
