@@ -8,8 +8,8 @@ prometheus_client's global one that the server fills. prometheus_client comes wi
 from __future__ import annotations
 
 import logging
-from contextlib import suppress
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from typing import Any
 
 log = logging.getLogger(__name__)
