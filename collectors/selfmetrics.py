@@ -59,9 +59,12 @@ def watch_sink(name: str, stats: Callable[[], Mapping[str, int]]) -> None:
     """Export a sink's spool backlog and item outcomes, read from ``stats()`` when scraped."""
     if REGISTRY is None:
         return
-    SINK_SPOOL_BYTES.labels(name).set_function(lambda: float(stats().get("spool_bytes", 0)))
+    def reader(key: str) -> Callable[[], float]:
+        return lambda: float(stats().get(key, 0))
+
+    SINK_SPOOL_BYTES.labels(name).set_function(reader("spool_bytes"))
     for outcome in ("sent", "spooled", "rejected", "dropped"):
-        SINK_EVENTS.labels(name, outcome).set_function(lambda o=outcome: float(stats().get(o, 0)))
+        SINK_EVENTS.labels(name, outcome).set_function(reader(outcome))
 
 
 def serve(port: int | None, addr: str = "127.0.0.1") -> Any:

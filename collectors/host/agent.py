@@ -65,7 +65,7 @@ class Agent:
                 ethtool=eth, extras=cfg.nic.extras,
                 extras_every=round(cfg.nic.extras_interval_s / cfg.nic.interval_s))))
         if cfg.rdma.enabled:
-            self.tasks.append((cfg.rdma.interval_s, RdmaCollector(
+            self.tasks.append((cfg.rdma.interval_s or cfg.nic.interval_s, RdmaCollector(
                 cfg.host, sys_root=cfg.sys_root, include=cfg.rdma.include, exclude=cfg.rdma.exclude)))
         if cfg.storage.enabled:
             self.tasks.append((cfg.storage.interval_s, StorageCollector(

@@ -1,5 +1,6 @@
-"""The host agent's YAML configuration: validated by pydantic models of the file (unknown keys are
-errors), then handed to the agent as the frozen dataclasses below. Errors name the field path."""
+"""The host agent's YAML configuration: frozen pydantic models of the file's sections (unknown keys
+are errors, types are strict), which the agent reads as they are. Errors name the field path. Only
+the sink section is turned into something else: its ``token_file`` is read into ``SinkConfig.token``."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pydantic import (
 
 from fabricscope.collectors.events import EventConfig, RateRule
 from fabricscope.collectors.host.common import default_host
+from fabricscope.collectors.sinks.factory import HTTP_SCHEMES, NATS_SCHEMES, scheme_of
 from fabricscope.collectors.validation import config_error
 from fabricscope.core.errors import ConfigError
 
@@ -38,47 +40,6 @@ class SinkConfig:
     spool_max_bytes: int = 64 << 20
     batch_max: int = 5000
     flush_interval_s: float = 1.0
-
-
-@dataclass(frozen=True)
-class NicConfig:
-    enabled: bool = True
-    interval_s: float = 1.0
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ("lo",)
-    ethtool: EthtoolMode = "ioctl"
-    ethtool_binary: str = "ethtool"
-    extras: bool = True
-    extras_interval_s: float = 10.0
-
-
-@dataclass(frozen=True)
-class RdmaConfig:
-    enabled: bool = True
-    interval_s: float = 1.0
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class StorageConfig:
-    enabled: bool = True
-    interval_s: float = 5.0
-    disks_include: tuple[str, ...] = ()
-    disks_exclude: tuple[str, ...] = ("loop*", "ram*", "zram*", "sr*", "fd*")
-    volumes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    host: str
-    sink: SinkConfig
-    nic: NicConfig = NicConfig()
-    rdma: RdmaConfig = RdmaConfig()
-    storage: StorageConfig = StorageConfig()
-    events: EventConfig = EventConfig()
-    sys_root: Path = Path("/sys")
-    proc_root: Path = Path("/proc")
 
 
 # -- the YAML file's shape: one pydantic model per section; unknown keys are errors (typos) --------
@@ -110,9 +71,9 @@ class _SinkFile(_Section):
 
     @field_validator("url")
     @classmethod
-    def _http(cls, url: str | None) -> str | None:
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise ValueError("expected an http:// or https:// URL")
+    def _api_or_bus(cls, url: str | None) -> str | None:
+        if url is not None and scheme_of(url) not in HTTP_SCHEMES | NATS_SCHEMES:
+            raise ValueError("expected an http(s):// URL (the ingest API) or a nats:// URL (the bus)")
         return url
 
     @model_validator(mode="after")
@@ -122,30 +83,30 @@ class _SinkFile(_Section):
         return self
 
 
-class _NicFile(_Section):
-    enabled: StrictBool = NicConfig.enabled
-    interval_s: PositiveSeconds = NicConfig.interval_s
-    include: Names = NicConfig.include
-    exclude: Names = NicConfig.exclude
-    ethtool: EthtoolMode = NicConfig.ethtool
-    ethtool_binary: StrictStr = NicConfig.ethtool_binary
-    extras: StrictBool = NicConfig.extras
-    extras_interval_s: PositiveSeconds = NicConfig.extras_interval_s
+class NicConfig(_Section):
+    enabled: StrictBool = True
+    interval_s: PositiveSeconds = 1.0
+    include: Names = ()
+    exclude: Names = ("lo",)
+    ethtool: EthtoolMode = "ioctl"
+    ethtool_binary: StrictStr = "ethtool"
+    extras: StrictBool = True
+    extras_interval_s: PositiveSeconds = 10.0
 
 
-class _RdmaFile(_Section):
-    enabled: StrictBool = RdmaConfig.enabled
-    interval_s: PositiveSeconds | None = None  # default: the NIC interval
-    include: Names = RdmaConfig.include
-    exclude: Names = RdmaConfig.exclude
+class RdmaConfig(_Section):
+    enabled: StrictBool = True
+    interval_s: PositiveSeconds | None = None  # None: the NIC's (parse_config fills it in)
+    include: Names = ()
+    exclude: Names = ()
 
 
-class _StorageFile(_Section):
-    enabled: StrictBool = StorageConfig.enabled
-    interval_s: PositiveSeconds = StorageConfig.interval_s
-    disks_include: Names = StorageConfig.disks_include
-    disks_exclude: Names = StorageConfig.disks_exclude
-    volumes: Names = StorageConfig.volumes
+class StorageConfig(_Section):
+    enabled: StrictBool = True
+    interval_s: PositiveSeconds = 5.0
+    disks_include: Names = ()
+    disks_exclude: Names = ("loop*", "ram*", "zram*", "sr*", "fd*")
+    volumes: Names = ()
 
 
 class _RuleFile(_Section):
@@ -167,16 +128,29 @@ class _EventsFile(_Section):
 
 
 class _PathsFile(_Section):
-    sys_root: StrictStr = str(AgentConfig.sys_root)
-    proc_root: StrictStr = str(AgentConfig.proc_root)
+    sys_root: StrictStr = "/sys"
+    proc_root: StrictStr = "/proc"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    host: str
+    sink: SinkConfig
+    nic: NicConfig = NicConfig()
+    rdma: RdmaConfig = RdmaConfig()
+    storage: StorageConfig = StorageConfig()
+    events: EventConfig = EventConfig()
+    sys_root: Path = Path("/sys")
+    proc_root: Path = Path("/proc")
+
 
 
 class _AgentFile(_Section):
     host: StrictStr | None = None
     sink: Annotated[_SinkFile, _EMPTY]
-    nic: Annotated[_NicFile, Field(default_factory=_NicFile), _EMPTY]
-    rdma: Annotated[_RdmaFile, Field(default_factory=_RdmaFile), _EMPTY]
-    storage: Annotated[_StorageFile, Field(default_factory=_StorageFile), _EMPTY]
+    nic: Annotated[NicConfig, Field(default_factory=NicConfig), _EMPTY]
+    rdma: Annotated[RdmaConfig, Field(default_factory=RdmaConfig), _EMPTY]
+    storage: Annotated[StorageConfig, Field(default_factory=StorageConfig), _EMPTY]
     events: Annotated[_EventsFile, Field(default_factory=_EventsFile), _EMPTY]
     paths: Annotated[_PathsFile, Field(default_factory=_PathsFile), _EMPTY]
 
@@ -196,15 +170,12 @@ def parse_config(raw: Any) -> AgentConfig:
     sink = SinkConfig(url=s.url, dsn=s.dsn, token=token, spool_path=Path(s.spool_path) if s.spool_path else None,
                       spool_max_bytes=s.spool_max_bytes, batch_max=s.batch_max,
                       flush_interval_s=s.flush_interval_s)
-    nic = NicConfig(**f.nic.model_dump())
-    rdma_fields = f.rdma.model_dump()
-    if rdma_fields["interval_s"] is None:
-        rdma_fields["interval_s"] = nic.interval_s
+    rdma = f.rdma if f.rdma.interval_s is not None else f.rdma.model_copy(update={"interval_s": f.nic.interval_s})
     defaults = EventConfig()
     events = EventConfig(f.events.pfc_storm.over(defaults.pfc_storm), f.events.ecn_burst.over(defaults.ecn_burst),
                          f.events.link_flap, f.events.emit_open)
-    return AgentConfig(host=f.host or default_host(), sink=sink, nic=nic, rdma=RdmaConfig(**rdma_fields),
-                       storage=StorageConfig(**f.storage.model_dump()), events=events,
+    return AgentConfig(host=f.host or default_host(), sink=sink, nic=f.nic, rdma=rdma, storage=f.storage,
+                       events=events,
                        sys_root=Path(f.paths.sys_root), proc_root=Path(f.paths.proc_root))
 
 

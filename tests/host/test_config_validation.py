@@ -58,3 +58,13 @@ def test_empty_sections_mean_defaults_and_rdma_follows_nic(tmp_path: Path) -> No
     cfg = load_config(path)
     assert cfg.host == "n1" and cfg.rdma.interval_s == 2.0 and cfg.nic.exclude == ("lo",)
     assert cfg.events.pfc_storm.rate_per_s == 1000.0 and cfg.sys_root == Path("/sys")
+
+
+@pytest.mark.parametrize("url", ["http://fs:8000", "https://fs", "nats://bus1:4222,nats://bus2:4222", "tls://bus:4222"])
+def test_sink_url_takes_every_scheme_make_sink_sends_over(url: str) -> None:
+    assert parse_config({"host": "n1", "sink": {"url": url}}).sink.url == url
+
+
+def test_sink_url_of_another_scheme_names_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"^sink\.url: .*nats://"):
+        parse_config({"host": "n1", "sink": {"url": "ftp://fs"}})
