@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Iterator
-from typing import Annotated
+from typing import Annotated, cast
 
 import psycopg
 from fastapi import Depends, HTTPException, Request
@@ -15,14 +15,13 @@ from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.settings import Settings
 
 
+# What create_app puts on app.state, read back typed (the app owns one of each).
 def get_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
+    return cast(Settings, request.app.state.settings)
 
 
 def get_pool(request: Request) -> ConnectionPool:
-    pool: ConnectionPool = request.app.state.pool
-    return pool
+    return cast(ConnectionPool, request.app.state.pool)
 
 
 def get_conn(pool: Annotated[ConnectionPool, Depends(get_pool)]) -> Iterator[psycopg.Connection]:
@@ -31,13 +30,11 @@ def get_conn(pool: Annotated[ConnectionPool, Depends(get_pool)]) -> Iterator[psy
 
 
 def get_sample_writer(request: Request) -> SampleWriter:
-    writer: SampleWriter = request.app.state.sample_writer
-    return writer
+    return cast(SampleWriter, request.app.state.sample_writer)
 
 
 def get_engine(request: Request) -> AttributionEngine:
-    engine: AttributionEngine = request.app.state.engine
-    return engine
+    return cast(AttributionEngine, request.app.state.engine)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -114,24 +114,25 @@ async def ingest_samples(request: Request, pool: PoolDep, settings: SettingsDep,
                          write=lambda conn: store.store_samples(conn, sample_writer=writer, batch_id=bid, cols=cols))
 
 
-@_route("steps", "Ingest per-rank step timings of a job")
-async def ingest_steps(request: Request, pool: PoolDep, settings: SettingsDep) -> Any:
+async def _job_rows(request: Request, pool: PoolDep, settings: SettingsDep, kind: str,
+                    validate: Callable[[Any, v.Limits], list[Any]], write_rows: Callable[..., Any]) -> Any:
+    """Steps and collectives: rows of one job, validated, then stored (or answered as a duplicate)."""
     t0 = time.perf_counter()
     body = await _read_json(request, settings.max_body_bytes)
-    rows = v.steps(body, _limits(settings))
+    rows = validate(body, _limits(settings))
     v.job_name(body)
-    return await _finish(request, pool, settings, kind="steps", body=body, n=len(rows), t0=t0,
-                         write=lambda conn: store.store_steps(conn, body=body, rows=rows))
+    return await _finish(request, pool, settings, kind=kind, body=body, n=len(rows), t0=t0,
+                         write=lambda conn: write_rows(conn, body=body, rows=rows))
+
+
+@_route("steps", "Ingest per-rank step timings of a job")
+async def ingest_steps(request: Request, pool: PoolDep, settings: SettingsDep) -> Any:
+    return await _job_rows(request, pool, settings, "steps", v.steps, store.store_steps)
 
 
 @_route("collectives", "Ingest per-rank collective timings of a job")
 async def ingest_collectives(request: Request, pool: PoolDep, settings: SettingsDep) -> Any:
-    t0 = time.perf_counter()
-    body = await _read_json(request, settings.max_body_bytes)
-    rows = v.collectives(body, _limits(settings))
-    v.job_name(body)
-    return await _finish(request, pool, settings, kind="collectives", body=body, n=len(rows), t0=t0,
-                         write=lambda conn: store.store_collectives(conn, body=body, rows=rows))
+    return await _job_rows(request, pool, settings, "collectives", v.collectives, store.store_collectives)
 
 
 @_route("events", "Ingest events (checkpoint, pfc_storm, ecn_burst, link_flap, ...)")
