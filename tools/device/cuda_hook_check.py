@@ -41,6 +41,14 @@ class Receiver(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
+    def do_PUT(self) -> None:  # noqa: N802 - the job registration (PUT /v1/jobs/{job})
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        received.setdefault("jobs", []).append({"path": self.path})
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
     def log_message(self, *args: object) -> None:
         pass
 
