@@ -65,11 +65,8 @@ def _hint_command(entry: Entry, missing: str | None) -> Any:
     return needs_extra
 
 
-def _placeholder(entry: Entry) -> Any:
-    def listed_only() -> None:
-        """Only listed: main() loads a command's module when that command is run."""
-
-    return listed_only
+def _listed_only() -> None:
+    """Only listed (root help): main() loads a command's module when that command is the one run."""
 
 
 def build_app(only: str | None = None) -> Any:
@@ -80,7 +77,7 @@ def build_app(only: str | None = None) -> Any:
     app = typer.Typer(help="fabricscope: why was step N slow?", no_args_is_help=True, add_completion=False)
     for entry in ENTRIES:
         if only is not None and entry.name != only:
-            app.command(entry.name, help=entry.help)(_placeholder(entry))
+            app.command(entry.name, help=entry.help)(_listed_only)
             continue
         try:
             target = load(entry)
