@@ -1,9 +1,8 @@
 """Issue #18, webhooks: a trickling receiver is cut at the attempt deadline and delays no other one
 (item 6); internal destinations are refused at registration and, after DNS rebinding, at connect
-time (item 7); secrets and routing keys are not readable in the database, signatures still verify,
-and key rotation keeps old rows working (item 8a). Real PostgreSQL, real service processes, real
-httpx against real sockets on 127.0.0.1; the delivery job is called in-process (as the scheduler
-does) so that its timing can be measured."""
+time (item 7); secrets are not readable in the database, signatures still verify, and key rotation
+keeps old rows working (item 8a). Real PostgreSQL, service processes and sockets on 127.0.0.1; the
+delivery job is called in-process (as the scheduler does) so that its timing can be measured."""
 
 from __future__ import annotations
 
