@@ -72,6 +72,30 @@ class Settings(BaseSettings):
     delivery_backoff_s: float = Field(default=5.0, gt=0)  # first retry delay; doubles per attempt
     delivery_backoff_max_s: float = Field(default=900.0, gt=0)
     delivery_max_age_s: float = Field(default=86_400.0, gt=0)  # then the delivery is given up (state failed)
+    # --- webhook delivery, destinations and secrets at rest (#18)
+    # delivery_timeout_s above is the deadline of a whole attempt (connect, send, answer), not per read.
+    delivery_concurrency: int = Field(default=8, ge=1, le=64)  # receivers sent to at once
+    # Webhooks may not target loopback, link-local, private or metadata addresses unless listed here:
+    # comma-separated addresses/CIDRs ("127.0.0.1,10.20.0.0/16") and host names ("hooks.corp", "*.corp").
+    webhook_allow_destinations: str = ""
+    # Fernet keys for webhook secrets and routing keys in the database, comma-separated, newest first
+    # (older ones still decrypt). Unset: one generated at first start in <data_dir>/secret.key (0600).
+    # Checked where used (service/alerts/secretbox.py): a validation error here would print the value.
+    secret_keys: SecretStr | None = None
+
+    @field_validator("webhook_allow_destinations")
+    @classmethod
+    def _allowlist(cls, v: str) -> str:
+        import ipaddress
+        import re
+
+        for entry in filter(None, (e.strip() for e in v.split(","))):
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                if not re.fullmatch(r"(\*\.)?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?", entry):
+                    raise ValueError(f"{entry!r} is neither an address/CIDR nor a host name") from None
+        return v
 
     log_level: str = "INFO"
     log_json: bool = False

@@ -75,6 +75,11 @@ def start_background(pool: ConnectionPool, settings: Settings, *, engine: Attrib
         # its own job: a slow receiver never delays ingest, attribution or alerting
         sched.add_job(_guarded(pool, "deliveries", lambda c: deliver_due(c, settings=settings)), "interval",
                       seconds=settings.delivery_interval_s, id="deliveries", jitter=1)
+    from fabricscope.service.alerts.secretbox import box_for, reencrypt
+
+    # once at start: seal rows from before encryption, move rows to the newest key after a rotation
+    sched.add_job(_guarded(pool, "secrets", lambda c: reencrypt(c, box_for(settings.secret_keys, settings.data_dir))),
+                  id="secrets")
     if settings.retention_interval_s > 0:
         sched.add_job(_guarded(pool, "retention", lambda c: retention(c, days=settings.retention_days)), "interval",
                       seconds=settings.retention_interval_s, id="retention")

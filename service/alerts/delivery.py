@@ -2,13 +2,18 @@
 service/workers.py as `deliver_due(conn, settings=...)`, never from a request handler.
 
 * Claim, then send, then record: a due row is claimed in a short transaction (attempts + 1 and
-  `next_attempt_at` pushed past the HTTP timeout as a lease, SKIP LOCKED so replicas never send the
-  same row at once) and committed before any network I/O; no lock or transaction is held while
+  `next_attempt_at` pushed past the attempt deadline as a lease, SKIP LOCKED so replicas never send
+  the same row at once) and committed before any network I/O; no lock or transaction is held while
   a receiver is slow. A process that dies mid-send leaves the lease to expire and the row is
   sent again later with the same body and Idempotency-Key (at-least-once; receivers dedupe).
-* Bounded work per run: at most `delivery_batch` attempts and `delivery_budget_s` seconds; a
-  webhook that fails once in a run is skipped for the rest of that run, so one dead receiver
-  cannot use up the run for the others.
+* One slow receiver delays no other: up to `delivery_concurrency` webhooks are sent to at once
+  (one delivery per webhook at a time, so each receiver gets its notifications in order), and
+  every attempt has a total deadline, `delivery_timeout_s`, over connect, send and the answer: a
+  receiver trickling its answer a byte at a time is cut there (httpx's timeouts are per read).
+* Bounded work per run: at most `delivery_batch` attempts and `delivery_budget_s` seconds (plus
+  the attempts in flight); a webhook that fails once in a run is skipped for the rest of that run.
+* Destinations are checked on every connect (service/alerts/transport.py); a refused one is failed,
+  not retried. Secrets are opened here, just before signing (service/alerts/secretbox.py).
 * 2xx = delivered. 4xx other than 408/409/425/429 = the receiver rejects it: failed, no retry.
   Anything else (5xx, timeouts, refused, garbage) = retry with exponential backoff
   (`delivery_backoff_s` · 2^(attempt-1), jittered, capped; a Retry-After is honoured up to the
@@ -17,15 +22,18 @@ service/workers.py as `deliver_due(conn, settings=...)`, never from a request ha
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from typing import Any
+from dataclasses import dataclass
 
 import httpx
 import psycopg
 
 from fabricscope.core.backoff import backoff_delay
-from fabricscope.service.alerts import payloads
+from fabricscope.service.alerts import payloads, transport
+from fabricscope.service.alerts.destinations import DestinationRefused, parse_allowlist
+from fabricscope.service.alerts.secretbox import SecretBox, SecretUnreadable, box_for
 from fabricscope.service.alerts.store import url_host
 from fabricscope.service.observability import metrics as m
 from fabricscope.service.settings import Settings
@@ -46,6 +54,30 @@ WHERE d.id = (SELECT id FROM deliveries WHERE state = 'pending' AND next_attempt
 RETURNING d.id, d.webhook_id, d.event, d.idempotency_key, d.body, d.attempts,
           extract(epoch FROM now() - d.created_at)::float8
 """
+
+
+@dataclass
+class Claimed:
+    did: int
+    hook_id: int
+    event: str
+    key: str
+    body: bytes
+    attempts: int
+    age: float
+    url: str | None  # None: the webhook was deleted meanwhile
+    secret: str | None  # as stored (sealed)
+    routing_key: str | None  # as stored (sealed)
+    fmt: str
+
+
+@dataclass
+class Outcome:
+    status: int | None
+    error: str | None
+    duration: float
+    retry_after: float | None = None
+    refused: bool = False
 
 
 def backoff_s(attempts: int, settings: Settings, retry_after: float | None = None) -> float:
@@ -70,19 +102,21 @@ def _describe(exc: Exception, url: str) -> str:
     return f"{type(exc).__name__}: {text}"[:300]
 
 
-def send(client: httpx.Client, *, url: str, secret: str | None, body: bytes, key: str, event: str,
-         delivery_id: int) -> httpx.Response:
+async def send(client: httpx.AsyncClient, *, url: str, secret: str | None, body: bytes, key: str, event: str,
+               delivery_id: int) -> httpx.Response:
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, "Idempotency-Key": key,
                "X-Fabricscope-Event": event, "X-Fabricscope-Delivery": str(delivery_id)}
     if secret:
         headers[payloads.SIGNATURE_HEADER] = payloads.sign(secret, body)
     # stream and never read the body: a receiver answering with an endless or garbage body costs nothing
-    with client.stream("POST", url, content=body, headers=headers) as resp:
+    async with client.stream("POST", url, content=body, headers=headers) as resp:
         return resp
 
 
-def deliver_due(conn: psycopg.Connection, *, settings: Settings, client: httpx.Client | None = None) -> dict[str, int]:
-    """Send what is due; returns counts {attempted, delivered, retrying, failed, expired}."""
+def deliver_due(conn: psycopg.Connection, *, settings: Settings,
+                resolver: transport.Resolver | None = None) -> dict[str, int]:
+    """Send what is due; returns counts {attempted, delivered, retrying, failed, expired}.
+    `resolver`: host, port -> addresses (default: the system's); the policy checks what it answers."""
     out = {"attempted": 0, "delivered": 0, "retrying": 0, "failed": 0, "expired": 0}
     with conn.transaction():
         out["expired"] = conn.execute(
@@ -91,73 +125,109 @@ def deliver_due(conn: psycopg.Connection, *, settings: Settings, client: httpx.C
             (settings.delivery_max_age_s,)).rowcount
     if out["expired"]:
         m.WEBHOOK_DELIVERIES.labels("expired").inc(out["expired"])
-    timeout = httpx.Timeout(settings.delivery_timeout_s, connect=min(settings.delivery_timeout_s, 3.0))
-    own = client is None
-    http = client or httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False)
-    deadline = time.monotonic() + settings.delivery_budget_s
-    skip: list[int] = []
-    try:
-        while out["attempted"] < settings.delivery_batch and time.monotonic() < deadline:
-            with conn.transaction():
-                row = conn.execute(_CLAIM, {"lease": settings.delivery_timeout_s + 30, "skip": skip}).fetchone()
-                hook = None if row is None else conn.execute(
-                    "SELECT url, secret FROM webhooks WHERE id = %s", (row[1],)).fetchone()
-            if row is None:
-                break
-            did, hook_id, event, key, body, attempts, age = row
-            out["attempted"] += 1
-            if hook is None:  # webhook deleted meanwhile (the row goes with it); nothing to send
-                continue
-            result = _attempt(http, did=did, url=hook[0], secret=hook[1], body=bytes(body), key=key, event=event)
-            state = _record(conn, did=did, hook_id=hook_id, url=hook[0], attempts=attempts, age=age,
-                            settings=settings, **result)
-            out[state] += 1
-            if state != "delivered":
-                skip.append(hook_id)
-    finally:
-        if own:
-            http.close()
+    asyncio.run(_run(conn, settings, resolver, out))
     return out
 
 
-def _attempt(http: httpx.Client, *, did: int, url: str, secret: str | None, body: bytes, key: str,
-             event: str) -> dict[str, Any]:
+def _claim(conn: psycopg.Connection, settings: Settings, exclude: list[int]) -> Claimed | None:
+    with conn.transaction():
+        row = conn.execute(_CLAIM, {"lease": settings.delivery_timeout_s + 30, "skip": exclude}).fetchone()
+        if row is None:
+            return None
+        hook = conn.execute("SELECT url, secret, routing_key, format FROM webhooks WHERE id = %s",
+                            (row[1],)).fetchone() or (None, None, None, "generic")
+    return Claimed(row[0], row[1], row[2], row[3], bytes(row[4]), row[5], row[6], *hook)
+
+
+async def _run(conn: psycopg.Connection, settings: Settings, resolver: transport.Resolver | None,
+               out: dict[str, int]) -> None:
+    policy = parse_allowlist(settings.webhook_allow_destinations)
+    box = box_for(settings.secret_keys, settings.data_dir)
+    stop_claiming = time.monotonic() + settings.delivery_budget_s
+    skip: set[int] = set()
+    flying: dict[asyncio.Task[Outcome], Claimed] = {}
+    async with transport.client(policy, timeout_s=settings.delivery_timeout_s,
+                                concurrency=settings.delivery_concurrency, resolver=resolver) as http:
+        try:
+            while True:
+                while (len(flying) < settings.delivery_concurrency and out["attempted"] < settings.delivery_batch
+                       and time.monotonic() < stop_claiming):
+                    busy = [*skip, *(c.hook_id for c in flying.values())]
+                    c = await asyncio.to_thread(_claim, conn, settings, busy)
+                    if c is None:
+                        break
+                    out["attempted"] += 1
+                    if c.url is not None:  # else the webhook was deleted (its rows go with it)
+                        flying[asyncio.create_task(_attempt(http, c, box, settings.delivery_timeout_s))] = c
+                if not flying:
+                    return
+                done, _ = await asyncio.wait(flying, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    c = flying.pop(task)
+                    state = await asyncio.to_thread(_record, conn, c, settings, task.result())
+                    out[state] += 1
+                    if state != "delivered":
+                        skip.add(c.hook_id)
+        finally:  # an error (the database gone): the claimed rows come back when their lease expires
+            for task in flying:
+                task.cancel()
+            await asyncio.gather(*flying, return_exceptions=True)
+
+
+async def _attempt(http: httpx.AsyncClient, c: Claimed, box: SecretBox, deadline_s: float) -> Outcome:
+    assert c.url is not None
     t0 = time.monotonic()
     try:
-        resp = send(http, url=url, secret=secret, body=body, key=key, event=event, delivery_id=did)
-        return {"status": resp.status_code, "error": None, "retry_after": _retry_after(resp),
-                "duration": time.monotonic() - t0}
+        secret = None if c.secret is None else box.open(c.secret)
+        body = c.body
+        if c.fmt == "pagerduty" and c.routing_key is not None:
+            body = payloads.with_routing_key(body, box.open(c.routing_key))
+    except SecretUnreadable as exc:
+        return Outcome(None, f"not sent: the webhook's secret or routing key is unreadable: {exc}", 0.0)
+    try:
+        async with asyncio.timeout(deadline_s):
+            resp = await send(http, url=c.url, secret=secret, body=body, key=c.key, event=c.event,
+                              delivery_id=c.did)
+        return Outcome(resp.status_code, None, time.monotonic() - t0, _retry_after(resp))
+    except TimeoutError:
+        error = f"AttemptTimeout: no complete answer within {deadline_s:g}s (the deadline of one attempt)"
+    except DestinationRefused as exc:
+        return Outcome(None, f"destination refused: {exc}", time.monotonic() - t0, refused=True)
     except httpx.HTTPError as exc:
-        return {"status": None, "error": _describe(exc, url), "retry_after": None, "duration": time.monotonic() - t0}
+        error = _describe(exc, c.url)
+    return Outcome(None, error, time.monotonic() - t0)
 
 
-def _record(conn: psycopg.Connection, *, did: int, hook_id: int, url: str, attempts: int, age: float,
-            settings: Settings, status: int | None, error: str | None, retry_after: float | None,
-            duration: float) -> str:
+def _record(conn: psycopg.Connection, c: Claimed, settings: Settings, o: Outcome) -> str:
+    status, error = o.status, o.error
     if status is not None and 200 <= status < 300:
         state, delay = "delivered", 0.0
     elif status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX:
         state, delay = "failed", 0.0
         error = f"HTTP {status}: rejected by the receiver, not retried"
+    elif o.refused:
+        state, delay = "failed", 0.0
+        error = f"{error}; not retried (FABRICSCOPE_WEBHOOK_ALLOW_DESTINATIONS admits internal destinations)"
     else:
-        delay = backoff_s(attempts, settings, retry_after)
-        state = "retrying" if age + delay < settings.delivery_max_age_s else "failed"
+        delay = backoff_s(c.attempts, settings, o.retry_after)
+        state = "retrying" if c.age + delay < settings.delivery_max_age_s else "failed"
         error = error or f"HTTP {status}"
         if state == "failed":
             error += "; gave up: maximum age reached"
     with conn.transaction():
         conn.execute("INSERT INTO delivery_attempts (delivery_id, status, error, duration_s) VALUES (%s, %s, %s, %s)",
-                     (did, status, error, duration))
+                     (c.did, status, error, o.duration))
         conn.execute(
             """UPDATE deliveries SET state = %s, last_status = %s, last_error = %s,
                       delivered_at = CASE WHEN %s = 'delivered' THEN now() END,
                       next_attempt_at = now() + make_interval(secs => %s) WHERE id = %s""",
-            ("pending" if state == "retrying" else state, status, error, state, delay, did))
-    m.observe_delivery(state, duration)
+            ("pending" if state == "retrying" else state, status, error, state, delay, c.did))
+    m.observe_delivery(state, o.duration)
+    host = url_host(c.url or "")
     if state == "delivered":
-        log.info("delivery %s to webhook %s (%s) delivered (HTTP %s, attempt %s)", did, hook_id, url_host(url),
-                 status, attempts)
+        log.info("delivery %s to webhook %s (%s) delivered (HTTP %s, attempt %s)", c.did, c.hook_id, host,
+                 status, c.attempts)
     else:
-        log.warning("delivery %s to webhook %s (%s) attempt %s: %s; %s", did, hook_id, url_host(url), attempts,
+        log.warning("delivery %s to webhook %s (%s) attempt %s: %s; %s", c.did, c.hook_id, host, c.attempts,
                     error, f"retry in {delay:.0f}s" if state == "retrying" else "given up")
     return state

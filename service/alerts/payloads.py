@@ -1,7 +1,9 @@
 """Webhook bodies (generic JSON, Slack, PagerDuty Events v2) and their signature. Pure functions.
 
 A body is rendered once, when the notification is queued, and stored: every retry sends the very
-same bytes, so the signature and the Idempotency-Key stay valid across attempts and restarts.
+same bytes, so the signature and the Idempotency-Key stay valid across attempts and restarts. The
+one exception is PagerDuty's routing key, a credential: it is stored empty and filled in at send
+time (`with_routing_key`, deterministic, so retries still carry identical bytes).
 """
 
 from __future__ import annotations
@@ -99,4 +101,11 @@ FORMATS = tuple(RENDERERS)
 def render(fmt: str, alert: dict[str, Any], *, status: str, key: str, routing_key: str | None = None,
            now: datetime | None = None) -> bytes:
     doc = RENDERERS[fmt](alert, status=status, key=key, now=now or datetime.now(UTC), routing_key=routing_key)
+    return orjson.dumps(doc)
+
+
+def with_routing_key(body: bytes, routing_key: str) -> bytes:
+    """The stored PagerDuty body with its routing key filled in (key order kept)."""
+    doc = orjson.loads(body)
+    doc["routing_key"] = routing_key
     return orjson.dumps(doc)

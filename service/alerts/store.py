@@ -1,7 +1,8 @@
 """Database access for alerts, webhooks and the delivery queue (psycopg 3, plain SQL).
 
-Secrets (webhook `secret`, PagerDuty `routing_key`) are written here and read only by the delivery
-job; nothing in this module returns them.
+Secrets (webhook `secret`, PagerDuty `routing_key`) are sealed here (service/alerts/secretbox.py)
+and opened only by the delivery job; nothing in this module returns them, and no queued body
+holds a routing key (it is filled in at send time).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from fabricscope.service.alerts import payloads
+from fabricscope.service.alerts.secretbox import SecretBox
 
 _ALERT_COLS = ("id, job, kind, state, started_at, since_step, detected_at, detected_step, last_step, resolved_at, "
                "resolved_step, baseline_s, current_s, lost_s, steps, reopened, summary, updated_at")
@@ -102,12 +104,13 @@ _WEBHOOK_COLS = ("id, name, url, format, events, active, created_at, secret IS N
 
 
 def create_webhook(conn: psycopg.Connection, *, url: str, secret: str | None, events: list[str], fmt: str,
-                   name: str | None, routing_key: str | None, active: bool) -> dict[str, Any]:
+                   name: str | None, routing_key: str | None, active: bool, box: SecretBox) -> dict[str, Any]:
+    sealed = [None if v is None else box.seal(v) for v in (secret, routing_key)]
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(
             f"INSERT INTO webhooks (url, secret, events, format, name, routing_key, active) "
             f"VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING {_WEBHOOK_COLS}",
-            (url, secret, events, fmt, name, routing_key, active)).fetchone()
+            (url, sealed[0], events, fmt, name, sealed[1], active)).fetchone()
     assert row is not None
     return _webhook_out(row)
 
@@ -136,10 +139,10 @@ def enqueue(conn: psycopg.Connection, alert: dict[str, Any], *, status: str, eve
     so queueing the same transition twice adds nothing. Call inside the caller's transaction."""
     key = payloads.idempotency_key(alert["id"], status, alert["reopened"])
     n = 0
-    hooks = conn.execute("SELECT id, format, routing_key FROM webhooks WHERE active AND %s = ANY(events) ORDER BY id",
+    hooks = conn.execute("SELECT id, format FROM webhooks WHERE active AND %s = ANY(events) ORDER BY id",
                          (event,)).fetchall()
-    for hook_id, fmt, routing_key in hooks:
-        body = payloads.render(fmt, alert, status=status, key=key, routing_key=routing_key, now=now)
+    for hook_id, fmt in hooks:
+        body = payloads.render(fmt, alert, status=status, key=key, now=now)
         n += conn.execute(
             """INSERT INTO deliveries (webhook_id, alert_id, event, status, idempotency_key, body, next_attempt_at)
                VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s))

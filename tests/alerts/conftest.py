@@ -28,6 +28,8 @@ FAST_ENV = {
     "FABRICSCOPE_DELIVERY_TIMEOUT_S": "2",
     "FABRICSCOPE_DELIVERY_BACKOFF_S": "0.5",
     "FABRICSCOPE_DELIVERY_BACKOFF_MAX_S": "2",
+    # the receivers here are local: admitted through the documented allowlist, not a weaker default
+    "FABRICSCOPE_WEBHOOK_ALLOW_DESTINATIONS": "127.0.0.1",
 }
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from fabricscope.service.alerts import delivery, engine, store
+from fabricscope.service.alerts import delivery, engine, secretbox, store
 from fabricscope.service.settings import Settings
 from tests.alerts.receiver import Receiver, free_port
 
@@ -23,8 +23,17 @@ def conn(own_db: str) -> Iterator[psycopg.Connection]:
         yield c
 
 
+TEST_KEY = "ZmFicmljc2NvcGUtdGVzdC1rZXktMzItYnl0ZXMhISE="  # 32 bytes, url-safe base64: a Fernet key
+
+
 def _settings(url: str, **kw: object) -> Settings:
-    return Settings(**{"database_url": url, "alert_step_lag": 1, "delivery_backoff_s": 0.2, **kw})  # type: ignore[arg-type]
+    # local receivers through the allowlist; a fixed key, so nothing is written to the user's data dir
+    return Settings(**{"database_url": url, "alert_step_lag": 1, "delivery_backoff_s": 0.2,  # type: ignore[arg-type]
+                       "webhook_allow_destinations": "127.0.0.1", "secret_keys": TEST_KEY, **kw})
+
+
+def _box(s: Settings) -> secretbox.SecretBox:
+    return secretbox.box_for(s.secret_keys, s.data_dir)
 
 
 def _steps(conn: psycopg.Connection, job: str, first: int, durations: list[float], ranks: int = 2,
@@ -55,7 +64,7 @@ def _series(n: int, seed: int, factor: float = 1.0) -> list[float]:
 def test_relapse_within_cooldown_reopens_the_alert_without_a_new_page(conn: psycopg.Connection, own_db: str) -> None:
     s = _settings(own_db, alert_cooldown_s=60)
     store.create_webhook(conn, url="http://127.0.0.1:9/x", secret="k", events=["step_regression"], fmt="generic",
-                         name=None, routing_key=None, active=True)
+                         name=None, routing_key=None, active=True, box=_box(s))
     conn.commit()
     _steps(conn, "j", 0, _series(150, 1) + _series(40, 2, 1.1))
     assert engine.run_once(conn, settings=s)["fired"] == 1
@@ -108,9 +117,9 @@ def test_delivery_4xx_is_not_retried_and_500_is(conn: psycopg.Connection, own_db
     bad = Receiver(free_port(), mode="500").start()
     try:
         h410 = store.create_webhook(conn, url="http://127.0.0.1:9/gone", secret=None, events=["step_regression"],
-                                    fmt="generic", name=None, routing_key=None, active=True)
+                                    fmt="generic", name=None, routing_key=None, active=True, box=_box(s))
         h500 = store.create_webhook(conn, url=bad.url, secret=None, events=["step_regression"], fmt="slack",
-                                    name=None, routing_key=None, active=True)
+                                    name=None, routing_key=None, active=True, box=_box(s))
         conn.commit()
         _steps(conn, "n", 0, _series(150, 8) + _series(40, 9, 1.1))
         engine.run_once(conn, settings=s)

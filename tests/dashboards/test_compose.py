@@ -14,7 +14,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent.parent
 COMPOSE = REPO / "docker-compose.yml"
 ENV_EXAMPLE = REPO / ".env.example"
-REQUIRED = ["POSTGRES_PASSWORD", "INGEST_TOKEN", "READ_TOKEN", "ADMIN_TOKEN", "GRAFANA_ADMIN_PASSWORD",
+REQUIRED = ["POSTGRES_PASSWORD", "INGEST_TOKEN", "READ_TOKEN", "ADMIN_TOKEN", "SECRET_KEYS", "GRAFANA_ADMIN_PASSWORD",
             "GRAFANA_DB_PASSWORD"]
 
 

@@ -1,7 +1,9 @@
 """GET /v1/alerts (read scope) and /v1/webhooks CRUD + delivery log (admin scope).
 
-Webhook secrets and PagerDuty routing keys are write-only: accepted on POST, stored, used to sign
-or address deliveries, never returned (`has_secret`/`has_routing_key` say whether one is set).
+Webhook secrets and PagerDuty routing keys are write-only: accepted on POST, stored encrypted, used
+to sign or address deliveries, never returned (`has_secret`/`has_routing_key` say whether one is set).
+A URL whose host is internal (loopback, link-local, private, metadata) is refused with 422 unless
+`FABRICSCOPE_WEBHOOK_ALLOW_DESTINATIONS` admits it (service/alerts/destinations.py).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import httpx
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from fabricscope.service.alerts import payloads, store
-from fabricscope.service.api.deps import AdminAuth, ConnDep, ReadAuth
+from fabricscope.core.errors import ConfigError
+from fabricscope.service.alerts import destinations, payloads, store
+from fabricscope.service.alerts.secretbox import box_for
+from fabricscope.service.api.deps import AdminAuth, ConnDep, ReadAuth, SettingsDep
 
 router = APIRouter(tags=["alerts"])
 
@@ -140,14 +144,25 @@ def get_alert(conn: ConnDep, alert_id: int = Path(ge=1, lt=2**63)) -> Any:
 
 @router.post("/v1/webhooks", dependencies=[AdminAuth], response_model=WebhookOut, status_code=201,
              summary="Register a webhook (secret and routing key are write-only)")
-def create_webhook(body: WebhookIn, conn: ConnDep) -> Any:
+def create_webhook(body: WebhookIn, conn: ConnDep, settings: SettingsDep) -> Any:
     if body.format == "pagerduty" and body.routing_key is None:
         raise HTTPException(422, detail=[{"loc": ["body", "routing_key"], "type": "missing",
                                           "msg": "format 'pagerduty' needs the integration key in routing_key"}])
+    url = httpx.URL(body.url)
+    policy = destinations.parse_allowlist(settings.webhook_allow_destinations)
+    refusal = destinations.registration_refusal(url.host, url.port or (443 if url.scheme == "https" else 80), policy)
+    if refusal is not None:
+        raise HTTPException(422, detail=[{"loc": ["body", "url"], "type": "value_error", "msg": (
+            f"internal destination refused: {refusal}; webhooks may target only public addresses unless "
+            f"{destinations.SETTING} admits it")}])
+    try:
+        box = box_for(settings.secret_keys, settings.data_dir)
+    except ConfigError as exc:  # no key to encrypt with: storing the secret in clear is not an option
+        raise HTTPException(503, detail=str(exc)) from exc
     return store.create_webhook(
         conn, url=body.url, secret=body.secret.get_secret_value() if body.secret else None, events=body.events,
         fmt=body.format, name=body.name, active=body.active,
-        routing_key=body.routing_key.get_secret_value() if body.routing_key else None)
+        routing_key=body.routing_key.get_secret_value() if body.routing_key else None, box=box)
 
 
 @router.get("/v1/webhooks", dependencies=[AdminAuth], response_model=list[WebhookOut], summary="List webhooks")
