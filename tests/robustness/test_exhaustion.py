@@ -29,15 +29,16 @@ ADMIN, INGEST = "ex-admin-token", "ex-ingest-token"
 AUTH = f"Authorization: Bearer {ADMIN}\r\n".encode()
 LIMIT = 1 << 20  # FABRICSCOPE_MAX_BODY_BYTES of the guarded service
 DEADLINE_S = 1.5  # its header and body timeouts
+MAX_CONNECTIONS = 64
 
 
 @pytest.fixture(scope="module")
 def guarded(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    """Tokens on, a 1 MiB body limit, 1.5 s to send headers and body; pool settings at their defaults."""
+    """Tokens on, a 1 MiB body limit, 1.5 s to send headers and body, 64 connections; the pool at its defaults."""
     svc = start_service(database_url, tmp_path_factory.mktemp("guarded"), env={
         "FABRICSCOPE_TOKENS": f"{ADMIN}:admin;{INGEST}:ingest", "FABRICSCOPE_MAX_BODY_BYTES": str(LIMIT),
         "FABRICSCOPE_HTTP_HEADER_TIMEOUT_S": str(DEADLINE_S), "FABRICSCOPE_HTTP_BODY_TIMEOUT_S": str(DEADLINE_S),
-        "FABRICSCOPE_HTTP_MAX_HEADER_BYTES": "16384"})
+        "FABRICSCOPE_HTTP_MAX_HEADER_BYTES": "16384", "FABRICSCOPE_HTTP_MAX_CONNECTIONS": str(MAX_CONNECTIONS)})
     yield svc
     svc.stop()
 
@@ -108,6 +109,20 @@ def test_busy_pool_is_429_with_retry_after_not_503(guarded: ServiceProcess, data
     assert all(int(r.headers["Retry-After"]) >= 1 for r in answers if r.status_code == 429)
     assert all("busy" in r.json()["detail"] for r in answers if r.status_code == 429)
     assert httpx.get(f"{guarded.url}/readyz").json()["status"] == "ready"
+
+
+def test_too_many_connections_is_429_not_503(guarded: ServiceProcess) -> None:
+    idle = [_connect(guarded) for _ in range(MAX_CONNECTIONS)]
+    try:
+        r = httpx.get(f"{guarded.url}/healthz", timeout=5)  # well within the 1.5 s they may idle
+    finally:
+        for sock in idle:
+            sock.close()
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1, r.text
+    deadline = time.monotonic() + 5  # closed connections count out again
+    while httpx.get(f"{guarded.url}/healthz").status_code != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
 
 
 def test_body_without_token_is_refused_before_it_is_read(guarded: ServiceProcess) -> None:
