@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from pathlib import Path
 from typing import Annotated
@@ -9,7 +10,7 @@ from typing import Annotated
 import typer
 
 from fabricscope.core.errors import ConfigError
-from fabricscope.service.db.lifecycle import database, fail
+from fabricscope.service.db.lifecycle import database, fail, sigterm_unwinds
 from fabricscope.service.observability.logs import setup_logging
 from fabricscope.service.settings import get_settings
 
@@ -26,17 +27,28 @@ def serve(
     background: Annotated[bool, typer.Option(help="Run attribution/alert/retention workers")] = True,
 ) -> None:
     """Run the HTTP API (migrating the database first)."""
-    import uvicorn
-
+    from fabricscope.service.api import server
     from fabricscope.service.api.main import create_app
 
     settings = get_settings()
     setup_logging(settings.log_level, settings.log_json)
-    with database():
-        h, p = host or settings.host, port or settings.port
+    h, p = host or settings.host, port or settings.port
+    if not settings.token_scopes() and not _loopback(h):
+        log.warning("authentication is OFF (FABRICSCOPE_TOKENS is unset) and the API listens on %s, not on "
+                    "loopback: anyone who can reach port %d can write and read all data. Set FABRICSCOPE_TOKENS "
+                    "(docs/security.md), or listen on 127.0.0.1.", h, p)
+    with sigterm_unwinds(), database():
         typer.echo(f"fabricscope API on http://{h}:{p}  (docs: http://{h}:{p}/docs)", err=True)
-        uvicorn.run(create_app(settings, background=background), host=h, port=p, log_level="warning",
-                    access_log=False)
+        server.run(create_app(settings, background=background), settings, host=h, port=p)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 def migrate_cmd() -> None:

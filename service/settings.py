@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
 
-    # Ingest limits: a batch over max_batch items is 413, so is a body over max_body_bytes.
+    # Ingest limits: a batch over max_batch items is 413, so is a body over max_body_bytes (on every route).
     max_batch: int = Field(default=50_000, ge=1)
     max_body_bytes: int = Field(default=64 << 20, ge=1024)
     # Timestamps outside [min_ts, now + max_future_s] are rejected with 422 naming the field.
@@ -43,9 +43,26 @@ class Settings(BaseSettings):
     # "TOKEN:scope1,scope2;TOKEN2:admin" — empty means no auth. Scopes: ingest, read, admin.
     tokens: SecretStr | None = None
 
-    pool_size: int = Field(default=8, ge=1)
+    pool_size: int = Field(default=20, ge=1)
     db_timeout_s: float = Field(default=3.0, gt=0)
     retry_after_s: int = Field(default=5, ge=1)
+
+    # --- limits and timeouts (#18): docs/security.md "Limits and timeouts"
+    # Requests queued for a database connection beyond the pool; more are told 429 at once. A wait
+    # longer than db_timeout_s while every connection is in use is 429 too (busy), not 503 (down).
+    pool_max_waiting: int = Field(default=40, ge=1)
+    busy_retry_after_s: int = Field(default=1, ge=1)
+    # The HTTP server: the request line and headers must arrive within http_header_timeout_s and
+    # http_max_header_bytes (else the connection is closed, 408/431), a body within http_body_timeout_s
+    # (else 408); idle keep-alive connections close after http_keep_alive_s; over http_max_connections
+    # open connections a request is told 429; a stop waits http_shutdown_timeout_s for requests in flight.
+    http_header_timeout_s: float = Field(default=10.0, gt=0)
+    http_max_header_bytes: int = Field(default=64 << 10, ge=4096)
+    http_body_timeout_s: float = Field(default=60.0, gt=0)
+    http_keep_alive_s: int = Field(default=5, ge=1)
+    http_max_connections: int = Field(default=512, ge=1)
+    http_backlog: int = Field(default=2048, ge=1)
+    http_shutdown_timeout_s: int = Field(default=8, ge=1)
 
     retention_days: int = Field(default=30, ge=1)
     compress_after_days: int = Field(default=2, ge=1)

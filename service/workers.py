@@ -48,8 +48,22 @@ def _guarded(pool: ConnectionPool, name: str, fn: Callable[[psycopg.Connection],
     return run
 
 
+class _RunsAtDebug(logging.Filter):
+    """APScheduler logs each run of a job twice at INFO (every few seconds here): show those at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO:
+            return True  # a missed run or a job's error keeps its level
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+_RUNS_AT_DEBUG = _RunsAtDebug()
+
+
 def start_background(pool: ConnectionPool, settings: Settings, *, engine: AttributionEngine) -> BackgroundScheduler:
     """`engine`: the app's, so attribution in the background and on request share one set of caches."""
+    logging.getLogger("apscheduler.executors.default").addFilter(_RUNS_AT_DEBUG)
     sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
     if settings.correlate_interval_s > 0:
         from fabricscope.service.bus.leases import JobPartitioner

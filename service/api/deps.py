@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, cast
 
 import psycopg
@@ -44,6 +44,21 @@ WriterDep = Annotated[SampleWriter, Depends(get_sample_writer)]
 EngineDep = Annotated[AttributionEngine, Depends(get_engine)]
 
 
+class Unauthenticated(Exception):
+    """No bearer token, or one that is not configured: 401 (the message says which)."""
+
+
+def authenticate(tokens: Mapping[str, frozenset[str]], authorization: str) -> frozenset[str]:
+    """The scopes of the bearer token in an Authorization header value."""
+    kind, _, token = authorization.partition(" ")
+    if kind.lower() != "bearer" or not token:
+        raise Unauthenticated("missing bearer token (Authorization: Bearer <token>)")
+    for known, scopes in tokens.items():
+        if hmac.compare_digest(known.encode(), token.encode()):
+            return scopes
+    raise Unauthenticated("unknown bearer token")
+
+
 def require(scope: str) -> Callable[..., None]:
     """Bearer-token check for one scope; a no-op when no tokens are configured."""
 
@@ -51,17 +66,12 @@ def require(scope: str) -> Callable[..., None]:
         tokens = request.app.state.token_scopes
         if not tokens:
             return
-        header = request.headers.get("authorization", "")
-        kind, _, token = header.partition(" ")
-        if kind.lower() != "bearer" or not token:
-            raise HTTPException(401, detail="missing bearer token (Authorization: Bearer <token>)",
-                                headers={"WWW-Authenticate": "Bearer"})
-        for known, scopes in tokens.items():
-            if hmac.compare_digest(known.encode(), token.encode()):
-                if scope in scopes or "admin" in scopes:
-                    return
-                raise HTTPException(403, detail=f"token lacks the '{scope}' scope")
-        raise HTTPException(401, detail="unknown bearer token", headers={"WWW-Authenticate": "Bearer"})
+        try:
+            scopes = authenticate(tokens, request.headers.get("authorization", ""))
+        except Unauthenticated as exc:
+            raise HTTPException(401, detail=str(exc), headers={"WWW-Authenticate": "Bearer"}) from exc
+        if scope not in scopes and "admin" not in scopes:
+            raise HTTPException(403, detail=f"token lacks the '{scope}' scope")
 
     return check
 

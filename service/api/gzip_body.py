@@ -1,65 +1,44 @@
-"""Gzip request bodies for every route (docs/API.md: gzip request bodies accepted).
+"""Gzip request bodies for the JSON routes other than ingest (docs/API.md: gzip request bodies accepted).
 
-The ingest routes stream and decompress bodies themselves (with their own limits and 4xx answers);
-this ASGI middleware does the same for the other JSON routes (topology, jobs, webhooks).
+The ingest routes decompress their bodies themselves (service/ingest/body.py); for the other routes
+service/api/limits.py feeds each received chunk to a :class:`GzipInflater` as it arrives, so the
+compressed body is never held whole and the output can never outgrow the body limit.
 """
 
 from __future__ import annotations
 
-import json
 import zlib
-from typing import Any
-
-Scope = dict[str, Any]
 
 
-class GzipRequestMiddleware:
-    def __init__(self, app: Any, *, max_bytes: int) -> None:
-        self.app = app
+class BodyTooLarge(Exception):
+    """The decompressed body is over the limit (413)."""
+
+
+class BadGzip(Exception):
+    """Content-Encoding is gzip but the body is not a complete gzip stream (422)."""
+
+
+class GzipInflater:
+    def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
+        self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._parts: list[bytes] = []  # joined once at the end: no quadratic re-copying
+        self._size = 0
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"].startswith("/v1/ingest/"):
-            await self.app(scope, receive, send)
-            return
-        headers = scope.get("headers", [])
-        if not any(k == b"content-encoding" and v.strip().lower() == b"gzip" for k, v in headers):
-            await self.app(scope, receive, send)
-            return
-        raw = b""
-        more = True
-        while more:
-            msg = await receive()
-            raw += msg.get("body", b"")
-            more = msg.get("more_body", False)
-            if len(raw) > self.max_bytes:
-                await _error(send, 413, "body is over the size limit")
-                return
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            body = d.decompress(raw, self.max_bytes)
-        except zlib.error:
-            await _error(send, 422, "Content-Encoding is gzip but the body is not valid gzip")
-            return
-        if d.unconsumed_tail:
-            await _error(send, 413, "decompressed body is over the size limit")
-            return
-        new_headers = [(k, v) for k, v in headers if k not in (b"content-encoding", b"content-length")]
-        new_headers.append((b"content-length", str(len(body)).encode()))
-        sent = False
+    def feed(self, data: bytes) -> None:
+        while data:
+            # One byte over what is left is enough to know the limit is passed; a bomb stops here.
+            try:
+                out = self._inflater.decompress(data, self.max_bytes - self._size + 1)
+            except zlib.error as exc:
+                raise BadGzip("Content-Encoding is gzip but the body is not valid gzip") from exc
+            self._size += len(out)
+            if self._size > self.max_bytes:
+                raise BodyTooLarge(f"decompressed body is over the limit of {self.max_bytes} bytes")
+            self._parts.append(out)
+            data = self._inflater.unconsumed_tail
 
-        async def replay() -> dict[str, Any]:
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app({**scope, "headers": new_headers}, replay, send)
-
-
-async def _error(send: Any, status: int, msg: str) -> None:
-    body = json.dumps({"detail": [{"loc": ["body"], "msg": msg, "type": "value_error"}]}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+    def finish(self) -> bytes:
+        if not self._inflater.eof:
+            raise BadGzip("Content-Encoding is gzip but the body is a truncated gzip stream")
+        return b"".join(self._parts)

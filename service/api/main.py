@@ -8,18 +8,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from prometheus_client import REGISTRY
-from psycopg_pool import PoolTimeout
+from psycopg_pool import PoolTimeout, TooManyRequests
 
-from fabricscope.service.api.gzip_body import GzipRequestMiddleware
+from fabricscope.service.api.limits import RequestGuard
 from fabricscope.service.api.routes import alerts, health, ingest, jobs, sources, steps, topology
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
-from fabricscope.service.db.database import database_url, make_pool
+from fabricscope.service.db.database import database_url, make_pool, pool_full
 from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.ingest.errors import IngestError
 from fabricscope.service.observability import metrics as m
@@ -31,7 +32,7 @@ from fabricscope.service.settings import Settings, get_settings
 
 log = logging.getLogger("fabricscope.api")
 
-_DB_DOWN = (psycopg.OperationalError, PoolTimeout, psycopg.errors.AdminShutdown)
+_DB_DOWN = (psycopg.OperationalError, PoolTimeout, TooManyRequests, psycopg.errors.AdminShutdown)
 
 
 def _flavour(url: str) -> str:
@@ -53,6 +54,10 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = database_url(settings)
         app.state.pool = make_pool(url, settings)
+        # Threads for every request that may wait on the pool, and some for the routes that do not
+        # (probes, /metrics): the pool's queue, not the thread pool, is what turns load into 429.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = max(
+            40, settings.pool_size + settings.pool_max_waiting + 16)
         queue_depths = register_queue_depths(app.state.pool.connection)
         app.state.flavour = _flavour(url)
         workers = None
@@ -85,7 +90,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
               alerts.router):
         app.include_router(r)
 
-    app.add_middleware(GzipRequestMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestGuard, settings=settings, tokens=app.state.token_scopes)
     app.add_middleware(AccessLog)  # added before request_id below, so it runs inside it and logs the id
 
     @app.middleware("http")
@@ -104,7 +109,11 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
         m.INGEST_REJECTED.labels(str(exc.status_code)).inc()
         return JSONResponse({"detail": exc.detail()}, status_code=exc.status_code)
 
-    async def db_down(_: Request, exc: Exception) -> JSONResponse:
+    async def db_down(request: Request, exc: Exception) -> JSONResponse:
+        # Waiting out db_timeout_s with every connection in use (or the queue full) is load, not an outage.
+        if isinstance(exc, TooManyRequests) or (isinstance(exc, PoolTimeout) and pool_full(request.app.state.pool)):
+            return JSONResponse({"detail": "server busy: all database connections are in use, retry later"},
+                                status_code=429, headers={"Retry-After": str(settings.busy_retry_after_s)})
         m.DB_UNAVAILABLE.inc()
         log.warning("database unavailable: %s", type(exc).__name__)
         return JSONResponse({"detail": "database unavailable, retry later"}, status_code=503,

@@ -46,11 +46,13 @@ def redact(url: str) -> str:
 
 def make_pool(url: str, settings: Settings) -> ConnectionPool:
     """A pool that survives a database outage: connections are checked on checkout, so once the
-    server is back requests succeed again without restarting the service."""
+    server is back requests succeed again without restarting the service. At most pool_max_waiting
+    requests queue for a connection; the next one gets TooManyRequests at once (429, not a wait)."""
     pool = ConnectionPool(
         url,
         min_size=1,
         max_size=settings.pool_size,
+        max_waiting=settings.pool_max_waiting,
         timeout=settings.db_timeout_s,
         open=False,
         check=ConnectionPool.check_connection,
@@ -59,6 +61,12 @@ def make_pool(url: str, settings: Settings) -> ConnectionPool:
     )
     pool.open(wait=False)
     return pool
+
+
+def pool_full(pool: ConnectionPool) -> bool:
+    """Whether the pool holds all the connections it may: a wait that timed out then is load, not an
+    outage. In an outage the pool drops each connection found broken and cannot open new ones."""
+    return pool.get_stats()["pool_size"] >= pool.max_size
 
 
 def _alembic_config(url: str) -> Any:

@@ -161,7 +161,8 @@ def test_bad_timings_get_422_naming_the_field(api: httpx.Client, kind: str, body
 def test_invalid_json_and_bad_gzip_are_4xx(api: httpx.Client) -> None:
     r = api.post("/v1/ingest/samples", content=b"{not json", headers={"Content-Type": "application/json"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body"]
-    r = api.post("/v1/ingest/samples", content=b"plain", headers={"Content-Encoding": "gzip"})
+    r = api.post("/v1/ingest/samples", content=b"plain", headers={"Content-Encoding": "gzip",
+                                                                  "Content-Type": "application/json"})
     assert r.status_code == 422 and "gzip" in r.json()["detail"][0]["msg"]
 
 
