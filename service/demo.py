@@ -19,15 +19,12 @@ if TYPE_CHECKING:
 
 def _serve_in_thread(host: str, port: int) -> tuple[Any, threading.Thread, AttributionEngine]:
     """The running server, its thread, and the app's attribution engine (the report shares its caches)."""
-    import uvicorn
-
     from fabricscope.service.api.main import create_app
+    from fabricscope.service.api.server import make_server
 
     settings = get_settings()
     app = create_app(settings, background=True)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                            access_log=False)
-    server = uvicorn.Server(config)
+    server = make_server(app, settings, host=host, port=port)
     thread = threading.Thread(target=server.run, name="api", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

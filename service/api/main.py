@@ -112,6 +112,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
     async def db_down(request: Request, exc: Exception) -> JSONResponse:
         # Waiting out db_timeout_s with every connection in use (or the queue full) is load, not an outage.
         if isinstance(exc, TooManyRequests) or (isinstance(exc, PoolTimeout) and pool_full(request.app.state.pool)):
+            m.BUSY_REJECTED.labels("pool").inc()
             return JSONResponse({"detail": "server busy: all database connections are in use, retry later"},
                                 status_code=429, headers={"Retry-After": str(settings.busy_retry_after_s)})
         m.DB_UNAVAILABLE.inc()

@@ -18,6 +18,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from fabricscope.service.observability import metrics as m
 from fabricscope.service.settings import Settings
 
 
@@ -81,6 +82,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             super().on_headers_complete()
             return
         # Busy, not broken: the same 429 + Retry-After as a full database pool (service/api/main.py).
+        m.BUSY_REJECTED.labels("connections").inc()
         app, self.app = self.app, _too_busy(self.retry_after_s)
         try:
             super().on_headers_complete()
@@ -114,10 +116,15 @@ def protocol_for(settings: Settings) -> type[GuardedHttpTools]:
         "max_connections": settings.http_max_connections, "retry_after_s": settings.busy_retry_after_s})
 
 
-def run(app: Any, settings: Settings, *, host: str, port: int) -> None:
-    """Serve until SIGINT/SIGTERM; requests in flight get http_shutdown_timeout_s to finish."""
+def make_server(app: Any, settings: Settings, *, host: str, port: int) -> uvicorn.Server:
+    """The server `serve` and `demo` both run: same deadlines, limits and graceful-stop time."""
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                             http=protocol_for(settings), timeout_keep_alive=settings.http_keep_alive_s,
                             backlog=settings.http_backlog,
                             timeout_graceful_shutdown=settings.http_shutdown_timeout_s)
-    uvicorn.Server(config).run()
+    return uvicorn.Server(config)
+
+
+def run(app: Any, settings: Settings, *, host: str, port: int) -> None:
+    """Serve until SIGINT/SIGTERM; requests in flight get http_shutdown_timeout_s to finish."""
+    make_server(app, settings, host=host, port=port).run()

@@ -20,6 +20,9 @@ INGEST_SECONDS = Histogram("fabricscope_ingest_request_seconds", "Ingest request
                            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 INGEST_REJECTED = Counter("fabricscope_ingest_rejected_total", "Ingest requests rejected", ["status"])
 DB_UNAVAILABLE = Counter("fabricscope_db_unavailable_total", "Requests answered 503: database unreachable")
+# Load, not an outage: 429 because every database connection was in use ("pool") or the server was
+# at its connection limit ("connections").
+BUSY_REJECTED = Counter("fabricscope_busy_rejected_total", "Requests answered 429: server busy", ["reason"])
 # Every HTTP request (observability.access.AccessLog): route template, not the raw path (bounded labels).
 HTTP_REQUESTS = Counter("fabricscope_http_requests_total", "HTTP requests answered", ["method", "route", "status"])
 HTTP_SECONDS = Histogram("fabricscope_http_request_seconds", "HTTP request latency", ["method", "route"],

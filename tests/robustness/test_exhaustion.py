@@ -100,7 +100,10 @@ def test_busy_pool_is_429_with_retry_after_not_503(guarded: ServiceProcess, data
         with ThreadPoolExecutor(40) as pool:
             futures = [pool.submit(httpx.get, f"{guarded.url}/v1/topology", headers=headers, timeout=30)
                        for _ in range(40)]
-            time.sleep(3)
+            time.sleep(0.5)
+            # A readiness probe during the load must not pull a busy instance out of its load balancer.
+            during = httpx.get(f"{guarded.url}/readyz", timeout=10)
+            time.sleep(2.5)
             lock.commit()
             answers = [f.result() for f in futures]
     codes = sorted(r.status_code for r in answers)
@@ -108,7 +111,11 @@ def test_busy_pool_is_429_with_retry_after_not_503(guarded: ServiceProcess, data
     assert codes.count(200) >= 20, codes  # FABRICSCOPE_POOL_SIZE=20 by default
     assert all(int(r.headers["Retry-After"]) >= 1 for r in answers if r.status_code == 429)
     assert all("busy" in r.json()["detail"] for r in answers if r.status_code == 429)
+    assert during.status_code == 200 and during.json() == {**during.json(), "status": "ready", "database": "busy"}
     assert httpx.get(f"{guarded.url}/readyz").json()["status"] == "ready"
+    busy = [line for line in httpx.get(f"{guarded.url}/metrics").text.splitlines()
+            if line.startswith('fabricscope_busy_rejected_total{reason="pool"}')]
+    assert busy and float(busy[0].split()[-1]) == codes.count(429)
 
 
 def test_too_many_connections_is_429_not_503(guarded: ServiceProcess) -> None:

@@ -7,9 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from psycopg_pool import PoolTimeout, TooManyRequests
 
 from fabricscope.service.api.deps import PoolDep
-from fabricscope.service.db.database import current_revision, head_revision
+from fabricscope.service.db.database import current_revision, head_revision, pool_full
 
 router = APIRouter(tags=["health"])
 
@@ -24,6 +25,11 @@ def readyz(pool: PoolDep, request: Request) -> Any:
     try:
         with pool.connection(timeout=2) as conn:
             rev = current_revision(conn)
+    except (PoolTimeout, TooManyRequests) as exc:
+        if pool_full(pool):  # every connection in use: busy serving, not broken; a probe must not pull it out
+            return {"status": "ready", "database": "busy", "flavour": request.app.state.flavour}
+        return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, status_code=503,
+                            headers={"Retry-After": "5"})
     except Exception as exc:  # any failure to reach the DB means "not ready", never a 500
         return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, status_code=503,
                             headers={"Retry-After": "5"})
