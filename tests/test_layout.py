@@ -19,6 +19,9 @@ import grimp
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Every interpreter this module starts sees its own venv only: a PYTHONPATH naming a checkout (as in
+# a worktree run) would make `collectors` importable, and pip would take the checkout as installed.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 SERVER_LIBS = {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg", "pandas", "pysnmp",
                "ncclient", "pygnmi", "grpc", "nats", "apscheduler"}
 
@@ -30,7 +33,7 @@ def imported_top_level(python: str, code: str, *args: str) -> set[str]:
     def names_of(source: str) -> set[str]:
         probe = f"{source}\nimport sys as _s; print('\\n'.join(_s.modules))"
         out = subprocess.run([python, "-X", "importtime", *args, "-c", probe], capture_output=True, text=True,
-                             timeout=120, cwd="/")
+                             timeout=120, cwd="/", env=CLEAN_ENV)
         assert out.returncode == 0, out.stderr[-2000:]
         loaded = {name.split(".")[0] for name in out.stdout.split()}
         return loaded & {line.rsplit("|", 1)[1].strip().split(".")[0] for line in out.stderr.splitlines()
@@ -48,14 +51,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Built from a copy of the checkout's files (setuptools writes build/ next to the sources)."""
     src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.splitlines()
+                           text=True, check=True, env=CLEAN_ENV).stdout.splitlines()
     for rel in files:
         path = REPO / rel
         if path.is_symlink() or path.is_file():
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             (src / rel).symlink_to(os.readlink(path)) if path.is_symlink() else shutil.copy2(path, src / rel)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                    str(src)], check=True, timeout=300, capture_output=True)
+                    str(src)], check=True, timeout=300, capture_output=True, env=CLEAN_ENV)
     (whl,) = out.glob("fabricscope-*.whl")
     return whl
 
@@ -65,7 +68,7 @@ def base_env(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     env = tmp_path_factory.mktemp("base-venv")
     venv.create(env, with_pip=True)
     subprocess.run([env / "bin/python", "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)],
-                   check=True, timeout=300, capture_output=True)
+                   check=True, timeout=300, capture_output=True, env=CLEAN_ENV)
     yield env
 
 
@@ -98,20 +101,23 @@ def test_base_install_keeps_the_old_import_for_one_release(base_env: Path) -> No
     py = str(base_env / "bin/python")
     old = subprocess.run([py, "-W", "always::DeprecationWarning", "-c",
                           "from collectors.training import Recorder; import fabricscope.training as t; "
-                          "assert Recorder is t.Recorder"], capture_output=True, text=True, timeout=60, cwd="/")
+                          "assert Recorder is t.Recorder"], capture_output=True, text=True, timeout=60, cwd="/",
+                         env=CLEAN_ENV)
     assert old.returncode == 0, old.stderr
     assert "DeprecationWarning" in old.stderr and "fabricscope.training" in old.stderr
     assert "<string>" in old.stderr  # the warning names the script's line, not importlib's
     strict = subprocess.run([py, "-W", "error::DeprecationWarning", "-c", "import collectors.training"],
-                            capture_output=True, text=True, timeout=60, cwd="/")
+                            capture_output=True, text=True, timeout=60, cwd="/", env=CLEAN_ENV)
     assert strict.returncode != 0
-    gone = subprocess.run([py, "-c", "import collectors.host"], capture_output=True, text=True, timeout=60, cwd="/")
+    gone = subprocess.run([py, "-c", "import collectors.host"], capture_output=True, text=True, timeout=60, cwd="/",
+                          env=CLEAN_ENV)
     assert gone.returncode != 0  # only the hook's old path is kept
 
 
 @pytest.mark.slow
 def test_base_install_command_line_says_which_extra(base_env: Path) -> None:
-    r = subprocess.run([str(base_env / "bin/fabricscope"), "agent"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([str(base_env / "bin/fabricscope"), "agent"], capture_output=True, text=True, timeout=60,
+                       env=CLEAN_ENV)
     assert r.returncode == 2
     assert "pip install 'fabricscope[agent]'" in r.stderr and "Traceback" not in r.stderr
 
