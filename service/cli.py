@@ -6,6 +6,7 @@ import ipaddress
 import logging
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
 import typer
 
@@ -58,11 +59,39 @@ def migrate_cmd() -> None:
 
 
 @db_app.command("url")
-def db_url() -> None:
-    """Print the DSN of the database in use."""
-    from fabricscope.service.db.database import database_url
+def db_url(
+    show_password: Annotated[bool, typer.Option(
+        "--show-password", help="Put the password itself in the DSN (for clients that are not libpq)")] = False,
+) -> None:
+    """Print the DSN of the database in use, without its password unless asked.
 
-    typer.echo(database_url(get_settings()))
+    For the embedded server the DSN names its password file (`?passfile=`), so `psql "$(fabricscope db url)"`
+    works as the user who owns that file; for DATABASE_URL the password is shown as `***`."""
+    from fabricscope.service.db.database import database_url, embedded_for
+
+    settings = get_settings()
+    if settings.database_url is None:
+        emb = embedded_for(settings)
+        try:
+            typer.echo(emb.dsn() if show_password else emb.url)
+        except ConfigError as exc:
+            fail(str(exc))
+        return
+    url = database_url(settings)
+    typer.echo(url if show_password else _hide_password(url))
+
+
+def _hide_password(url: str) -> str:
+    """DATABASE_URL with its password masked and every other part (query parameters too) kept."""
+    from fabricscope.service.db.database import redact
+
+    parts = urlsplit(url)
+    if parts.scheme.startswith("postgres"):
+        if parts.password is None:
+            return url
+        userinfo, _, hostport = parts.netloc.rpartition("@")
+        return urlunsplit(parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{hostport}"))
+    return redact(url)  # key=value form
 
 
 @db_app.command("start")

@@ -63,7 +63,7 @@ class TestDatabase:
             # Not under pytest's tmp root: pytest keeps it 0700, and as root the server runs as another user.
             emb = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="fabricscope-test-pg-")), free_port())
             emb.start()
-            server_url = _with_db(emb.url, "postgres")
+            server_url = emb.dsn("postgres")
         name = f"fs_test_{uuid.uuid4().hex[:10]}"
         with psycopg.connect(server_url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')

@@ -23,10 +23,14 @@ def embedded_for(settings: Settings) -> EmbeddedPostgres:
 
 
 def database_url(settings: Settings) -> str:
-    """The DSN in use: DATABASE_URL when set, else the embedded server's (whether or not it runs)."""
+    """The DSN in use: DATABASE_URL when set, else the embedded server's (whether or not it runs).
+
+    The embedded DSN carries the password once the server has one; before its first start it names
+    the password file that the start will create. Either way it is a secret: print ``redact(url)``."""
     if settings.database_url is not None:
         return settings.database_url.get_secret_value()
-    return embedded_for(settings).url
+    emb = embedded_for(settings)
+    return emb.dsn() if emb.passfile.exists() else emb.url
 
 
 def redact(url: str) -> str:

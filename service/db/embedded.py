@@ -3,6 +3,11 @@
 Data lives in ``<data_dir>/pg`` and is reused across runs. The server listens on 127.0.0.1 only
 (Grafana and psql can reach it) and is stopped cleanly by whoever started it. As root, PostgreSQL
 refuses to run, so the server runs as an unprivileged system user (created on first use).
+
+Every connection needs the superuser's password (SCRAM-SHA-256, on TCP and the unix socket alike):
+any local user could otherwise connect as superuser. The password is generated at initdb and kept in
+``<data_dir>/pgpass`` (libpq's password-file format, mode 0600). A cluster made before that, with
+``trust``, gets a password on its next start (:mod:`fabricscope.service.db.embedded_auth`).
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from fabricscope.core.errors import ConfigError
+from fabricscope.service.db import embedded_auth as auth
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +62,24 @@ class EmbeddedPostgres:
         return self.data_dir / "pg"
 
     @property
+    def passfile(self) -> Path:
+        return self.data_dir / "pgpass"
+
+    @property
     def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{_DB}"
+        """A DSN safe to print: libpq clients of the same OS user read the password from ``passfile``."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{_DB}?passfile={quote(str(self.passfile))}"
+
+    def dsn(self, dbname: str = _DB) -> str:
+        """The DSN with the password in it, for this process's own connections (never printed)."""
+        return f"postgresql://postgres:{quote(self.password(), safe='')}@127.0.0.1:{self.port}/{dbname}"
+
+    def password(self) -> str:
+        pw = auth.read_passfile(self.passfile)
+        if pw is None:
+            raise ConfigError(f"no password for the embedded PostgreSQL in {self.passfile}: "
+                              "start it once (`fabricscope db start`) to create one")
+        return pw
 
     @property
     def _user(self) -> str | None:
@@ -122,12 +145,11 @@ class EmbeddedPostgres:
         if os.geteuid() == 0:
             self._prepare_root()
         if not (self.pgdata / "PG_VERSION").exists():
-            log.info("initialising embedded PostgreSQL in %s", self.pgdata)
-            self.pgdata.mkdir(parents=True, exist_ok=True)
-            r = self._run("initdb", ["-D", str(self.pgdata), "--auth=trust", "-U", "postgres", "-E", "UTF8",
-                                      "--no-instructions"], timeout=120)
-            if r.returncode != 0:
-                raise ConfigError(f"initdb failed in {self.pgdata}: {r.stderr.strip()[-500:]}")
+            self._initdb()
+        upgrading = auth.trusts(self.pgdata)
+        if upgrading:
+            # A cluster from before passwords: close TCP now; the socket stays trusted until the role has one.
+            auth.rewrite_hba(self.pgdata, local_too=False)
         opts = (f"-h 127.0.0.1 -p {self.port} -k {self._socket_dir()} -c max_connections=200 "
                 "-c shared_buffers=256MB -c synchronous_commit=off")
         r = self._run("pg_ctl", ["-D", str(self.pgdata), "-w", "-t", "60", "-l", str(self.pgdata / "server.log"),
@@ -138,15 +160,37 @@ class EmbeddedPostgres:
             if logf.exists():
                 tail = "\n".join(logf.read_text(errors="replace").splitlines()[-8:])
             raise ConfigError(f"embedded PostgreSQL did not start: {r.stderr.strip()[-300:]}\n{tail}")
+        if upgrading:
+            auth.set_password_over_socket(self._socket_dir(), self.port, self.pgdata, self.passfile)
+            log.info("embedded PostgreSQL now requires a password (kept in %s)", self.passfile)
         self._ensure_database()
         log.info("embedded PostgreSQL running at %s", self.url)
         return True
 
+    def _initdb(self) -> None:
+        log.info("initialising embedded PostgreSQL in %s", self.pgdata)
+        self.pgdata.mkdir(parents=True, exist_ok=True)
+        password = auth.new_password()
+        # Kept before initdb runs, so that no crash can leave a cluster whose password nobody knows.
+        auth.write_passfile(self.passfile, password)
+        # initdb reads the password from a file: a private one-off, readable by the server's user only.
+        fd, tmp = tempfile.mkstemp(prefix=".pwfile-", dir=self.data_dir)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(password + "\n")
+            if self._user is not None:
+                shutil.chown(tmp, self._user, self._user)
+            r = self._run("initdb", ["-D", str(self.pgdata), "--auth=scram-sha-256", f"--pwfile={tmp}",
+                                      "-U", "postgres", "-E", "UTF8", "--no-instructions"], timeout=120)
+        finally:
+            os.unlink(tmp)
+        if r.returncode != 0:
+            raise ConfigError(f"initdb failed in {self.pgdata}: {r.stderr.strip()[-500:]}")
+
     def _ensure_database(self) -> None:
         import psycopg
 
-        admin = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-        with psycopg.connect(admin, autocommit=True) as conn:
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (_DB,)).fetchone() is None:
                 conn.execute(f'CREATE DATABASE "{_DB}"')
 
@@ -161,3 +205,4 @@ class EmbeddedPostgres:
     def destroy(self) -> None:
         self.stop()
         shutil.rmtree(self.pgdata, ignore_errors=True)
+        self.passfile.unlink(missing_ok=True)
