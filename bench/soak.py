@@ -235,7 +235,8 @@ def main() -> None:
     ap.add_argument("--readers", type=int, default=20)
     ap.add_argument("--idle", type=int, default=50)
     ap.add_argument("--read-interval", type=float, default=0.5, help="seconds between one reader's requests")
-    ap.add_argument("--report-reads", action="store_true", help="readers also GET /v1/jobs/{job}/report")
+    ap.add_argument("--report-reads", action=argparse.BooleanOptionalAction, default=True,
+                    help="readers also GET /v1/jobs/{job}/report (the costliest read: attribution of every step)")
     ap.add_argument("--outage", type=float, default=3.0, help="seconds the database stays down")
     ap.add_argument("--grace", type=float, default=5.0, help="seconds after the restart still in its window")
     ap.add_argument("--p99-ms", type=float, default=1000.0)
