@@ -52,7 +52,8 @@ def samples_json(raw: bytes, limits: v.Limits) -> tuple[v.SampleColumns, str | N
     """Columns and batch id of a (decompressed) samples body; IngestError/TooLarge as the API answers."""
     try:
         return _fast(raw, limits)
-    except (msgspec.DecodeError, _Declined, IngestError):
+    # RecursionError: msgspec's answer to JSON nested a few thousand levels deep (orjson's is a 422)
+    except (msgspec.DecodeError, _Declined, IngestError, RecursionError):
         body = decode_body(raw, gzipped=False, max_bytes=len(raw) + 1)
         cols = v.samples(body, limits)
         return cols, v.batch_id(body)

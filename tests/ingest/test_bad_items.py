@@ -88,3 +88,14 @@ def test_the_writer_path_refuses_a_batch_with_nothing_good() -> None:
     with pytest.raises(IngestError) as exc:  # a batch-level error: nothing kept either
         without_bad_items({"samples": "nope"}, "samples", lambda b: v.samples(b, LIMITS))
     assert exc.value.loc == ["body", "samples"]
+
+
+@pytest.mark.parametrize("where", ["top", "label"])
+def test_json_nested_thousands_deep_is_a_422_not_a_recursion_error(where: str) -> None:
+    """msgspec raises RecursionError on it: the fast path must hand it to the reference path."""
+    deep = "[" * 5000 + "]" * 5000
+    raw = (f'{{"x": {deep}, "samples": []}}' if where == "top" else
+           f'{{"samples": [{{"ts": {T}, "source": "a", "metric": "m", "value": 1, "labels": {{"q": {deep}}}}}]}}')
+    with pytest.raises(IngestError) as exc:
+        fast.samples_json(raw.encode(), LIMITS)
+    assert exc.value.kind == "json_invalid" and exc.value.status_code == 422
