@@ -39,7 +39,7 @@ MAX_LABELS = 32
 LABELS_MAX_BYTES = 2048
 
 # Free text (source, job, op, group, batch_id): non-empty, at most this many characters, no NUL
-# (PostgreSQL text cannot hold one). The NUL rule is checked on whole columns by the server paths.
+# (PostgreSQL text cannot hold one; the server paths check sample sources for it per column).
 MIN_TEXT = 1
 MAX_TEXT = 512
 TEXT_BODY = r"[^\x00]*"

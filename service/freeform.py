@@ -132,24 +132,20 @@ def check_member(value: Any) -> Any:
     return value
 
 
-def canonical_labels(labels: dict[str, str | int]) -> str:
-    """One sample's labels as the series key: integers as their decimal string, keys sorted."""
-    return orjson.dumps({k: v if type(v) is str else str(v) for k, v in labels.items()},
-                        option=orjson.OPT_SORT_KEYS).decode()
-
-
-def labels_size_problem(key: str) -> str | None:
-    """Why a canonical label set is too big to key a series, or None."""
-    size = len(key.encode())
-    if size > contract.LABELS_MAX_BYTES:
-        return f"{size} bytes as JSON is over the limit of {contract.LABELS_MAX_BYTES} per sample"
+def labels_size_problem(canonical: bytes) -> str | None:
+    """Why a label set (its canonical JSON: sorted keys, integers as strings) is too big to key a
+    series, or None."""
+    if len(canonical) > contract.LABELS_MAX_BYTES:
+        return f"{len(canonical)} bytes as JSON is over the limit of {contract.LABELS_MAX_BYTES} per sample"
     return None
 
 
 def check_labels_size(labels: dict[str, str | int] | None) -> dict[str, str | int] | None:
-    """Pydantic's side of :func:`labels_size_problem`."""
+    """Pydantic's side of :func:`labels_size_problem`, on the same canonical form as ingest's."""
     if labels:
-        why = labels_size_problem(canonical_labels(labels))
+        canonical = orjson.dumps({k: v if type(v) is str else str(v) for k, v in labels.items()},
+                                 option=orjson.OPT_SORT_KEYS)
+        why = labels_size_problem(canonical)
         if why is not None:
             raise ValueError(why)
     return labels

@@ -123,8 +123,9 @@ def labels_key(lab: Any, i: int = 0) -> str:
         else:
             raise IngestError([*loc, k], "label values must be strings (or integers of 64 bits)", "string_type")
     key = orjson.dumps(lab, option=orjson.OPT_SORT_KEYS)
-    if len(key) > contract.LABELS_MAX_BYTES:
-        raise IngestError(loc, freeform.labels_size_problem(key.decode()) or "too large", "too_long")
+    why = freeform.labels_size_problem(key)
+    if why is not None:
+        raise IngestError(loc, why, "too_long")
     return key.decode()
 
 

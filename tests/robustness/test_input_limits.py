@@ -180,3 +180,9 @@ def test_a_job_name_is_one_a_job_url_can_reach(api: httpx.Client) -> None:
     assert r.status_code == 200 and r.json()["job"] == odd
     assert api.get(f"/v1/jobs/{urllib.parse.quote(odd, safe='')}/steps").status_code == 200
 
+
+
+def test_a_lookup_the_database_would_refuse_names_the_path_field(api: httpx.Client) -> None:
+    """A NUL in a source looked up was refused by psycopg and answered as a 422 naming ``body``."""
+    _refused(api.get("/v1/sources/lim1%00x/metrics/rx_bytes_total"), ["path", "source"])
+    _refused(api.get("/v1/sources", params={"device": "lim1\x00"}), ["query", "device"])
