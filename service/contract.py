@@ -30,18 +30,52 @@ def schema_pattern(body: str) -> str:
     return rf"^{body}$"
 
 
-NAME = re.compile(python_pattern(NAME_BODY))
-LABEL_KEY = re.compile(python_pattern(LABEL_KEY_BODY))
+# Label values and counts. A series is keyed by its labels in a unique btree index whose entries
+# PostgreSQL caps at about 2.7 kB: a bigger label set was refused by the database as a "program
+# limit". LABELS_MAX_BYTES (the UTF-8 canonical JSON of one sample's labels) keeps every entry under
+# that cap; the per-value and per-sample bounds say the same earlier and more precisely.
+LABEL_VALUE_MAX_LEN = 256
+MAX_LABELS = 32
+LABELS_MAX_BYTES = 2048
 
-# Free text (source, job, op, group, batch_id): non-empty, at most this many characters.
+# Free text (source, job, op, group, batch_id): non-empty, at most this many characters, no NUL
+# (PostgreSQL text cannot hold one; the server paths check sample sources for it per column).
 MIN_TEXT = 1
 MAX_TEXT = 512
+TEXT_BODY = r"[^\x00]*"
 
-# Integers are stored as PostgreSQL bigint.
+# Job names are also the {job} segment of /v1/jobs/{job}/...: no "/", no control characters, and
+# not "." or ".." (URL clients collapse those), or no job URL could reach the job.
+_JOB_CHAR = r"[^/\x00-\x1f\x7f]"
+_JOB_FIRST = r"[^./\x00-\x1f\x7f]"
+JOB_BODY = rf"(?:{_JOB_FIRST}|\.{_JOB_FIRST}|\.\.{_JOB_CHAR}){_JOB_CHAR}*"
+
+NAME = re.compile(python_pattern(NAME_BODY))
+LABEL_KEY = re.compile(python_pattern(LABEL_KEY_BODY))
+JOB = re.compile(python_pattern(JOB_BODY))
+
+# Integers: step, seq and bytes are PostgreSQL bigint; rank, local_rank and group_size are int.
 MAX_INT = 2**63 - 1
+MIN_INT = -(2**63)  # integer label values
+MAX_INT32 = 2**31 - 1
 MIN_RANK = 0  # also step, seq, bytes
 MIN_GROUP_SIZE = 1
 MIN_PHASE_S = 0.0
+
+# Free-form objects (event attrs, step phases, job labels, the extra attributes of devices,
+# interfaces and ranks) are stored as jsonb and served back through JSON encoders that have depth
+# limits of their own: 300 levels once made every later GET /v1/jobs a 500. Depth counts containers
+# (``{}`` is 1, ``{"a": {}}`` is 2); bytes are those of the compact JSON. Their strings and keys
+# hold no NUL, their numbers are finite and their integers fit in 64 bits, as jsonb and the
+# encoders need.
+MAX_DEPTH = 32
+MAX_OBJECT_BYTES = 65_536
+
+# The two ends of a link key one btree entry together (the same ~2.7 kB cap): their UTF-8 bytes.
+LINK_ENDS_MAX_BYTES = 2048
+
+# A 422 lists at most this many bad items of a batch (the first error of each, in item order).
+MAX_ITEM_ERRORS = 100
 
 # Time range: a timestamp before MIN_TS or more than MAX_FUTURE_S after the server's clock is
 # refused. Both are server settings (these are their defaults), so the range is checked by the

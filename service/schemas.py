@@ -7,18 +7,59 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+import orjson
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
 
-from fabricscope.service import contract
+from fabricscope.service import contract, freeform
 
 # Unix epoch seconds or RFC 3339 with an offset; the range [min_ts, now + max_future_s] is a server
 # setting, checked by the server, not here.
 Timestamp = StrictFloat | AwareDatetime
-Text = Annotated[StrictStr, Field(min_length=contract.MIN_TEXT, max_length=contract.MAX_TEXT)]
+NO_NUL = contract.schema_pattern(contract.TEXT_BODY)
+Text = Annotated[StrictStr, Field(min_length=contract.MIN_TEXT, max_length=contract.MAX_TEXT, pattern=NO_NUL)]
+JobName = Annotated[StrictStr, Field(min_length=contract.MIN_TEXT, max_length=contract.MAX_TEXT,
+                                     pattern=contract.schema_pattern(contract.JOB_BODY))]
 Name = Annotated[StrictStr, Field(pattern=contract.schema_pattern(contract.NAME_BODY))]
 LabelKey = Annotated[str, Field(pattern=contract.schema_pattern(contract.LABEL_KEY_BODY))]
+LabelValue = (Annotated[StrictStr, Field(max_length=contract.LABEL_VALUE_MAX_LEN, pattern=NO_NUL)]
+              | Annotated[StrictInt, Field(ge=contract.MIN_INT, le=contract.MAX_INT)])
+Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=contract.MAX_LABELS),
+                   AfterValidator(freeform.check_labels_size)]
 Count = Annotated[StrictInt, Field(ge=contract.MIN_RANK, le=contract.MAX_INT)]
-Seconds = Annotated[StrictFloat, Field(ge=contract.MIN_PHASE_S)]
+Rank = Annotated[StrictInt, Field(ge=contract.MIN_RANK, le=contract.MAX_INT32)]
+Seconds = Annotated[StrictFloat, Field(ge=contract.MIN_PHASE_S, allow_inf_nan=False)]
+# Free-form objects: depth, size, NUL and number bounds of service.contract (freeform.problem).
+FreeForm = Annotated[dict[str, Any], AfterValidator(freeform.check)]
+Speed = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Inventory = Annotated[str, Field(min_length=1, max_length=256, pattern=NO_NUL)]
+Optional256 = Annotated[str, Field(max_length=256, pattern=NO_NUL)]
+
+
+class _WithAttributes(BaseModel):
+    """Extra keys are kept as the object's stored attributes: each one bounded like a free-form
+    value one level down, all of them together within ``contract.MAX_OBJECT_BYTES``."""
+
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, Annotated[Any, AfterValidator(freeform.check_member)]] = Field(init=False)
+
+    @model_validator(mode="after")
+    def _attributes_size(self) -> _WithAttributes:
+        if self.model_extra:
+            size = len(orjson.dumps(self.model_extra))
+            if size > contract.MAX_OBJECT_BYTES:
+                raise ValueError(f"extra attributes are {size} bytes as JSON, over the limit of "
+                                 f"{contract.MAX_OBJECT_BYTES}")
+        return self
 
 
 class SampleIn(BaseModel):
@@ -26,8 +67,7 @@ class SampleIn(BaseModel):
     source: Text = Field(examples=["leaf1:Ethernet12"])
     metric: Name = Field(examples=["tx_pause_frames_total"])
     value: StrictFloat
-    labels: dict[LabelKey, StrictStr | StrictInt] | None = Field(
-        default=None, description="Integer values are stored as their decimal string.")
+    labels: Labels | None = Field(default=None, description="Integer values are stored as their decimal string.")
     discontinuity: bool | None = Field(
         default=None, description="The counter was reset before this value (device reboot, counter clear).")
 
@@ -38,21 +78,22 @@ class SamplesBatch(BaseModel):
 
 
 class StepIn(BaseModel):
-    rank: Count
+    rank: Rank
     step: Count
     start: Timestamp
     end: Timestamp
-    phases: dict[str, Seconds] | None = Field(default=None, description="Seconds per phase.")
+    phases: Annotated[dict[str, Seconds], AfterValidator(freeform.check)] | None = Field(
+        default=None, description="Seconds per phase.")
 
 
 class StepsBatch(BaseModel):
-    job: Text
+    job: JobName
     batch_id: Text | None = None
     steps: list[StepIn]
 
 
 class CollectiveIn(BaseModel):
-    rank: Count
+    rank: Rank
     step: Count | None = None
     seq: Count | None = None
     op: Text
@@ -60,11 +101,11 @@ class CollectiveIn(BaseModel):
     start: Timestamp
     end: Timestamp
     group: Text | None = None
-    group_size: Annotated[StrictInt, Field(ge=contract.MIN_GROUP_SIZE, le=contract.MAX_INT)] | None = None
+    group_size: Annotated[StrictInt, Field(ge=contract.MIN_GROUP_SIZE, le=contract.MAX_INT32)] | None = None
 
 
 class CollectivesBatch(BaseModel):
-    job: Text
+    job: JobName
     batch_id: Text | None = None
     collectives: list[CollectiveIn]
 
@@ -72,10 +113,10 @@ class CollectivesBatch(BaseModel):
 class EventIn(BaseModel):
     kind: Name = Field(examples=["pfc_storm"])
     source: Text
-    job: Text | None = None
+    job: JobName | None = None
     start: Timestamp
     end: Timestamp | None = None
-    attrs: dict[str, Any] | None = None
+    attrs: FreeForm | None = None
 
 
 class EventsBatch(BaseModel):
@@ -88,24 +129,30 @@ class IngestResult(BaseModel):
     duplicate: bool | None = Field(default=None, description="True when this batch id was already applied.")
 
 
-class Interface(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str = Field(min_length=1, max_length=256)
-    speed_bps: float | None = Field(default=None, ge=0)
+class Interface(_WithAttributes):
+    name: Inventory
+    speed_bps: Speed | None = None
 
 
-class Device(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str = Field(min_length=1, max_length=256, pattern=r"^[^:\s]+$")
+class Device(_WithAttributes):
+    name: str = Field(min_length=1, max_length=256, pattern=r"^[^:\s\x00]+$")
     kind: Literal["switch", "host", "storage"]
     interfaces: list[Interface] | None = None
 
 
 class Link(BaseModel):
-    a: str = Field(min_length=1, max_length=512, examples=["node07:mlx5_2"])
-    b: str = Field(min_length=1, max_length=512, examples=["leaf1:Ethernet12"])
-    speed_bps: float | None = Field(default=None, ge=0)
+    a: Text = Field(examples=["node07:mlx5_2"])
+    b: Text = Field(examples=["leaf1:Ethernet12"])
+    speed_bps: Speed | None = None
     discovered: bool | None = None
+
+    @model_validator(mode="after")
+    def _ends_size(self) -> Link:
+        size = len(self.a.encode(errors="replace")) + len(self.b.encode(errors="replace"))
+        if size > contract.LINK_ENDS_MAX_BYTES:
+            raise ValueError(f"a and b are {size} bytes together (UTF-8), over the limit of "
+                             f"{contract.LINK_ENDS_MAX_BYTES}")
+        return self
 
 
 class Topology(BaseModel):
@@ -118,18 +165,17 @@ class LinksMerge(BaseModel):
     discovered: bool = True
 
 
-class RankPlacement(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    rank: int = Field(ge=0)
-    host: str = Field(min_length=1, max_length=256)
-    local_rank: int | None = Field(default=None, ge=0)
-    gpu: str | None = None
-    nic: str | None = None
+class RankPlacement(_WithAttributes):
+    rank: int = Field(ge=0, le=contract.MAX_INT32)
+    host: Inventory
+    local_rank: int | None = Field(default=None, ge=0, le=contract.MAX_INT32)
+    gpu: Optional256 | None = None
+    nic: Optional256 | None = None
 
 
 class JobIn(BaseModel):
     ranks: list[RankPlacement] = []
-    labels: dict[str, Any] = {}
+    labels: FreeForm = {}
 
 
 class JobOut(BaseModel):

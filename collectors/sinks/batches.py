@@ -57,4 +57,18 @@ def n_items(rec: dict[str, Any]) -> int:
     return len(rec["items"]) if "items" in rec else 1
 
 
-__all__ = ["encode", "group", "n_items"]
+def drop_items(rec: dict[str, Any], named: tuple[int, ...]) -> int:
+    """Remove the items at the (sorted) positions ``named`` from ``rec``, the ones a service refused
+    by name, and say how many went. 0, and ``rec`` untouched, unless ``named`` is a proper part of
+    the batch: when nothing or every item was named, or a position the batch does not have, the
+    whole batch is refused. Each call that removes something shrinks the batch, so resending the
+    rest cannot loop."""
+    items = rec.get("items")
+    if not items or not named or named[0] < 0 or named[-1] >= len(items) or len(set(named)) >= len(items):
+        return 0
+    bad = set(named)
+    rec["items"] = [it for i, it in enumerate(items) if i not in bad]
+    return len(bad)
+
+
+__all__ = ["drop_items", "encode", "group", "n_items"]

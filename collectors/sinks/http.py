@@ -8,6 +8,7 @@ need not decode gzip). The token is sent as a bearer header and never shown by `
 from __future__ import annotations
 
 import http.client
+import json
 import logging
 import time
 import urllib.error
@@ -19,7 +20,7 @@ from pathlib import Path
 from fabricscope.collectors.sinks.sender import Sender
 from fabricscope.core import wire
 from fabricscope.core.redact import redact_url
-from fabricscope.core.transport import Batch, Outcome, http_outcome
+from fabricscope.core.transport import Batch, Outcome, http_outcome, named_items
 
 log = logging.getLogger("fabricscope.sender")
 
@@ -43,10 +44,12 @@ class HttpTransport:
         if batch.kind == "job":
             path = f"/v1/jobs/{urllib.parse.quote(str(batch.job), safe='')}"
             return self.request("PUT", path, batch.text.encode(), gzipped=False)
-        return self.request("POST", f"/v1/ingest/{batch.kind}", wire.gzip_body(batch.text.encode()), gzipped=True)
+        return self.request("POST", f"/v1/ingest/{batch.kind}", wire.gzip_body(batch.text.encode()), gzipped=True,
+                            kind=batch.kind)
 
-    def request(self, method: str, path: str, data: bytes, *, gzipped: bool) -> Outcome:
-        """One request to any route of the API (``data`` already gzipped when ``gzipped``)."""
+    def request(self, method: str, path: str, data: bytes, *, gzipped: bool, kind: str | None = None) -> Outcome:
+        """One request to any route of the API (``data`` already gzipped when ``gzipped``); for a
+        ``kind`` batch, a 422 that names bad items says which (``Outcome.items``)."""
         headers = {"Content-Type": "application/json"}
         if gzipped:
             headers["Content-Encoding"] = "gzip"
@@ -63,7 +66,8 @@ class HttpTransport:
             except (OSError, http.client.HTTPException):
                 detail = ""
             retry_after = _retry_after(e.headers.get("Retry-After") if e.headers else None)
-            return http_outcome(e.code, f"{method} {path}: HTTP {e.code}: {detail[:500]}", retry_after)
+            items = _named_items(detail, kind) if kind is not None and e.code == 422 else ()
+            return http_outcome(e.code, f"{method} {path}: HTTP {e.code}: {detail[:500]}", retry_after, items)
         except (OSError, ValueError, http.client.HTTPException) as e:
             log.debug("fabricscope: %s %s: %s", method, path, e)
             return http_outcome(None, f"{method} {path}: {type(e).__name__}")
@@ -82,6 +86,14 @@ class HttpSender(Sender):
         super().__init__(HttpTransport(url, token=token, timeout_s=timeout_s), spool_path=spool_path,
                          spool_max_bytes=spool_max_bytes, queue_max=queue_max, batch_max=batch_max,
                          flush_interval_s=flush_interval_s, max_retries=max_retries)
+
+
+def _named_items(text: str, kind: str) -> tuple[int, ...]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return ()
+    return named_items(doc.get("detail") if type(doc) is dict else None, kind)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -6,10 +6,11 @@ soon as ``batch_max`` items wait), groups items per kind and job into batches wi
 ``batch_id`` (the service ignores a batch id it has seen, so retries are idempotent), drops items
 that are not strict JSON (NaN/inf) and hands each batch to the transport. Its answer decides:
 ``rejected`` drops and counts that batch only (the server's reason logged) and the rest flows on;
-``too_large`` halves the batch; ``retry`` is retried with backoff (a Retry-After honoured) and, when
-retries run out, the batch goes to the spool and from then on new batches go behind it (order is
-kept) until a replay of the oldest spooled batch succeeds; the service is probed again with growing
-pauses, not hammered.
+when it names the bad items (docs/API.md), only those are dropped and the rest is sent again at
+once under the same batch id (a refused batch stores nothing); ``too_large`` halves the batch;
+``retry`` is retried with backoff (a Retry-After honoured) and, when retries run out, the batch
+goes to the spool and from then on new batches go behind it (order is kept) until a replay of the
+oldest spooled batch succeeds; the service is probed again with growing pauses, not hammered.
 
 Standard library only: the training hook runs it inside training processes.
 """
@@ -26,7 +27,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Protocol
 
-from fabricscope.collectors.sinks.batches import encode, group, n_items
+from fabricscope.collectors.sinks.batches import drop_items, encode, group, n_items
 from fabricscope.collectors.sinks.spool import Spool
 from fabricscope.core import wire
 from fabricscope.core.backoff import backoff_delay
@@ -37,7 +38,8 @@ log = logging.getLogger("fabricscope.sender")
 KINDS = wire.KINDS
 _MAX_PAUSE_S = 30.0
 _STATS = ("sent", "dropped", "dropped_queue_full", "dropped_spool_full", "rejected", "spooled", "replayed",
-          "retries", "failed_batches", "rejected_batches", "split_batches", "sent_batches", "spool_corrupt")
+          "retries", "failed_batches", "rejected_batches", "split_batches", "sent_batches", "spool_corrupt",
+          "partial_batches")
 
 _live: weakref.WeakSet[Sender] = weakref.WeakSet()
 
@@ -286,6 +288,15 @@ class Sender:
                          dict(rec, items=rec["items"][half:], batch_id=f"{rec['batch_id']}.1")]
                 results = [self._deliver(p, retries) for p in parts]
                 return "failed" if "failed" in results else "ok"
+            bad = drop_items(rec, out.items) if out.kind == "rejected" else 0
+            if bad:  # only these items were refused: count them, send the rest again now
+                self._stats["partial_batches"] += 1
+                self._count_drop("rejected", bad)
+                log.warning("fabricscope: %s: %d items rejected by %r and dropped, the other %d sent again: %s",
+                            rec["kind"], bad, self._transport, n_items(rec), out.reason[:500])
+                batch, _ = encode(rec)
+                assert batch is not None  # the items left were strict JSON before
+                continue
             if out.kind in ("rejected", "too_large"):
                 n = n_items(rec)
                 self._stats["rejected_batches"] += 1

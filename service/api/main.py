@@ -123,11 +123,16 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
     for exc_type in _DB_DOWN:
         app.add_exception_handler(exc_type, db_down)
 
-    @app.exception_handler(psycopg.errors.DataError)
-    async def data_error(_: Request, exc: psycopg.errors.DataError) -> JSONResponse:
-        # Values the database cannot hold (a number out of range, an invalid character): the client's input.
+    async def data_error(_: Request, exc: Exception) -> JSONResponse:
+        # Values the database cannot hold (a number out of range, an invalid character, an index entry
+        # over its size limit): the client's input, never an outage. ProgramLimitExceeded is an
+        # OperationalError to psycopg; this more specific handler keeps it from the 503 above, which
+        # senders retry forever. Validation (service.contract) refuses all such input earlier, naming the item.
         return JSONResponse({"detail": [{"loc": ["body"], "msg": f"value rejected by the database: "
                                          f"{str(exc).splitlines()[0]}", "type": "value_error"}]}, status_code=422)
+
+    for data_exc in (psycopg.errors.DataError, psycopg.errors.ProgramLimitExceeded):
+        app.add_exception_handler(data_exc, data_error)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -4,7 +4,8 @@ Split in two so a writer can pipeline them: :meth:`Handler.prepare` (decode + va
 database) and :meth:`Handler.write` (one transaction with the batch-id claim). The outcome says
 what to do with the message: ``ack`` (written, or a duplicate of a written batch), ``reject`` (bad
 input: dead-letter it with the reason, never retry) or an exception the writer treats as an outage
-(retry later; the message stays in the stream).
+(retry later; the message stays in the stream). A batch with some bad items is written without
+them and acked; the bad items alone are dead-lettered (``Outcome.rejected``, service.ingest.partial).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.ingest import store
 from fabricscope.service.ingest import validate as v
 from fabricscope.service.ingest.errors import IngestError
+from fabricscope.service.ingest.partial import Rejected, without_bad_items
 from fabricscope.service.settings import Settings
 
 # Connection-level trouble: the database is away or restarting. Anything else is about the data.
@@ -36,6 +38,7 @@ class Prepared:
     n: int
     columns: Any = None  # SampleColumns or rows, as validate returns them
     sources: list[str] = field(default_factory=list)
+    rejected: Rejected | None = None  # its bad items, left out of ``body``
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,7 @@ class Outcome:
     accepted: int = 0
     duplicate: bool = False
     reason: list[dict[str, Any]] | None = None
+    rejected: Rejected | None = None
 
 
 def _reject(exc: IngestError) -> Outcome:
@@ -75,19 +79,16 @@ class Handler:
                 body["batch_id"] = fallback_id
             v.batch_id(body)
             if kind == "samples":
-                cols = v.samples(body, self._limits())
-                return Prepared(kind, body, len(cols), cols, sorted(set(cols.source)))
-            if kind == "steps":
-                rows = v.steps(body, self._limits())
+                cols, body, bad = without_bad_items(body, kind, lambda b: v.samples(b, self._limits()))
+                return Prepared(kind, body, len(cols), cols, sorted(set(cols.source)), bad)
+            if kind in ("steps", "collectives"):
+                check = v.steps if kind == "steps" else v.collectives
                 v.job_name(body)
-                return Prepared(kind, body, len(rows), rows)
-            if kind == "collectives":
-                rows = v.collectives(body, self._limits())
-                v.job_name(body)
-                return Prepared(kind, body, len(rows), rows)
+                rows, body, bad = without_bad_items(body, kind, lambda b: check(b, self._limits()))
+                return Prepared(kind, body, len(rows), rows, rejected=bad)
             if kind == "events":
-                rows = v.events(body, self._limits())
-                return Prepared(kind, body, len(rows), rows, sorted({r[1] for r in rows}))
+                rows, body, bad = without_bad_items(body, kind, lambda b: v.events(b, self._limits()))
+                return Prepared(kind, body, len(rows), rows, sorted({r[1] for r in rows}), bad)
             return self._prepare_job(body)
         except IngestError as exc:
             return _reject(exc)
@@ -120,6 +121,9 @@ class Handler:
         """Raises OUTAGE errors (retry later); bad data comes back as a ``reject`` outcome."""
         try:
             return self._write(self.connection(), p)
+        except psycopg.errors.ProgramLimitExceeded as exc:  # an OperationalError, but about the data
+            self.sample_writer.reset_caches()
+            return _reject(IngestError(["body"], f"value rejected by the database: {str(exc).splitlines()[0]}"))
         except OUTAGE:
             self.drop_connection()
             raise
@@ -148,7 +152,7 @@ class Handler:
         else:  # jobs: an upsert, idempotent by itself
             inventory.put_job(conn, job=p.body["job"], ranks=p.columns, labels=p.body["labels"])
             out = {"accepted": p.n}
-        return Outcome("ack", int(out["accepted"]), bool(out.get("duplicate")))
+        return Outcome("ack", int(out["accepted"]), bool(out.get("duplicate")), rejected=p.rejected)
 
     def drop_connection(self) -> None:
         # A transaction cut by an outage may have left ids in the writer's caches that were rolled

@@ -8,7 +8,8 @@ doubled. Memory is bounded by ``writer_fetch`` messages per process and ``writer
 over all writers; a backlog waits in the stream's file storage, not in RAM.
 
 Outcomes: written or duplicate → ack; bad input → published to ``fabricscope.rejected.<kind>``
-with the reason, then terminated (never retried); database outage → this and the rest of the fetch
+with the reason, then terminated (never retried); a batch with some bad items → the good ones
+written, the bad ones alone dead-lettered with their reasons, then ack; database outage → this and the rest of the fetch
 are nak'ed with a growing delay and the writer pauses before it fetches again.
 """
 
@@ -42,7 +43,8 @@ class BusWriter:
         self.settings = settings
         self.name = name or f"writer-{socket.gethostname()}-{os.getpid()}"
         self.handler = Handler(settings, dsn)
-        self.stats = dict.fromkeys(("batches", "rows", "duplicates", "rejected", "retried", "outages"), 0)
+        self.stats = dict.fromkeys(("batches", "rows", "duplicates", "rejected", "retried", "outages",
+                                    "rejected_items"), 0)
         self._stats_every = stats_every_s
         self._pause = 0.0
         self._js: JetStreamContext | None = None
@@ -134,12 +136,19 @@ class BusWriter:
 
     async def _settle(self, msg: Msg, outcome: Outcome) -> None:
         if outcome.action == "reject":
-            if not await self._dead_letter(msg, outcome):
+            if not await self._dead_letter(msg, outcome.reason):
                 await _quiet(msg.nak(delay=1.0))  # keep it until the reason can be recorded
                 return
             self.stats["rejected"] += 1
             await _quiet(msg.term())
             return
+        bad = outcome.rejected
+        if bad is not None:
+            # The good items are committed: a redelivery to record the bad ones writes nothing twice.
+            if not await self._dead_letter(msg, bad.detail, orjson.dumps(bad.body)):
+                await _quiet(msg.nak(delay=1.0))
+                return
+            self.stats["rejected_items"] += len(bad.detail)
         self.stats["batches"] += 1
         if outcome.duplicate:
             self.stats["duplicates"] += 1
@@ -149,16 +158,18 @@ class BusWriter:
             self.stats["retried"] += 1
         await _quiet(msg.ack())  # after commit; a lost ack only means a harmless redelivery
 
-    async def _dead_letter(self, msg: Msg, outcome: Outcome) -> bool:
+    async def _dead_letter(self, msg: Msg, detail: list[dict[str, Any]] | None, data: bytes | None = None) -> bool:
+        """Publish the message (or ``data``, its bad items as plain JSON) with the reason to the dead letters."""
         kind = codec.kind_of(msg.subject) or "unknown"
-        reason = orjson.dumps(outcome.reason).decode()
-        log.warning("writer %s: %s batch (stream seq %d) rejected: %s", self.name, kind,
-                    msg.metadata.sequence.stream, reason[:500])
-        headers = {k: v for k, v in (msg.headers or {}).items() if k != codec.MSG_ID}
+        reason = orjson.dumps(detail).decode()
+        log.warning("writer %s: %s batch (stream seq %d) %s: %s", self.name, kind, msg.metadata.sequence.stream,
+                    "rejected" if data is None else f"has {len(detail or ())} bad items", reason[:500])
+        headers = {k: v for k, v in (msg.headers or {}).items()
+                   if k != codec.MSG_ID and (data is None or k != "Content-Encoding")}
         headers.update({"Fabricscope-Error": reason[:4000], "Fabricscope-Subject": msg.subject})
         try:
             assert self._js is not None
-            await self._js.publish(f"{codec.DEAD_PREFIX}.{kind}", msg.data, headers=headers)
+            await self._js.publish(f"{codec.DEAD_PREFIX}.{kind}", msg.data if data is None else data, headers=headers)
             return True
         except (TimeoutError, NatsError, OSError) as exc:
             log.warning("could not dead-letter the batch (%s); it will be redelivered", type(exc).__name__)

@@ -4,7 +4,7 @@ For agents and collectors given a DSN instead of an API URL (``make_sink("postgr
 loads this module by name, so collectors never import the service). Each batch is validated and
 stored by exactly the code behind ``POST /v1/ingest/*`` (same checks, same idempotent batch ids),
 so the two paths cannot drift, and the answer is mapped as the API's status would be: bad data
-is ``rejected``, an unreachable database is ``retry``.
+is ``rejected`` (naming the bad items as a 422 does), an unreachable database is ``retry``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import Any
 
 import orjson
 import psycopg
+from pydantic import ValidationError
 
-from fabricscope.core.transport import OK, Batch, Outcome, http_outcome
+from fabricscope.core.transport import OK, Batch, Outcome, http_outcome, named_items
 from fabricscope.service import contract
 from fabricscope.service.db import inventory
 from fabricscope.service.db.database import redact
@@ -25,6 +26,7 @@ from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.ingest import store
 from fabricscope.service.ingest import validate as v
 from fabricscope.service.ingest.errors import IngestError
+from fabricscope.service.schemas import JobIn
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,9 @@ class DbTransport:
                 self._store(self._connection(), batch, body)
             return OK
         except IngestError as exc:
-            return http_outcome(exc.status_code, str(exc))
+            return http_outcome(exc.status_code, str(exc), items=named_items(exc.detail(), batch.kind))
+        except psycopg.errors.ProgramLimitExceeded as exc:  # an OperationalError, but about the data
+            return Outcome("rejected", str(exc).splitlines()[0])
         except psycopg.OperationalError as exc:
             log.debug("database unreachable: %s", type(exc).__name__)
             self._conn = None
@@ -70,7 +74,10 @@ class DbTransport:
 
     def _store(self, conn: psycopg.Connection, batch: Batch, body: Any) -> None:
         if batch.kind == "job":
-            inventory.put_job(conn, job=str(batch.job), ranks=body.get("ranks", []), labels=body.get("labels", {}))
+            job = v.job_name({"job": batch.job})
+            placement = _placement(body)
+            inventory.put_job(conn, job=job, ranks=[r.model_dump(exclude_none=True) for r in placement.ranks],
+                              labels=placement.labels)
             return
         limits = v.Limits(_MAX_ITEMS, contract.MIN_TS, time.time() + contract.MAX_FUTURE_S)
         if batch.kind == "samples":
@@ -82,6 +89,15 @@ class DbTransport:
             store.store_collectives(conn, body=body, rows=v.collectives(body, limits))
         else:
             store.store_events(conn, body=body, rows=v.events(body, limits))
+
+
+def _placement(body: Any) -> JobIn:
+    """A job registration checked by the model behind PUT /v1/jobs (the same bounds, the same words)."""
+    try:
+        return JobIn.model_validate(body)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        raise IngestError(["body", *e["loc"]], e["msg"], e["type"]) from exc
 
 
 __all__ = ["DbTransport"]

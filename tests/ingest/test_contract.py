@@ -32,6 +32,28 @@ REFERENCE = {"samples": v.samples, "steps": v.steps, "collectives": v.collective
 NAME_MAX = "n" * c.NAME_MAX_LEN
 KEY_MAX = "k" * c.LABEL_KEY_MAX_LEN
 TEXT_MAX = "x" * c.MAX_TEXT
+VALUE_MAX = "v" * c.LABEL_VALUE_MAX_LEN
+
+
+def nested(depth: int) -> dict[str, Any]:
+    """An object ``depth`` containers deep ({} is 1)."""
+    out: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        out = {"a": out}
+    return out
+
+
+def labels_of_size(n_bytes: int) -> dict[str, str]:
+    """Labels whose canonical JSON is exactly ``n_bytes`` long: 8 pairs ``"kN":"v..."``."""
+    values = [c.LABEL_VALUE_MAX_LEN - 6] * 8
+    values[-1] = n_bytes - (2 + 7 + 8 * 7 + sum(values[:-1]))
+    assert 0 < values[-1] <= c.LABEL_VALUE_MAX_LEN
+    return {f"k{i}": "v" * n for i, n in enumerate(values)}
+
+
+def sized(n_bytes: int) -> dict[str, Any]:
+    """A free-form object of exactly ``n_bytes`` as compact JSON: ``{"s":"x..."}``."""
+    return {"s": "x" * (n_bytes - 8)}
 
 # (kind, where the value goes: "row.<field>", "row.labels" (as a key) or "body.<field>", inside, outside)
 CASES: list[tuple[str, str, Any, Any]] = [
@@ -46,24 +68,48 @@ CASES: list[tuple[str, str, Any, Any]] = [
     ("samples", "row.labels", KEY_MAX, KEY_MAX + "k"),
     ("samples", "row.labels", "_queue", "1queue"),
     ("samples", "row.labels", "queue", "queue\n"),
+    ("samples", "row.label_value", VALUE_MAX, VALUE_MAX + "v"),
+    ("samples", "row.label_value", "a b", "a\x00b"),
+    ("samples", "row.label_value", c.MAX_INT, c.MAX_INT + 1),
+    ("samples", "row.label_value", c.MIN_INT, c.MIN_INT - 1),
+    ("samples", "row.label_set", {f"l{i}": "1" for i in range(c.MAX_LABELS)},
+     {f"l{i}": "1" for i in range(c.MAX_LABELS + 1)}),
+    ("samples", "row.label_set", labels_of_size(c.LABELS_MAX_BYTES), labels_of_size(c.LABELS_MAX_BYTES + 1)),
+    ("samples", "row.source", "leaf1:Ethernet1", "leaf1\x00:Ethernet1"),
     ("events", "row.kind", NAME_MAX, NAME_MAX + "n"),
     ("events", "row.kind", "pfc_storm", "pfc_storm\n"),
     ("events", "row.source", TEXT_MAX, TEXT_MAX + "x"),
     ("events", "row.job", "x" * c.MIN_TEXT, "x" * (c.MIN_TEXT - 1)),
     ("events", "row.job", TEXT_MAX, TEXT_MAX + "x"),
     ("events", "body.batch_id", TEXT_MAX, TEXT_MAX + "x"),
+    ("events", "row.job", "team-a", "team/a"),
+    ("events", "row.job", "...", ".."),
+    ("events", "row.job", ".a", "."),
+    ("events", "row.source", "leaf1", "leaf\x001"),
+    ("events", "row.attrs", nested(c.MAX_DEPTH), nested(c.MAX_DEPTH + 1)),
+    ("events", "row.attrs", sized(c.MAX_OBJECT_BYTES), sized(c.MAX_OBJECT_BYTES + 1)),
+    ("events", "row.attrs", {"k": "v"}, {"k\x00": "v"}),
+    ("events", "row.attrs", {"k": ["a"]}, {"k": ["a\x00"]}),
     ("steps", "row.rank", c.MIN_RANK, c.MIN_RANK - 1),
-    ("steps", "row.rank", c.MAX_INT, c.MAX_INT + 1),
+    ("steps", "row.rank", c.MAX_INT32, c.MAX_INT32 + 1),
+    ("steps", "row.step", c.MAX_INT, c.MAX_INT + 1),
     ("steps", "row.step", c.MIN_RANK, c.MIN_RANK - 1),
     ("steps", "row.phases", {"forward": c.MIN_PHASE_S}, {"forward": c.MIN_PHASE_S - 0.001}),
     ("steps", "body.job", TEXT_MAX, TEXT_MAX + "x"),
     ("steps", "body.job", "x" * c.MIN_TEXT, "x" * (c.MIN_TEXT - 1)),
+    ("steps", "body.job", "team-a", "team/a"),
+    ("steps", "body.job", "a", "a\n"),
+    ("steps", "row.phases", {"forward": 1.0}, {"forward\x00": 1.0}),
     ("collectives", "row.op", TEXT_MAX, TEXT_MAX + "x"),
     ("collectives", "row.op", "x" * c.MIN_TEXT, "x" * (c.MIN_TEXT - 1)),
     ("collectives", "row.group", TEXT_MAX, TEXT_MAX + "x"),
     ("collectives", "row.seq", c.MIN_RANK, c.MIN_RANK - 1),
     ("collectives", "row.bytes", c.MAX_INT, c.MAX_INT + 1),
     ("collectives", "row.group_size", c.MIN_GROUP_SIZE, c.MIN_GROUP_SIZE - 1),
+    ("collectives", "row.group_size", c.MAX_INT32, c.MAX_INT32 + 1),
+    ("collectives", "row.rank", c.MAX_INT32, c.MAX_INT32 + 1),
+    ("collectives", "row.op", "all_reduce", "all\x00reduce"),
+    ("collectives", "body.job", "team-a", "team/a"),
     ("collectives", "body.batch_id", TEXT_MAX, TEXT_MAX + "x"),
 ]
 
@@ -76,6 +122,10 @@ def _body(kind: str, where: str, value: Any) -> bytes:
     scope, _, name = where.partition(".")
     if name == "labels":
         row["labels"] = {value: "3"}
+    elif name == "label_value":
+        row["labels"] = {"queue": value}
+    elif name == "label_set":
+        row["labels"] = value
     elif scope == "row":
         row[name] = value
     else:
@@ -147,3 +197,14 @@ def test_time_range_agrees_on_both_server_paths(inside: float, outside: float) -
         assert _reference(kind, ok) and not _reference(kind, bad), kind
         if kind == "samples":
             assert _fast(ok) and not _fast(bad)
+
+
+def test_end_times_are_range_checked_like_starts() -> None:
+    """An end after now + max_future_s (events end=1e12, steps end=4e9) is refused like a start."""
+    for kind in ("steps", "collectives", "events"):
+        assert _reference(kind, _body(kind, "row.end", T + 1)), kind
+        assert not _reference(kind, _body(kind, "row.end", LIMITS.max_ts + 1)), kind
+    body = decode_body(_body("events", "row.end", 1e12), gzipped=False, max_bytes=1 << 20)
+    with pytest.raises(IngestError) as exc:
+        v.events(body, LIMITS)
+    assert exc.value.detail()[0]["loc"] == ["body", "events", 0, "end"]

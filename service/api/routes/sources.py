@@ -5,12 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Path, Query
 
+from fabricscope.service import contract
 from fabricscope.service.api.deps import ConnDep, ReadAuth
 from fabricscope.service.db import series as series_db
 
 router = APIRouter(prefix="/v1/sources", tags=["queries"], dependencies=[ReadAuth])
+
+# What ingest accepts, so a lookup never sends the database a value it refuses (a NUL: 422 "body").
+_NO_NUL = contract.schema_pattern(contract.TEXT_BODY)
 
 
 def _range(from_: datetime | None, to: datetime | None) -> tuple[datetime, datetime]:
@@ -27,14 +31,15 @@ def _range(from_: datetime | None, to: datetime | None) -> tuple[datetime, datet
 
 
 @router.get("", summary="Known sources, optionally filtered by device")
-def list_sources(conn: ConnDep, device: Annotated[str | None, Query(max_length=256)] = None) -> list[dict[str, Any]]:
+def list_sources(conn: ConnDep, device: Annotated[str | None, Query(max_length=256, pattern=_NO_NUL)] = None,
+                 ) -> list[dict[str, Any]]:
     return series_db.list_sources(conn, device=device)
 
 
 @router.get("/{source:path}/metrics/{metric}", summary="Values and rates of one metric of one source")
 def get_metric(
-    source: str,
-    metric: str,
+    source: Annotated[str, Path(max_length=contract.MAX_TEXT, pattern=_NO_NUL)],
+    metric: Annotated[str, Path(max_length=contract.NAME_MAX_LEN, pattern=_NO_NUL)],
     conn: ConnDep,
     from_: Annotated[datetime | None, Query(alias="from", description="Start (RFC 3339); default: to - 1h")] = None,
     to: Annotated[datetime | None, Query(description="End (RFC 3339); default: now")] = None,

@@ -7,12 +7,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
+from fabricscope.service import contract
 from fabricscope.service.api.deps import ConnDep, EngineDep, ReadAuth
 from fabricscope.service.schemas import Attribution, StepRow
 
 router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
 
-JobName = Path(min_length=1, max_length=512)
+JobName = Path(min_length=contract.MIN_TEXT, max_length=contract.MAX_TEXT,
+               pattern=contract.schema_pattern(contract.JOB_BODY))
 
 
 def _known_job(conn: ConnDep, job: str) -> None:
@@ -27,6 +29,14 @@ def _tz(value: datetime | None, field: str) -> datetime | None:
     return value
 
 
+def _window(from_: datetime | None, to: datetime | None) -> tuple[datetime | None, datetime | None]:
+    start, end = _tz(from_, "from"), _tz(to, "to")
+    if start is not None and end is not None and end < start:
+        raise HTTPException(422, detail=[{"loc": ["query", "to"], "msg": "'to' is before 'from'",
+                                          "type": "value_error"}])
+    return start, end
+
+
 @router.get("/{job}/steps", response_model=list[StepRow], summary="Steps of a job with baseline and slow flag")
 def list_steps(
     conn: ConnDep,
@@ -36,8 +46,9 @@ def list_steps(
     to: Annotated[datetime | None, Query()] = None,
     slow: Annotated[bool, Query(description="Only slow steps")] = False,
 ) -> Any:
+    start, end = _window(from_, to)
     _known_job(conn, job)
-    return engine.list_steps(conn, job=job, from_ts=_tz(from_, "from"), to_ts=_tz(to, "to"), slow_only=slow)
+    return engine.list_steps(conn, job=job, from_ts=start, to_ts=end, slow_only=slow)
 
 
 # exclude_unset: evidence keys a row does not have (labels, rank, kind) stay absent rather than null.
@@ -59,5 +70,6 @@ def report(
     from_: Annotated[datetime | None, Query(alias="from")] = None,
     to: Annotated[datetime | None, Query()] = None,
 ) -> dict[str, Any]:
+    start, end = _window(from_, to)
     _known_job(conn, job)
-    return engine.job_report(conn, job=job, from_ts=_tz(from_, "from"), to_ts=_tz(to, "to"))
+    return engine.job_report(conn, job=job, from_ts=start, to_ts=end)
