@@ -91,6 +91,10 @@ class _Checkpoint:
         self.rec.checkpoint_end(self.bytes, failed=exc_type is not None)
 
 
+def _unreachable_job(job: str) -> bool:
+    return job in (".", "..") or any(ch == "/" or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in job)
+
+
 def _env_int(env: Any, *names: str) -> int | None:
     for n in names:
         v = env.get(n, "")
@@ -130,6 +134,12 @@ class Recorder:
         self.enabled = bool((self.url or sender) and self.job)
         if not self.enabled and (self.url or self.job):
             log.warning("fabricscope: recorder disabled: both a URL and a job name are needed")
+        elif self.job is not None and _unreachable_job(self.job):
+            # The service refuses such a name (it is the {job} segment of every job URL): say so now,
+            # once, instead of having every batch of the run rejected.
+            log.error("fabricscope: recorder disabled: job name %r has a '/' or a control character, or is "
+                      "'.' or '..'; the service refuses it (set FABRICSCOPE_JOB to another name)", self.job)
+            self.enabled = False
         self._token = token or env.get("FABRICSCOPE_TOKEN") or None
         self._spool_dir = spool or env.get("FABRICSCOPE_SPOOL") or (
             Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fabricscope" / "spool")

@@ -8,6 +8,13 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from fabricscope.core.errors import FabricscopeError
+from fabricscope.service import contract
+
+
+class JobLabelsTooLarge(FabricscopeError):
+    """Labels are merged over registrations: each PUT is bounded, so the merged set is checked too."""
+
 
 def replace_topology(conn: psycopg.Connection, *, devices: list[dict[str, Any]],
                      links: list[dict[str, Any]]) -> dict[str, int]:
@@ -75,11 +82,14 @@ def get_topology(conn: psycopg.Connection) -> dict[str, Any]:
 
 def put_job(conn: psycopg.Connection, *, job: str, ranks: list[dict[str, Any]], labels: dict[str, Any]) -> None:
     with conn.transaction():
-        conn.execute(
+        row = conn.execute(
             "INSERT INTO jobs (name, labels) VALUES (%s, %s) ON CONFLICT (name) DO UPDATE"
-            " SET labels = jobs.labels || EXCLUDED.labels, updated_at = now()",
+            " SET labels = jobs.labels || EXCLUDED.labels, updated_at = now() RETURNING octet_length(labels::text)",
             (job, Jsonb(labels)),
-        )
+        ).fetchone()
+        if row is not None and row[0] > contract.MAX_OBJECT_BYTES:  # raising rolls the merge back
+            raise JobLabelsTooLarge(f"the job's labels, merged with those already stored, would be {row[0]} bytes "
+                                    f"as JSON; at most {contract.MAX_OBJECT_BYTES}")
         for r in ranks:
             attrs = {k: v for k, v in r.items() if k not in ("rank", "host", "local_rank", "gpu", "nic")}
             conn.execute(

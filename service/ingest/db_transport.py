@@ -76,8 +76,11 @@ class DbTransport:
         if batch.kind == "job":
             job = v.job_name({"job": batch.job})
             placement = _placement(body)
-            inventory.put_job(conn, job=job, ranks=[r.model_dump(exclude_none=True) for r in placement.ranks],
-                              labels=placement.labels)
+            try:
+                inventory.put_job(conn, job=job, ranks=[r.model_dump(exclude_none=True) for r in placement.ranks],
+                                  labels=placement.labels)
+            except inventory.JobLabelsTooLarge as exc:
+                raise IngestError(["body", "labels"], str(exc)) from exc
             return
         limits = v.Limits(_MAX_ITEMS, contract.MIN_TS, time.time() + contract.MAX_FUTURE_S)
         if batch.kind == "samples":

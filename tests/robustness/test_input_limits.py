@@ -186,3 +186,14 @@ def test_a_lookup_the_database_would_refuse_names_the_path_field(api: httpx.Clie
     """A NUL in a source looked up was refused by psycopg and answered as a 422 naming ``body``."""
     _refused(api.get("/v1/sources/lim1%00x/metrics/rx_bytes_total"), ["path", "source"])
     _refused(api.get("/v1/sources", params={"device": "lim1\x00"}), ["query", "device"])
+
+
+def test_labels_merged_over_registrations_stay_bounded(api: httpx.Client) -> None:
+    """Each PUT is bounded, and labels merge across PUTs: the merged set is bounded too, and a PUT
+    that would overflow it changes nothing."""
+    half = "x" * (c.MAX_OBJECT_BYTES // 2)
+    assert api.put("/v1/jobs/merged", json={"labels": {"a": half}}).status_code == 200
+    r = api.put("/v1/jobs/merged", json={"labels": {"b": half}})
+    assert "merged with those already stored" in _refused(r, ["body", "labels"])
+    assert api.get("/v1/jobs/merged").json()["labels"] == {"a": half}
+    assert api.put("/v1/jobs/merged", json={"labels": {"a": "small", "b": "small"}}).status_code == 200

@@ -50,6 +50,17 @@ def test_without_url_everything_is_a_no_op() -> None:
     assert rec.stats["errors"] == 0 and rec._sender is None
 
 
+@pytest.mark.parametrize("job", ["team/a", "..", "bad\tname"])
+def test_a_job_name_the_service_refuses_disables_the_recorder_at_once(
+        job: str, recv: Receiver, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rec = Recorder(recv.url, job, rank=0, spool=tmp_path, env={}, flush_interval_s=0.05).start()
+    with rec.step(1):
+        rec.phase("data")
+    rec.close()
+    assert not rec.enabled and recv.requests == []
+    assert any("refuses it" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+
+
 def test_step_with_phases_is_posted_in_wall_clock(recv: Receiver, tmp_path: Path) -> None:
     rec = make(recv, tmp_path).start()
     before = time.time()

@@ -27,7 +27,10 @@ def put_job(body: JobIn, conn: ConnDep, job: str = JobName) -> Any:
             raise HTTPException(422, detail=[{"loc": ["body", "ranks", i, "rank"],
                                               "msg": f"rank {r['rank']} appears twice", "type": "value_error"}])
         seen.add(r["rank"])
-    inventory.put_job(conn, job=job, ranks=ranks, labels=body.labels)
+    try:
+        inventory.put_job(conn, job=job, ranks=ranks, labels=body.labels)
+    except inventory.JobLabelsTooLarge as exc:
+        raise HTTPException(422, detail=[{"loc": ["body", "labels"], "msg": str(exc), "type": "value_error"}]) from exc
     return inventory.get_job(conn, job=job)
 
 
