@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
+from fabricscope.core.errors import FabricscopeError
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -30,7 +32,7 @@ _RESOLVE_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="webhook-dn
 REGISTRATION_RESOLVE_S = 2.0
 
 
-class DestinationRefused(Exception):
+class DestinationRefused(FabricscopeError):
     """The destination is internal and not on the allowlist (never retried)."""
 
 

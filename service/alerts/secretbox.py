@@ -19,7 +19,7 @@ import psycopg
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from pydantic import SecretStr
 
-from fabricscope.core.errors import ConfigError
+from fabricscope.core.errors import ConfigError, FabricscopeError
 
 log = logging.getLogger("fabricscope.alerts.secrets")
 
@@ -28,7 +28,7 @@ KEY_FILE = "secret.key"
 _COLUMNS = ("secret", "routing_key")
 
 
-class SecretUnreadable(Exception):
+class SecretUnreadable(FabricscopeError):
     """A stored secret that none of the configured keys decrypts (the key was changed or lost)."""
 
 

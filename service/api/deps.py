@@ -10,6 +10,7 @@ import psycopg
 from fastapi import Depends, HTTPException, Request
 from psycopg_pool import ConnectionPool
 
+from fabricscope.core.errors import FabricscopeError
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.settings import Settings
@@ -44,7 +45,7 @@ WriterDep = Annotated[SampleWriter, Depends(get_sample_writer)]
 EngineDep = Annotated[AttributionEngine, Depends(get_engine)]
 
 
-class Unauthenticated(Exception):
+class Unauthenticated(FabricscopeError):
     """No bearer token, or one that is not configured: 401 (the message says which)."""
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import zlib
 
+from fabricscope.core.errors import FabricscopeError
 
-class BodyTooLarge(Exception):
+
+class BodyTooLarge(FabricscopeError):
     """The decompressed body is over the limit (413)."""
 
 
-class BadGzip(Exception):
+class BadGzip(FabricscopeError):
     """Content-Encoding is gzip but the body is not a complete gzip stream (422)."""
 
 

@@ -17,6 +17,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from fabricscope.core.errors import FabricscopeError
 from fabricscope.service.api.deps import Unauthenticated, authenticate
 from fabricscope.service.api.gzip_body import BadGzip, BodyTooLarge, GzipInflater
 from fabricscope.service.settings import Settings
@@ -27,7 +28,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
-class Refused(Exception):
+class Refused(FabricscopeError):
     """A request answered here, before any route; ``detail`` as the API writes it."""
 
     def __init__(self, status: int, detail: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -46,7 +47,7 @@ class Refused(Exception):
         await send({"type": "http.response.body", "body": body})
 
 
-class ClientGone(Exception):
+class ClientGone(FabricscopeError):
     """The client disconnected while sending its body: there is no one to answer."""
 
 
