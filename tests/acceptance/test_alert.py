@@ -7,15 +7,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
+import psycopg
+import pytest
 
-from fabricscope.service.alerts import payloads
+from fabricscope.service.alerts import busbw, payloads
 from fabricscope.service.alerts.busbw import Episode
+from fabricscope.service.settings import Settings
 from tests.acceptance.conftest import alerts, client, post_run, row, run_body, unique, wait_for
 from tests.alerts.receiver import Receiver, free_port
-from tests.support import ServiceProcess
+from tests.support import ServiceProcess, TestDatabase
 
 MIB = 1 << 20
 
@@ -124,3 +128,32 @@ def test_posted_collectives_fire_once_then_resolve_through_the_webhook(
             assert len(alerts(api, job)) == 1
     finally:
         rec.stop()
+
+
+def test_engine_moves_past_a_gap_in_step_numbers(test_database: TestDatabase, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps 0-1 and then 100-102 (a resumed job): with a 10-step window the judge must not stall at
+    the gap; it reaches the slow steps and fires once, and running it again changes nothing."""
+    db = TestDatabase.create(test_database.admin_url, tmp_path / "pg")
+    monkeypatch.setattr(busbw, "MAX_STEPS_PER_RUN", 10)
+    settings = Settings(database_url=db.url, alert_busbw_steps=2)  # type: ignore[arg-type]
+    try:
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            conn.execute("INSERT INTO jobs (name, labels) VALUES ('j', '{\"fabric\": \"f\"}')")
+            run = conn.execute("INSERT INTO acceptance_runs (fabric, op, ranks) VALUES ('f', 'all_reduce', 2) "
+                               "RETURNING id").fetchone()
+            assert run is not None
+            conn.execute("INSERT INTO acceptance_rows (run_id, size_bytes, bucket, placement, time_us, algbw_gbps, "
+                         "busbw_gbps) VALUES (%s, %s, %s, 'out_of_place', 1, 10, 10)", (run[0], MIB, MIB))
+            for step, d in ((0, MIB / 10e9), (1, MIB / 10e9), (100, MIB / 1e9), (101, MIB / 1e9), (102, MIB / 1e9)):
+                for rank in range(2):
+                    conn.execute("INSERT INTO collectives (job, rank, step, op, bytes, start_ts, end_ts, duration_s, "
+                                 "group_size) VALUES ('j', %s, %s, 'all_reduce', %s, now(), now(), %s, 2)",
+                                 (rank, step, MIB, d))
+            totals = [busbw.run_once(conn, settings=settings) for _ in range(15)]
+            assert sum(t["fired"] for t in totals) == 1 and sum(t["steps"] for t in totals) == 5
+            rows = conn.execute("SELECT kind, state, since_step, detected_step, steps FROM alerts").fetchall()
+            assert rows == [("busbw_below_acceptance", "firing", 100, 101, 3)]
+            assert conn.execute("SELECT last_step FROM busbw_alert_state").fetchone() == (102,)
+    finally:
+        db.drop()
