@@ -8,7 +8,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from fabricscope.service import contract
-from fabricscope.service.api.deps import ConnDep, EngineDep, ReadAuth
+from fabricscope.service.acceptance.efficiency import report_section
+from fabricscope.service.api.deps import ConnDep, EngineDep, ReadAuth, SettingsDep
 from fabricscope.service.schemas import Attribution, StepRow
 
 router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
@@ -66,10 +67,15 @@ def attribution(conn: ConnDep, engine: EngineDep, job: str = JobName, step: int 
 def report(
     conn: ConnDep,
     engine: EngineDep,
+    settings: SettingsDep,
     job: str = JobName,
     from_: Annotated[datetime | None, Query(alias="from")] = None,
     to: Annotated[datetime | None, Query()] = None,
 ) -> dict[str, Any]:
     start, end = _window(from_, to)
     _known_job(conn, job)
-    return engine.job_report(conn, job=job, from_ts=start, to_ts=end)
+    out = engine.job_report(conn, job=job, from_ts=start, to_ts=end)
+    # #19: bus bandwidth against the fabric's acceptance baseline (one query)
+    out["efficiency"] = report_section(conn, job=job, from_ts=start, to_ts=end,
+                                       threshold=settings.alert_busbw_fraction)
+    return out
