@@ -135,7 +135,7 @@ def test_device_lines_are_kept_per_rank() -> None:
     d = run["devices"][9]
     assert d == {"rank": 9, "group": None, "pid": 366642, "host": "gpu-56", "device": 1, "bus_id": "0000:25:00.0",
                  "name": "AMD Instinct MI300X"}
-    assert [d["name"] for d in parse(case("rccl-mi355x-2node-16rank-noheader")[0])[0]["devices"]] == [""] * 16
+    assert [d["name"] for d in parse(case("rccl-mi355x-2node-16rank-noheader")[0])[0]["devices"]] == [None] * 16
 
 
 def test_elided_device_lines_give_the_rank_count_and_say_so() -> None:

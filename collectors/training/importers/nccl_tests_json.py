@@ -21,6 +21,7 @@ from pathlib import PurePath
 from typing import Any
 
 from fabricscope.collectors.training.importers.nccl_tests_run import (
+    MAX_COMMAND,
     Device,
     Row,
     RunBuilder,
@@ -77,7 +78,7 @@ def parse_json(text: str, source: str, tz: tzinfo) -> RunBuilder:
     run = RunBuilder(source, problems=problems)
     args = [str(a) for a in _list(doc.get("args"))]
     if args:
-        run.command = " ".join([PurePath(args[0]).name, *args[1:]])
+        run.command = " ".join([PurePath(args[0]).name, *args[1:]])[:MAX_COMMAND]
         run.op = op_from_binary(run.command)
     if isinstance(doc.get("nccl_version"), int):
         run.versions["nccl"] = nccl_code_version(doc["nccl_version"])
@@ -92,7 +93,7 @@ def parse_json(text: str, source: str, tz: tzinfo) -> RunBuilder:
         try:
             run.devices.append(Device(rank=int(d["rank"]), group=int(d["group"]), pid=int(d["pid"]),
                                       host=str(d["hostname"]), device=int(d["device"]),
-                                      bus_id=str(d["device_hex"]), name=str(d.get("device_info", ""))))
+                                      bus_id=str(d["device_hex"]), name=str(d.get("device_info") or "") or None))
             run.hints += " " + str(d.get("device_info", ""))
             procs += 1
         except (AttributeError, KeyError, TypeError, ValueError) as e:

@@ -34,7 +34,7 @@ class Device(TypedDict):
     host: str
     device: int
     bus_id: str
-    name: str
+    name: str | None  # None where the line prints none (some rccl-tests)
 
 
 class ParsedRun(TypedDict):
@@ -56,6 +56,8 @@ class ParsedRun(TypedDict):
 
 
 MAX_PROBLEMS = 100
+MAX_VERSION = 128  # characters kept of a version string, MAX_COMMAND of the echoed command line
+MAX_COMMAND = 4096
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv",
        "gather", "scatter", "hypercube")
 # Spellings seen in binary and file names, with "_" and "-" removed; longest first so that

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from fabricscope.collectors.training.importers.nccl_tests_run import (
+    MAX_COMMAND,
+    MAX_VERSION,
     Device,
     Row,
     RunBuilder,
@@ -231,12 +233,12 @@ def _comment(cur: RunBuilder, line: str, no: int) -> None:
     if m := _DEVICE.match(line):
         rank, group, pid, host, dev, bus, name = m.groups()
         cur.devices.append(Device(rank=int(rank), group=int(group) if group else None, pid=int(pid) if pid else None,
-                                  host=host, device=int(dev), bus_id=bus, name=name))
+                                  host=host, device=int(dev), bus_id=bus, name=name or None))
         cur.hints += " " + name
     elif re.match(r"^#\s*Rank\s+\d", line):
         cur.problems.append(f"line {no}: device line not understood: {line[:120]}")
     elif m := _TESTS_VERSION.match(line):
-        cur.versions["nccl_tests"] = m.group(1)
+        cur.versions["nccl_tests"] = m.group(1)[:MAX_VERSION]
         cur.versions.setdefault("nccl", nccl_code_version(int(m.group(3))))
     elif m := _COLLECTIVE.search(line):
         cur.op = op_from_binary(m.group(2)) or cur.op
@@ -267,10 +269,10 @@ def _other(cur: RunBuilder, line: str) -> None:
         if m.group(2):
             cur.versions["hip"] = m.group(2)
     if m := _RCCL_TESTS.match(line):
-        cur.versions["rccl_tests"] = m.group(1)
+        cur.versions["rccl_tests"] = m.group(1)[:MAX_VERSION]
     if m := _KEYED.match(line):
-        cur.versions[m.group(1).lower()] = m.group(2)
+        cur.versions[m.group(1).lower()] = m.group(2)[:MAX_VERSION]
     if cur.command is None and (op := op_from_binary(line)) is not None and not _NOISE.search(line):
         start = line.find(f"{op}_perf")
-        cur.command = line[start:].rstrip(" \\")
+        cur.command = line[start:].rstrip(" \\")[:MAX_COMMAND]
         cur.op = cur.op or op
