@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from fabricscope.service.acceptance.efficiency import job_efficiency
 from fabricscope.service.api.deps import ConnDep, ReadAuth
+from fabricscope.service.api.params import JobName, known_job, window
 
 router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
 
@@ -41,24 +42,17 @@ class EfficiencyOut(BaseModel):
     rows: list[EfficiencyRow]
 
 
-def _tz(value: datetime | None, field: str) -> datetime | None:
-    if value is not None and value.tzinfo is None:
-        raise HTTPException(422, detail=[{"loc": ["query", field], "msg": "timestamp needs a time zone offset",
-                                          "type": "timestamp_parsing"}])
-    return value
-
-
 @router.get("/{job}/efficiency", response_model=EfficiencyOut, response_model_by_alias=True,
             summary="Achieved bus bandwidth vs the fabric's acceptance baseline, per op and size")
 def efficiency(
     conn: ConnDep,
-    job: str = Path(min_length=1, max_length=512),
+    job: str = JobName,
     fabric: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
     from_: Annotated[datetime | None, Query(alias="from")] = None,
     to: Annotated[datetime | None, Query()] = None,
     stat: Annotated[Literal["best", "median"], Query(description="the baseline's statistic over runs")] = "median",
 ) -> Any:
-    if conn.execute("SELECT 1 FROM jobs WHERE name = %s", (job,)).fetchone() is None:
-        raise HTTPException(404, detail=f"job '{job}' is unknown")
-    out = job_efficiency(conn, job=job, fabric=fabric, from_ts=_tz(from_, "from"), to_ts=_tz(to, "to"), stat=stat)
+    start, end = window(from_, to)
+    known_job(conn, job)
+    out = job_efficiency(conn, job=job, fabric=fabric, from_ts=start, to_ts=end, stat=stat)
     return {"job": job, "stat": stat, "from": from_, "to": to, **out}

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Path
+from fastapi import APIRouter, HTTPException
 
-from fabricscope.service import contract
 from fabricscope.service.api.deps import ConnDep, IngestAuth, ReadAuth
+from fabricscope.service.api.params import JobName
 from fabricscope.service.db import inventory
 from fabricscope.service.schemas import JobIn, JobOut
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-
-# The same rule as the job of ingest bodies: a name this route could not address is never created.
-JobName = Path(min_length=contract.MIN_TEXT, max_length=contract.MAX_TEXT,
-               pattern=contract.schema_pattern(contract.JOB_BODY), description="Job name, e.g. llama-70b-run3")
 
 
 @router.put("/{job}", dependencies=[IngestAuth], response_model=JobOut, summary="Register a job's rank placement")

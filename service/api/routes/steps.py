@@ -7,36 +7,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from fabricscope.service import contract
 from fabricscope.service.acceptance.efficiency import report_section
 from fabricscope.service.api.deps import ConnDep, EngineDep, ReadAuth, SettingsDep
+from fabricscope.service.api.params import JobName, known_job, window
 from fabricscope.service.schemas import Attribution, StepRow
 
 router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
-
-JobName = Path(min_length=contract.MIN_TEXT, max_length=contract.MAX_TEXT,
-               pattern=contract.schema_pattern(contract.JOB_BODY))
-
-
-def _known_job(conn: ConnDep, job: str) -> None:
-    if conn.execute("SELECT 1 FROM jobs WHERE name = %s", (job,)).fetchone() is None:
-        raise HTTPException(404, detail=f"job '{job}' is unknown")
-
-
-def _tz(value: datetime | None, field: str) -> datetime | None:
-    if value is not None and value.tzinfo is None:
-        raise HTTPException(422, detail=[{"loc": ["query", field], "msg": "timestamp needs a time zone offset",
-                                          "type": "timestamp_parsing"}])
-    return value
-
-
-def _window(from_: datetime | None, to: datetime | None) -> tuple[datetime | None, datetime | None]:
-    start, end = _tz(from_, "from"), _tz(to, "to")
-    if start is not None and end is not None and end < start:
-        raise HTTPException(422, detail=[{"loc": ["query", "to"], "msg": "'to' is before 'from'",
-                                          "type": "value_error"}])
-    return start, end
-
 
 @router.get("/{job}/steps", response_model=list[StepRow], summary="Steps of a job with baseline and slow flag")
 def list_steps(
@@ -47,8 +23,8 @@ def list_steps(
     to: Annotated[datetime | None, Query()] = None,
     slow: Annotated[bool, Query(description="Only slow steps")] = False,
 ) -> Any:
-    start, end = _window(from_, to)
-    _known_job(conn, job)
+    start, end = window(from_, to)
+    known_job(conn, job)
     return engine.list_steps(conn, job=job, from_ts=start, to_ts=end, slow_only=slow)
 
 
@@ -56,7 +32,7 @@ def list_steps(
 @router.get("/{job}/steps/{step}/attribution", response_model=Attribution, response_model_exclude_unset=True,
             summary="Why was this step slow: layer, component, confidence, evidence")
 def attribution(conn: ConnDep, engine: EngineDep, job: str = JobName, step: int = Path(ge=0, lt=2**63)) -> Any:
-    _known_job(conn, job)
+    known_job(conn, job)
     out = engine.attribute_step(conn, job=job, step=step, store=True)  # timed inside (fabricscope_attribution_seconds)
     if out is None:
         raise HTTPException(404, detail=f"job '{job}' has no step {step}")
@@ -72,8 +48,8 @@ def report(
     from_: Annotated[datetime | None, Query(alias="from")] = None,
     to: Annotated[datetime | None, Query()] = None,
 ) -> dict[str, Any]:
-    start, end = _window(from_, to)
-    _known_job(conn, job)
+    start, end = window(from_, to)
+    known_job(conn, job)
     out = engine.job_report(conn, job=job, from_ts=start, to_ts=end)
     # #19: bus bandwidth against the fabric's acceptance baseline (one query)
     out["efficiency"] = report_section(conn, job=job, from_ts=start, to_ts=end,
