@@ -91,6 +91,12 @@ class Settings(BaseSettings):
     alert_backfill_steps: int = Field(default=1000, ge=0)  # a job new to the detector is judged from this far back
     alert_step_lag: int = Field(default=2, ge=0)  # a step is judged once all ranks reported or this many newer exist
     alert_cooldown_s: float = Field(default=300.0, ge=0)  # resolve notices held this long; a relapse reopens
+    # --- acceptance baselines and bus bandwidth efficiency (#19)
+    # busbw_below_acceptance fires when a job's per-step busbw fraction of its fabric's acceptance
+    # baseline stays below alert_busbw_fraction for alert_busbw_steps consecutive steps; it resolves
+    # after as many consecutive steps at or above it. The job report warns below the same fraction.
+    alert_busbw_fraction: float = Field(default=0.8, gt=0, le=10)
+    alert_busbw_steps: int = Field(default=20, ge=1)
     # Webhook delivery: its own background job, never in the ingest or attribution path.
     delivery_interval_s: float = Field(default=5.0, ge=0)
     delivery_timeout_s: float = Field(default=5.0, gt=0)  # per HTTP attempt

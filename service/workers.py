@@ -83,6 +83,11 @@ def start_background(pool: ConnectionPool, settings: Settings, *, engine: Attrib
 
         sched.add_job(_guarded(pool, "alerts", lambda c: alerts_once(c, settings=settings)), "interval",
                       seconds=settings.alert_interval_s, id="alerts", jitter=1)
+    if settings.alert_interval_s > 0:  # #19: bus bandwidth below the fabric's acceptance baseline
+        from fabricscope.service.alerts.busbw import run_once as busbw_once
+
+        sched.add_job(_guarded(pool, "busbw alerts", lambda c: busbw_once(c, settings=settings)), "interval",
+                      seconds=settings.alert_interval_s, id="busbw_alerts", jitter=1)
     if settings.delivery_interval_s > 0:
         from fabricscope.service.alerts.delivery import deliver_due
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from alembic import op
 
 revision = "0005_collective_rollup"
-down_revision = "0003_webhook_secrets"
+down_revision = "0004_acceptance"
 branch_labels = None
 depends_on = None
 

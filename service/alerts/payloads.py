@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-EVENTS = ("step_regression",)
+BUSBW_KIND = "busbw_below_acceptance"  # #19: service/alerts/busbw.py
+EVENTS = ("step_regression", BUSBW_KIND)  # an alert's kind is the event its notifications carry
 SIGNATURE_HEADER = "X-Fabricscope-Signature"
 
 
@@ -35,7 +36,21 @@ def _pct(alert: dict[str, Any]) -> str:
     return f"{r * 100:+.1f}%" if isinstance(r, float) else "?"
 
 
+def _busbw_headline(alert: dict[str, Any], status: str) -> str:
+    eff = alert.get("efficiency") or {}
+    frac, thr = eff.get("fraction"), eff.get("threshold")
+    level = f"{frac:.2f}" if isinstance(frac, float) else "?"
+    where = f"fabric {eff.get('fabric')}"
+    if status == "resolved":
+        return (f"[resolved] job {alert['job']}: bus bandwidth back at {level} of the acceptance baseline ({where}) "
+                f"at step {alert.get('resolved_step')}; {alert['steps']} steps were below {thr}")
+    return (f"[firing] job {alert['job']}: bus bandwidth at {level} of the acceptance baseline ({where}), below "
+            f"{thr} for {alert['steps']} steps since step {alert['since_step']}")
+
+
 def _headline(alert: dict[str, Any], status: str) -> str:
+    if alert.get("kind") == BUSBW_KIND:
+        return _busbw_headline(alert, status)
     job = alert["job"]
     if status == "resolved":
         return (f"[resolved] job {job}: step time back to baseline ({alert['baseline_s']:.3f}s) at step "
@@ -45,6 +60,8 @@ def _headline(alert: dict[str, Any], status: str) -> str:
 
 
 def _cause(alert: dict[str, Any]) -> str:
+    if alert.get("kind") == BUSBW_KIND:
+        return f"per op and size: GET /v1/jobs/{alert['job']}/efficiency"
     att = alert.get("attribution") or {}
     comps = att.get("components") or []
     if not att.get("available") or not comps:
@@ -56,7 +73,7 @@ def _cause(alert: dict[str, Any]) -> str:
 
 def generic(alert: dict[str, Any], *, status: str, key: str, now: datetime,
             routing_key: str | None = None) -> dict[str, Any]:
-    return {"event": "step_regression", "status": status, "idempotency_key": key,
+    return {"event": alert.get("kind") or "step_regression", "status": status, "idempotency_key": key,
             "created_at": now.isoformat(), "summary": _headline(alert, status), "alert": alert}
 
 
@@ -70,6 +87,14 @@ def slack(alert: dict[str, Any], *, status: str, key: str, now: datetime,
     return {"text": text, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)}}]}
 
 
+def _severity(alert: dict[str, Any]) -> str:
+    if alert.get("kind") == BUSBW_KIND:  # at half the threshold or less the fabric is badly degraded
+        eff = alert.get("efficiency") or {}
+        frac, thr = eff.get("fraction"), eff.get("threshold")
+        return "error" if isinstance(frac, float) and isinstance(thr, float) and frac <= thr / 2 else "warning"
+    return "error" if (alert.get("regression") or 0) >= 0.2 else "warning"
+
+
 def pagerduty(alert: dict[str, Any], *, status: str, key: str, now: datetime,
               routing_key: str | None) -> dict[str, Any]:
     """PagerDuty Events API v2 (`POST https://events.pagerduty.com/v2/enqueue`)."""
@@ -81,10 +106,10 @@ def pagerduty(alert: dict[str, Any], *, status: str, key: str, now: datetime,
     payload: dict[str, Any] = {
         "summary": (_headline(alert, status) + "; " + _cause(alert))[:1024],
         "source": alert["job"],
-        "severity": "error" if (alert.get("regression") or 0) >= 0.2 else "warning",
+        "severity": _severity(alert),
         "timestamp": alert.get("detected_at") or now.isoformat(),
         "group": alert["job"],
-        "class": "step_regression",
+        "class": alert.get("kind") or "step_regression",
         "custom_details": alert,
     }
     if comps and comps[0].get("component"):

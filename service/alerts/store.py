@@ -44,7 +44,11 @@ def alert_out(row: dict[str, Any]) -> dict[str, Any]:
                                "current_s", "lost_s", "steps", "reopened", "updated_at")}
     b, c = row["baseline_s"], row["current_s"]
     out["regression"] = (c / b - 1.0) if b and c is not None else None
-    out["attribution"] = row["summary"] or {"available": False}
+    if row["kind"] == payloads.BUSBW_KIND:  # #19: its summary is the bus bandwidth, not an attribution
+        out["attribution"] = {"available": False}
+        out["efficiency"] = row["summary"] or {}
+    else:
+        out["attribution"] = row["summary"] or {"available": False}
     return out
 
 

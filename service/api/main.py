@@ -18,7 +18,17 @@ from prometheus_client import REGISTRY
 from psycopg_pool import PoolTimeout, TooManyRequests
 
 from fabricscope.service.api.limits import RequestGuard
-from fabricscope.service.api.routes import alerts, health, ingest, jobs, sources, steps, topology
+from fabricscope.service.api.routes import (
+    acceptance,
+    alerts,
+    efficiency,
+    health,
+    ingest,
+    jobs,
+    sources,
+    steps,
+    topology,
+)
 from fabricscope.service.api.routes import trends as trends_routes  # (#19)
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
 from fabricscope.service.db.database import database_url, make_pool, pool_full
@@ -90,6 +100,8 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
     for r in (health.router, ingest.router, topology.router, jobs.router, steps.router, sources.router,
               alerts.router):
         app.include_router(r)
+    app.include_router(acceptance.router)  # #19: acceptance runs and baselines
+    app.include_router(efficiency.router)  # #19: GET /v1/jobs/{job}/efficiency
     app.include_router(trends_routes.router)  # (#19)
 
     app.add_middleware(RequestGuard, settings=settings, tokens=app.state.token_scopes)

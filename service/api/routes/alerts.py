@@ -36,7 +36,7 @@ class AttributionSummary(BaseModel):
 class AlertOut(BaseModel):
     id: int
     job: str
-    kind: str = Field(description="step_regression")
+    kind: str = Field(description="step_regression | busbw_below_acceptance")
     state: Literal["firing", "resolved"]
     started_at: datetime = Field(description="start of the first regressed step (since when)")
     since_step: int | None = Field(description="first regressed step")
@@ -52,6 +52,9 @@ class AlertOut(BaseModel):
     steps: int = Field(description="steps in the regression so far")
     reopened: int = Field(description="times it relapsed within the cooldown and was reopened")
     attribution: AttributionSummary = Field(description="top layers/components by time lost (correlation engine)")
+    efficiency: dict[str, Any] | None = Field(
+        default=None, description="busbw_below_acceptance only: fabric, fraction (median of the last steps), "
+                                  "min_fraction, threshold, steps_required")
     updated_at: datetime
 
 
@@ -124,7 +127,7 @@ class DeliveryOut(BaseModel):
 
 
 @router.get("/v1/alerts", dependencies=[ReadAuth], response_model=list[AlertOut],
-            summary="Step-time regression alerts, newest first")
+            summary="Alerts (step-time regression, bus bandwidth below acceptance), newest first")
 def list_alerts(
     conn: ConnDep,
     job: Annotated[str | None, Query(min_length=1, max_length=512)] = None,

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from fabricscope.service.api.deps import ConnDep, EngineDep, ReadAuth
+from fabricscope.service.acceptance.efficiency import report_section
+from fabricscope.service.api.deps import ConnDep, EngineDep, ReadAuth, SettingsDep
 from fabricscope.service.schemas import Attribution, StepRow
 
 router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
@@ -55,9 +56,15 @@ def attribution(conn: ConnDep, engine: EngineDep, job: str = JobName, step: int 
 def report(
     conn: ConnDep,
     engine: EngineDep,
+    settings: SettingsDep,
     job: str = JobName,
     from_: Annotated[datetime | None, Query(alias="from")] = None,
     to: Annotated[datetime | None, Query()] = None,
 ) -> dict[str, Any]:
     _known_job(conn, job)
-    return engine.job_report(conn, job=job, from_ts=_tz(from_, "from"), to_ts=_tz(to, "to"))
+    from_ts, to_ts = _tz(from_, "from"), _tz(to, "to")
+    out = engine.job_report(conn, job=job, from_ts=from_ts, to_ts=to_ts)
+    # #19: bus bandwidth against the fabric's acceptance baseline (one query)
+    out["efficiency"] = report_section(conn, job=job, from_ts=from_ts, to_ts=to_ts,
+                                       threshold=settings.alert_busbw_fraction)
+    return out

@@ -1,0 +1,134 @@
+"""What a job's collectives achieve against the fabric's acceptance baseline, in one SQL statement.
+
+Per collective record (one rank's view of one collective), with n = its group size (the job's
+world size where the hook did not know it: job_ranks, else the job label ``world_size``)::
+
+    size  = nccl_size(op, bytes, n)           all-gather: bytes*n, the others: bytes
+    busbw = size / duration / 1e9 * k*(n-m)/n  (fabricscope.core.busbw.FACTOR_FORM)
+
+Achieved = median and p10 of busbw per (op, size bucket, group size). The baseline is the
+acceptance baseline (store.BASELINE_CTES) of the same fabric (``?fabric=``, else the job label
+``fabric``), op and bucket at the same rank count, else the nearest smaller one (``scale`` says
+which); ``fraction`` = achieved median / baseline. Ops without bytes (barrier), unknown ops, groups of
+one rank (busbw 0 by definition) and records over 1 TiB or 4Mi ranks (corrupt) are left out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from fabricscope.core.busbw import FACTOR_FORM, HOOK_OPS, OUTPUT_SIZED
+from fabricscope.service.acceptance.store import BASELINE_CTES, Stat
+
+_HOOK = sorted(HOOK_OPS)
+FACTORS = {"f_op": _HOOK, "f_canon": [HOOK_OPS[o] for o in _HOOK],
+           "f_k": [FACTOR_FORM[HOOK_OPS[o]][0] for o in _HOOK], "f_m": [FACTOR_FORM[HOOK_OPS[o]][1] for o in _HOOK],
+           "f_out": [HOOK_OPS[o] in OUTPUT_SIZED for o in _HOOK]}
+
+# Every CTE of both queries below; the baseline CTEs run with no filter (a few hundred rows), the
+# join picks the job's fabric.
+_RECORDS = f"""WITH {BASELINE_CTES},
+f AS (SELECT * FROM unnest(%(f_op)s::text[], %(f_canon)s::text[], %(f_k)s::int[], %(f_m)s::int[],
+                           %(f_out)s::bool[]) AS f(op, canon, k, m, outn)),
+job AS (
+    SELECT coalesce(%(job_fabric)s::text, (SELECT labels ->> 'fabric' FROM jobs WHERE name = %(job)s)) AS fabric,
+           coalesce((SELECT nullif(count(*), 0)::int FROM job_ranks WHERE job = %(job)s),
+                    (SELECT CASE WHEN labels ->> 'world_size' ~ '^[0-9]{{1,7}}$' THEN (labels ->> 'world_size')::int
+                            END FROM jobs WHERE name = %(job)s)) AS world
+),
+rec AS (
+    SELECT c.step, c.rank, c.start_ts, f.canon AS op, coalesce(c.group_size, job.world) AS n,
+           CASE WHEN f.outn THEN c.bytes * coalesce(c.group_size, job.world) ELSE c.bytes END AS size,
+           c.duration_s, f.k, f.m
+    FROM collectives c JOIN f ON f.op = c.op CROSS JOIN job
+    WHERE c.job = %(job)s AND c.bytes > 0 AND c.bytes < 1099511627776 AND c.duration_s > 0
+      AND coalesce(c.group_size, job.world) BETWEEN 2 AND 4194304 @WHERE@
+),
+bw AS (
+    SELECT step, rank, start_ts, op, n, size,
+           (1::bigint << greatest(length(ltrim(size::bit(64)::text, '0')) - 1, 0)) AS bucket,  -- busbw.size_bucket
+           size / duration_s / 1e9 * (k * (n - m))::float8 / n AS busbw
+    FROM rec
+)"""
+
+# (op, bucket, n) -> the baseline at the same rank count, else the nearest smaller one
+_MATCH = """LEFT JOIN LATERAL (
+    SELECT b.busbw_gbps, b.ranks, b.runs FROM baseline b, job
+    WHERE b.fabric = job.fabric AND b.op = {t}.op AND b.bucket = {t}.bucket AND b.ranks <= {t}.n AND b.busbw_gbps > 0
+    ORDER BY b.ranks DESC LIMIT 1) base ON true"""
+
+_EFFICIENCY = _RECORDS.replace("@WHERE@", """
+      AND (%(from)s::timestamptz IS NULL OR c.start_ts >= %(from)s)
+      AND (%(to)s::timestamptz IS NULL OR c.start_ts < %(to)s)""") + f""",
+ach AS (
+    SELECT op, bucket, n, count(*) AS collectives, sum(size)::float8 AS bytes,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY busbw) AS median,
+           percentile_cont(0.1) WITHIN GROUP (ORDER BY busbw) AS p10
+    FROM bw GROUP BY op, bucket, n
+)
+SELECT job.fabric, x.* FROM job LEFT JOIN (  -- one row even without collectives: the fabric used
+    SELECT a.op, a.bucket, a.n AS group_size, a.collectives, a.bytes, a.median AS busbw_median_gbps,
+           a.p10 AS busbw_p10_gbps, base.busbw_gbps AS baseline_busbw_gbps, base.ranks AS baseline_ranks,
+           base.runs AS baseline_runs, a.median / base.busbw_gbps AS fraction, a.p10 / base.busbw_gbps AS fraction_p10
+    FROM ach a {_MATCH.format(t="a")}) x ON true
+ORDER BY x.op, x.group_size, x.bucket"""
+
+
+def _params(job: str, fabric: str | None, stat: Stat) -> dict[str, Any]:
+    return {**FACTORS, "job": job, "job_fabric": fabric, "fabric": None, "op": None, "ranks": None, "nodes": None,
+            "stat": stat}
+
+
+def job_efficiency(conn: psycopg.Connection, *, job: str, fabric: str | None, from_ts: datetime | None,
+                   to_ts: datetime | None, stat: Stat = "median") -> dict[str, Any]:
+    """``{"fabric", "rows": [...]}``: achieved vs baseline per (op, bucket, group size)."""
+    params = {**_params(job, fabric, stat), "from": from_ts, "to": to_ts}
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_EFFICIENCY, params).fetchall()
+    out_fabric = rows[0]["fabric"] if rows else None
+    rows = [r for r in rows if r["op"] is not None]
+    for r in rows:
+        del r["fabric"]
+        gs, br = r["group_size"], r["baseline_ranks"]
+        r["scale"] = None if br is None else ("same" if br == gs else "nearest_smaller")
+    return {"fabric": out_fabric, "rows": rows}
+
+
+_STEPS = _RECORDS.replace("@WHERE@", "AND c.step > %(after)s AND c.step <= %(after)s + %(max_steps)s") + f""",
+keys AS (SELECT DISTINCT op, bucket, n FROM bw),
+matched AS (SELECT k.op, k.bucket, k.n, base.busbw_gbps FROM keys k {_MATCH.format(t="k")})
+SELECT bw.step, count(DISTINCT bw.rank) AS ranks, extract(epoch FROM min(bw.start_ts))::float8 AS start,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY bw.busbw / m.busbw_gbps)
+           FILTER (WHERE m.busbw_gbps IS NOT NULL) AS fraction,
+       count(m.busbw_gbps) AS compared
+FROM bw JOIN matched m USING (op, bucket, n)
+GROUP BY bw.step ORDER BY bw.step"""
+
+
+def step_fractions(conn: psycopg.Connection, *, job: str, after: int, max_steps: int,
+                   stat: Stat = "median") -> list[tuple[int, int, float, float | None, int]]:
+    """Per step after ``after`` (at most ``max_steps``): (step, ranks seen, start epoch s, fraction,
+    records compared).
+    The step's fraction is the median over its records with a baseline of achieved/baseline busbw."""
+    params = {**_params(job, None, stat), "after": after, "max_steps": max_steps}
+    rows = conn.execute(_STEPS, params).fetchall()
+    return [(int(s), int(n), float(t), None if f is None else float(f), int(k)) for s, n, t, f, k in rows]
+
+
+def report_section(conn: psycopg.Connection, *, job: str, from_ts: datetime | None, to_ts: datetime | None,
+                   threshold: float) -> dict[str, Any]:
+    """The job report's compact ``efficiency``: fraction per op/bucket/group size, and a warning line
+    per row below ``threshold`` (settings.alert_busbw_fraction). One query."""
+    eff = job_efficiency(conn, job=job, fabric=None, from_ts=from_ts, to_ts=to_ts)
+    rows = [{k: r[k] for k in ("op", "bucket", "group_size", "collectives", "busbw_median_gbps",
+                               "baseline_busbw_gbps", "fraction")} for r in eff["rows"]]
+    warnings = [f"{r['op']} {r['bucket']} B bucket on {r['group_size']} ranks: {r['busbw_median_gbps']:.3g} GB/s "
+                f"is {r['fraction']:.2f} of the acceptance baseline ({r['baseline_busbw_gbps']:.3g} GB/s, "
+                f"fabric {eff['fabric']}), below {threshold:g}"
+                for r in rows if r["fraction"] is not None and r["fraction"] < threshold]
+    return {"fabric": eff["fabric"], "threshold": threshold, "compared": sum(r["fraction"] is not None for r in rows),
+            "rows": rows, "warnings": warnings}
