@@ -200,3 +200,32 @@ def test_labels_the_hook_detects_group_the_trends(api: httpx.Client, trends_db: 
     body = _get(api, metric="comm_fraction", by="tp", **{"label.suite": suite, "label.pp": "4"})
     (s,) = body["series"]
     assert s["group"] == "2" and 0.2 < s["points"][-1]["value"] < 1.0
+
+
+def test_busbw_fraction_against_the_acceptance_baseline(api: httpx.Client, trends_db: str, suite: str) -> None:
+    """A 4-rank acceptance run of the job's fabric at 16 MiB; each hour's busbw median over it."""
+    import numpy as np
+
+    fabric = f"fab-{suite}"
+    base_gbps = 0.02
+    row = {"size_bytes": 1 << 24, "count": 1 << 22, "type": "float", "redop": "sum", "root": -1, "time_us": 1.0,
+           "algbw_gbps": 0.0, "busbw_gbps": base_gbps, "wrong": 0}
+    run = {"fabric": fabric, "op": "all_reduce", "ranks": 4, "nodes": 1, "source": "synthetic",
+           "rows": [{**row, "placement": "out_of_place"}, {**row, "placement": "in_place", "busbw_gbps": 99.0}]}
+    assert api.post("/v1/acceptance/runs", json=run).status_code == 201
+    job = Job(f"{suite}-bw", {"suite": suite, "fabric": fabric}, base_hour(3), 2, NORMAL, seed=5).build()
+    job.post(api)
+    settled(trends_db, job.name)
+    body = _get(api, metric="busbw_fraction", job=job.name, step=3600, **{"from": _iso(job.first_hour)})
+    got = _points(body, op="all_reduce", bucket=1 << 24)
+    for h in (job.first_hour, job.first_hour + HOUR):
+        d = [c["end"] - c["start"] for c in job.colls
+             if c["op"] == "all_reduce" and h <= c["start"] < h + HOUR]
+        busbw = np.median([(1 << 24) / x / 1e9 * 2 * 3 / 4 for x in d])  # nccl-tests: 2(n-1)/n on 4 ranks
+        assert got[h] == pytest.approx(busbw / base_gbps, rel=1e-9)
+    # a job without a fabric label has no baseline: no busbw fraction (not a zero), its other trends stay
+    bare = Job(f"{suite}-nofab", {"suite": suite}, base_hour(3), 1, NORMAL, seed=6).build()
+    bare.post(api)
+    settled(trends_db, bare.name)
+    assert _get(api, metric="busbw_fraction", job=bare.name, **{"from": _iso(bare.first_hour)})["series"] == []
+    assert _get(api, metric="collective_p50_s", job=bare.name, **{"from": _iso(bare.first_hour)})["series"]
