@@ -1,8 +1,8 @@
 """Change detection for the trends: version changes between jobs, jumps in comm fraction.
 
-- ``version_change``: two consecutive jobs (by start) of the same group whose values of a version
-  label (:data:`VERSION_KEYS`, as the hook reports them or the user set them) differ. A job without
-  the label changes nothing: only a stated value differs from another stated value.
+- ``version_change``: a job (in start order within its group) whose value of a version label
+  (:data:`VERSION_KEYS`, as the hook reports them or the user set them) differs from the last value
+  stated by an earlier job of the group. A job without the label changes nothing.
 - ``comm_fraction_jump``: a bucket whose comm fraction is above the median of the group's trailing
   ``window`` buckets (those with data) by more than ``threshold`` relative (0.25: +25 %), with at
   least ``min_points`` trailing buckets; one annotation per excursion, at its first bucket.
@@ -19,20 +19,23 @@ VERSION_KEYS: tuple[str, ...] = ("torch_version", "nccl_version", "cuda_version"
 
 
 def version_changes(jobs: Sequence[Mapping[str, Any]], *, keys: Iterable[str] = VERSION_KEYS) -> list[dict[str, Any]]:
-    """``jobs``: dicts with job, grp, labels, started, in start order."""
+    """``jobs``: dicts with job, grp, labels, started, in start order. Each job's version labels are
+    compared with the last value stated in its group, so a job that does not state one (an import,
+    an older hook) neither hides nor fakes a change."""
     keys = tuple(keys)
-    last: dict[Any, Mapping[str, Any]] = {}
+    stated: dict[Any, dict[str, str]] = {}  # group -> key -> last stated value
+    prev_job: dict[Any, str] = {}
     out: list[dict[str, Any]] = []
     for j in jobs:
-        prev = last.get(j["grp"])
-        if prev is not None:
-            changes = {k: [prev["labels"][k], j["labels"][k]] for k in keys
-                       if k in prev["labels"] and k in j["labels"] and str(prev["labels"][k]) != str(j["labels"][k])}
-            if changes:
-                text = ", ".join(f"{k.removesuffix('_version')} {a} → {b}" for k, (a, b) in changes.items())
-                out.append({"ts": j["started"], "kind": "version_change", "group": j["grp"], "job": j["job"],
-                            "previous_job": prev["job"], "changes": changes, "text": text})
-        last[j["grp"]] = j
+        known = stated.setdefault(j["grp"], {})
+        now = {k: str(j["labels"][k]) for k in keys if k in j["labels"]}
+        changes = {k: [known[k], v] for k, v in now.items() if k in known and known[k] != v}
+        if changes:
+            text = ", ".join(f"{k.removesuffix('_version')} {a} → {b}" for k, (a, b) in changes.items())
+            out.append({"ts": j["started"], "kind": "version_change", "group": j["grp"], "job": j["job"],
+                        "previous_job": prev_job.get(j["grp"]), "changes": changes, "text": text})
+        known.update(now)
+        prev_job[j["grp"]] = j["job"]
     return out
 
 
