@@ -29,6 +29,7 @@ class Job:
     hours: int
     comm: tuple[tuple[float, float], ...]  # (start, end) offsets of each all-reduce within a step
     seed: int = 0
+    nbytes: int = 1 << 24  # each all-reduce's input bytes
     steps: list[dict[str, Any]] = field(default_factory=list)
     colls: list[dict[str, Any]] = field(default_factory=list)
 
@@ -43,7 +44,7 @@ class Job:
                     for i, (a, b) in enumerate(self.comm):
                         jitter = float(rng.uniform(0, 0.05))  # distinct durations: percentiles are not trivial
                         self.colls.append({"rank": r, "step": n, "seq": n * 10 + i, "op": "all_reduce",
-                                           "bytes": 1 << 24, "start": t0 + a, "end": t0 + b + jitter,
+                                           "bytes": self.nbytes, "start": t0 + a, "end": t0 + b + jitter,
                                            "group": "world", "group_size": RANKS})
                     self.colls.append({"rank": r, "step": n, "seq": n * 10 + 9, "op": "barrier", "bytes": 0,
                                        "start": t0 + 8.5, "end": t0 + 9.0, "group": "world", "group_size": RANKS})
