@@ -38,7 +38,7 @@ FACTORS = {"f_op": _HOOK, "f_canon": [HOOK_OPS[o] for o in _HOOK],
            "f_k": [FACTOR_FORM[HOOK_OPS[o]][0] for o in _HOOK], "f_m": [FACTOR_FORM[HOOK_OPS[o]][1] for o in _HOOK],
            "f_out": [HOOK_OPS[o] in OUTPUT_SIZED for o in _HOOK]}
 
-COLLECTIVES_SQL = """
+COLLECTIVES_SELECT = """
 WITH f AS (SELECT * FROM unnest(%(f_op)s::text[], %(f_canon)s::text[], %(f_k)s::int[], %(f_m)s::int[],
                                 %(f_out)s::bool[]) AS f(op, canon, k, m, outn)),
 w AS (SELECT coalesce((SELECT nullif(count(*), 0)::int FROM job_ranks WHERE job = %(job)s),
@@ -62,8 +62,6 @@ b AS (
                 THEN size / duration_s / 1e9 * (k * (n - m))::float8 / n END AS busbw
     FROM sized
 )
-INSERT INTO collective_rollup (job, hour, op, bucket, group_size, count, sum_s, sum_bytes, p50_s, p99_s, p999_s,
-                               busbw_p50_gbps)
 SELECT %(job)s, %(h)s, op, bucket, n, cnt, sum_s, bytes::bigint, q[1], q[2], q[3], bw
 FROM (SELECT op, bucket, n, count(*) AS cnt, sum(duration_s) AS sum_s, sum(bytes) AS bytes,
              percentile_cont(ARRAY[0.5, 0.99, 0.999]) WITHIN GROUP (ORDER BY duration_s) AS q,
@@ -71,7 +69,7 @@ FROM (SELECT op, bucket, n, count(*) AS cnt, sum(duration_s) AS sum_s, sum(bytes
       FROM b GROUP BY op, bucket, n) g
 """
 
-STEPS_SQL = """
+STEPS_SELECT = """
 WITH s AS (
     SELECT rank, step, start_ts, end_ts, duration_s FROM steps
     WHERE job = %(job)s AND start_ts >= %(h)s AND start_ts < %(h)s + INTERVAL '1 hour'
@@ -92,12 +90,18 @@ per AS (
            sum(greatest(extract(epoch FROM b - greatest(a, coalesce(prev, a))), 0)) AS exposed
     FROM o GROUP BY rank, step
 )
-INSERT INTO step_rollup (job, hour, steps, rank_steps, step_s, comm_s, exposed_comm_s)
 SELECT %(job)s, %(h)s, count(DISTINCT s.step), count(*), sum(s.duration_s), coalesce(sum(per.comm), 0),
        coalesce(sum(per.exposed), 0)
 FROM s LEFT JOIN per USING (rank, step)
 HAVING count(*) > 0
 """
+
+
+# INSERT ... WITH ... SELECT: the SELECTs alone are what an answer from the raw rows would cost (bench/trends.py)
+COLLECTIVES_SQL = ("INSERT INTO collective_rollup (job, hour, op, bucket, group_size, count, sum_s, sum_bytes, "
+                   "p50_s, p99_s, p999_s, busbw_p50_gbps)\n" + COLLECTIVES_SELECT)
+STEPS_SQL = ("INSERT INTO step_rollup (job, hour, steps, rank_steps, step_s, comm_s, exposed_comm_s)\n"
+             + STEPS_SELECT)
 
 
 @dataclass
