@@ -73,19 +73,25 @@ GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"""
 def _busbw_sql() -> str:
     from fabricscope.service.acceptance.store import BASELINE_CTES
 
+    # the baseline is looked up once per (fabric, op, bucket, group size), not once per rollup row
     return f"""WITH {BASELINE_CTES}, {_JOBS},
-m AS (
-    SELECT j.grp, r.job, r.op, r.bucket, r.hour, r.count, r.busbw_p50_gbps / base.busbw_gbps AS frac
+r AS MATERIALIZED (
+    SELECT j.grp, j.fabric, r.job, r.op, r.bucket, r.group_size, r.hour, r.count, r.busbw_p50_gbps
     FROM collective_rollup r JOIN j USING (job)
+    WHERE {_RANGE} AND {_COLL_FILTER} AND r.busbw_p50_gbps IS NOT NULL AND j.fabric IS NOT NULL
+),
+k AS (SELECT DISTINCT fabric, op, bucket, group_size FROM r),
+kb AS (
+    SELECT k.*, base.busbw_gbps FROM k
     JOIN LATERAL (SELECT b.busbw_gbps FROM baseline b
-                  WHERE b.fabric = j.fabric AND b.op = r.op AND b.bucket = r.bucket AND b.ranks <= r.group_size
+                  WHERE b.fabric = k.fabric AND b.op = k.op AND b.bucket = k.bucket AND b.ranks <= k.group_size
                     AND b.busbw_gbps > 0
                   ORDER BY b.ranks DESC LIMIT 1) base ON true
-    WHERE {_RANGE} AND {_COLL_FILTER} AND r.busbw_p50_gbps IS NOT NULL
 )
-SELECT r.grp, r.op, r.bucket, {_TIME} AS ts, sum(r.frac * r.count) / nullif(sum(r.count), 0) AS value,
+SELECT r.grp, r.op, r.bucket, {_TIME} AS ts,
+       sum(r.busbw_p50_gbps / kb.busbw_gbps * r.count) / nullif(sum(r.count), 0) AS value,
        sum(r.count)::bigint AS samples, count(DISTINCT r.job) AS jobs
-FROM m r
+FROM r JOIN kb USING (fabric, op, bucket, group_size)
 GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"""
 
 
