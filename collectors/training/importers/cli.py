@@ -1,4 +1,5 @@
-"""``fabricscope import ...``: post NCCL Inspector logs, Kineto traces or a leftover spool.
+"""``fabricscope import ...``: post NCCL Inspector logs, Kineto traces, nccl-tests acceptance runs
+or a leftover spool.
 
 The lead mounts ``import_app`` as the ``import`` sub-command. Each command parses every file first
 (a file that cannot be parsed is reported and skipped; the others still go), then posts through
@@ -16,6 +17,7 @@ import typer
 
 from fabricscope.collectors.sinks.http import HttpSender
 from fabricscope.collectors.training.importers import kineto, nccl_inspector
+from fabricscope.collectors.training.importers.nccl_tests_cli import nccl_tests_cmd
 from fabricscope.core.errors import ParseError
 
 import_app = typer.Typer(help="Import training timings recorded by other tools.", no_args_is_help=True)
@@ -103,6 +105,9 @@ def kineto_cmd(
     ok = _post(url, token, job, {"steps": steps, "collectives": colls})
     if bad or not ok:
         raise typer.Exit(1)
+
+
+import_app.command("nccl-tests")(nccl_tests_cmd)
 
 
 @import_app.command("spool")
