@@ -22,7 +22,7 @@ from fabricscope.service.simulate.faults import Fault
 from fabricscope.service.simulate.generator import Scenario
 from fabricscope.service.simulate.model import JobSpec
 
-RECORDING = Path(__file__).resolve().parent / "data" / "all_reduce_perf-h100-2node-16rank.txt"
+RECORDING = Path(__file__).resolve().parent / "data" / "all_reduce_perf-a100-8gpu-superbench.txt"
 FABRIC = "demo-fabric"
 NETWORK_LAYERS = ("nic", "link", "fabric")
 
@@ -36,7 +36,8 @@ def load_run(path: Path = RECORDING) -> dict[str, Any]:
 def baseline_gbps(run: dict[str, Any], size: int) -> float:
     """The run's out-of-place busbw in the bucket of ``size``."""
     b = size_bucket(size)
-    rows = [r["busbw_gbps"] for r in run["rows"] if r["placement"] == "out_of_place" and size_bucket(r["size_bytes"]) == b]
+    rows = [r["busbw_gbps"] for r in run["rows"]
+            if r["placement"] == "out_of_place" and size_bucket(r["size_bytes"]) == b]
     if not rows:
         raise ValueError(f"the recording has no out-of-place row of {size} bytes")
     return float(max(rows))
@@ -70,21 +71,36 @@ def _fractions(client: httpx.Client, job: str, window: tuple[float, float] | Non
     return {row["bucket"]: row for row in r.json()["rows"] if row["op"] == "all_reduce"}
 
 
+def _longest_healthy(sc: Scenario) -> tuple[int, int] | None:
+    """The longest run of steps without any injected fault (step 0, the warm-up, left out)."""
+    faulty = {s for f in sc.faults for s in range(f.start_step, f.start_step + f.steps)}
+    best: tuple[int, int] | None = None
+    start = None
+    for s in range(1, len(sc.timeline.start) + 1):
+        if s < len(sc.timeline.start) and s not in faulty:
+            start = s if start is None else start
+        elif start is not None:
+            if best is None or s - 1 - start > best[1] - best[0]:
+                best = (start, s - 1)
+            start = None
+    return best
+
+
 def network_fault(sc: Scenario) -> Fault | None:
     return next((f for f in sc.faults if f.layer in NETWORK_LAYERS), None)
 
 
 def efficiency_block(client: httpx.Client, sc: Scenario, run: dict[str, Any]) -> str:
     """A few lines: per bucket the baseline, the fraction on healthy steps and during a network fault."""
-    faulty = {s for f in sc.faults for s in range(f.start_step, f.start_step + f.steps)}
-    healthy = [s for s in range(len(sc.timeline.start)) if s not in faulty and s > 0]
     fault = network_fault(sc)
-    ok = _fractions(client, sc.job, _window(sc, healthy[len(healthy) // 4], healthy[-1]) if healthy else None)
+    run_ok = _longest_healthy(sc)
+    ok = _fractions(client, sc.job, _window(sc, *run_ok) if run_ok else None)
     bad = _fractions(client, sc.job, _window(sc, fault.start_step, fault.start_step + fault.steps - 1)) if fault \
         else {}
     dev = run["devices"][0]["name"] if run.get("devices") else "?"
-    head = (f"bus bandwidth vs acceptance (fabric {FABRIC}: {run['source']}, {run['ranks']} ranks, {dev}, "
-            f"NCCL {run.get('versions', {}).get('nccl', '?')}):")
+    nccl = run.get("versions", {}).get("nccl")
+    head = (f"bus bandwidth vs acceptance (fabric {FABRIC}: {run['source']}, {run['ranks']} ranks, {dev}"
+            f"{f', NCCL {nccl}' if nccl else ''}); each rank's own durations, waiting for the last one included:")
     during = f"{fault.kind} {fault.component} (steps {fault.start_step}-{fault.start_step + fault.steps - 1})" \
         if fault else "no network fault injected"
     lines = [head, f"{'all_reduce':>12} {'baseline':>10} {'healthy':>8}  during {during}"]
