@@ -160,6 +160,8 @@ def test_result_size_is_bounded(api: httpx.Client, fleet: dict[str, Job], suite:
     ({"metric": "comm_fraction", "from": "2024-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z", "step": "3600"},
      "step"),
     ({"metric": "comm_fraction", "from": "2026-01-01T00:00:00"}, "from"),
+    ({"metric": "comm_fraction", "to": "0001-01-01T00:00:12Z"}, "to"),
+    ({"metric": "comm_fraction", "from": "9999-01-01T00:00:00Z", "to": "9999-12-31T00:00:00Z"}, "from"),
     ({"metric": "comm_fraction", "label.1x": "a"}, "label.1x"),
     ({"metric": "comm_fraction", "label.model": ""}, "label.model"),
     ({"metric": "comm_fraction", "by": "model-name"}, "by"),

@@ -19,6 +19,7 @@ router = APIRouter(prefix="/v1/trends", tags=["trends"], dependencies=[ReadAuth]
 DEFAULT_SPAN = timedelta(days=7)
 DEFAULT_BUCKETS = 200  # what a default step aims at
 LABEL_VALUE_MAX = 256
+MAX_TS = 7_258_118_400.0  # 2200-01-01: far enough for a bucket arithmetic that never overflows
 UNITS = {"comm_fraction": "fraction", "exposed_comm_fraction": "fraction", "busbw_fraction": "fraction",
          "collective_p50_s": "s", "collective_p99_s": "s", "collective_p999_s": "s"}
 
@@ -57,6 +58,8 @@ def _window(from_: datetime | None, to: datetime | None, step: int | None,
     for name, v in (("from", from_), ("to", to)):
         if v is not None and v.tzinfo is None:
             raise _bad(name, "timestamp needs a time zone offset")
+        if v is not None and not contract.MIN_TS <= v.timestamp() <= MAX_TS:
+            raise _bad(name, "timestamp out of range (2000 to 2200)")
     to = to or datetime.now(UTC)
     from_ = from_ or to - DEFAULT_SPAN
     if to <= from_:
