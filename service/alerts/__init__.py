@@ -1,2 +1,3 @@
-"""Step-time regression alerts: detection (`detect`), the periodic engine (`engine`), payloads and
-signing (`payloads`), the persistent webhook delivery queue (`delivery`) and storage (`store`)."""
+"""Alerts: step-time regression detection (`detect`) and its periodic engine (`engine`), bus
+bandwidth below the fabric's acceptance baseline (`busbw`), payloads and signing (`payloads`), the
+persistent webhook delivery queue (`delivery`) and storage (`store`)."""

@@ -117,10 +117,12 @@ def _run_job(conn: psycopg.Connection, job: str, settings: Settings) -> tuple[in
         ep = Episode.from_state(state, fraction=settings.alert_busbw_fraction, steps=settings.alert_busbw_steps,
                                 firing=open_ is not None)
         fired = resolved = n = 0
+        window_end, waiting = last + MAX_STEPS_PER_RUN, False
         for step, nranks, ts, value, _compared in step_fractions(conn, job=job, after=last,
                                                                  max_steps=MAX_STEPS_PER_RUN):
             if nranks < expected and step > top - settings.alert_step_lag:
-                break  # not all ranks in yet; later steps wait too (the episode is sequential)
+                waiting = True  # not all ranks in yet; later steps wait too (the episode is sequential)
+                break
             last, n = step, n + 1
             if value is None:
                 continue
@@ -129,7 +131,9 @@ def _run_job(conn: psycopg.Connection, job: str, settings: Settings) -> tuple[in
                 fired += _fire(conn, job, ep, step, settings)
             elif tr == "resolve":
                 resolved += _resolve(conn, job, ep, step, settings)
-        if ep.firing and not fired:
+        if not waiting and window_end < top:
+            last = window_end  # a gap in the step numbers wider than the window: move past it
+        if ep.firing:
             _refresh(conn, job, ep, last, settings)
         conn.execute("UPDATE busbw_alert_state SET last_step = %s, state = %s, updated_at = now() WHERE job = %s",
                      (last, Jsonb(ep.to_state()), job))

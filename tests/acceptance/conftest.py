@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+
+from tests.alerts.conftest import ADMIN, FAST_ENV, client, wait_for
+from tests.support import ServiceProcess, TestDatabase, start_service
+
+__all__ = ["ADMIN", "client", "wait_for"]
 
 # Rows of a recorded all_reduce_perf run on 16 H100 ranks over 2 nodes
 # (lessizzmore/create-a3mega-ztan-fork@02dd8f455c43, file ztan-NCCL-test-result): size, count,
@@ -54,3 +62,27 @@ def post_run(api: httpx.Client, body: dict[str, Any]) -> int:
     r = api.post("/v1/acceptance/runs", json=body)
     assert r.status_code == 201, r.text
     return int(r.json()["id"])
+
+
+# --- a database and service of the test's own, with the alert loops fast (as tests/alerts does)
+
+@pytest.fixture
+def own_service(test_database: TestDatabase, tmp_path: Path) -> Iterator[Callable[..., ServiceProcess]]:
+    db = TestDatabase.create(test_database.admin_url, tmp_path / "pg")
+    started: list[ServiceProcess] = []
+
+    def make(**env: str) -> ServiceProcess:
+        svc = start_service(db.url, tmp_path, env={**FAST_ENV, **env})
+        started.append(svc)
+        return svc
+
+    yield make
+    for svc in started:
+        svc.stop()
+    db.drop()
+
+
+def alerts(api: httpx.Client, job: str) -> list[dict[str, Any]]:
+    r = api.get("/v1/alerts", params={"job": job})
+    assert r.status_code == 200, r.text
+    return list(r.json())

@@ -8,13 +8,15 @@ tests can compare what landed in the database with the truth.
 Modes: ``explicit`` all-reduces gradients itself and every few steps also runs broadcast,
 all_gather, all_gather_into_tensor, all_to_all_single, an async all_reduce, isend/irecv and a
 barrier; ``ddp`` wraps the model in DistributedDataParallel with the hook's comm hook.
-``--no-hook`` runs the identical job without fabricscope (the bench's baseline).
+``--no-hook`` runs the identical job without fabricscope (the bench's baseline). ``--throttle-from K
+--throttle-s S`` makes rank 0 sleep S inside every all-reduce from step K on (a slow fabric).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -49,8 +51,24 @@ def main() -> None:
     ap.add_argument("--checkpoint-dir", default="")
     ap.add_argument("--control-dir", default="", help="rank 0 waits for the test here")
     ap.add_argument("--pause-at", default="")
+    ap.add_argument("--throttle-from", type=int, default=-1, help="from this step rank 0's all-reduces are slow")
+    ap.add_argument("--throttle-s", type=float, default=0.0)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+
+    current = {"step": -1}
+    if a.throttle_from >= 0 and os.environ.get("RANK") == "0":
+        # A sleep inside the collective path: wrapped before the hook installs, so the hook times it as
+        # part of rank 0's all-reduce, and the other ranks wait for it inside theirs: a slow fabric.
+        inner = dist.all_reduce
+
+        @functools.wraps(inner)
+        def throttled(*args: Any, **kwargs: Any) -> Any:
+            if current["step"] >= a.throttle_from:
+                time.sleep(a.throttle_s)
+            return inner(*args, **kwargs)
+
+        dist.all_reduce = throttled  # type: ignore[assignment]
 
     rec: Any = None
     if not a.no_hook:
@@ -139,6 +157,7 @@ def main() -> None:
         if ctl is not None and step in pauses and rank == 0:
             (ctl / f"at-{step}").touch()  # the test changes the world (stops the service) ...
             wait_for(ctl / f"go-{step}")  # ... and lets training go on
+        current["step"] = step
         t0 = time.perf_counter()
         with rec.step(step) if rec is not None else contextlib.nullcontext():
             train_step(step)
