@@ -92,8 +92,10 @@ def demo_command(
 
 def _feed_and_report(dsn: str, base: str, engine: AttributionEngine, *, hosts: int, gpus_per_host: int,
                      steps: int, faults: int, seed: int) -> None:
+    import httpx
     import psycopg
 
+    from fabricscope.service.simulate import baseline
     from fabricscope.service.simulate.generator import generate
     from fabricscope.service.simulate.send import HttpSink, send_scenario
     from fabricscope.service.simulate.topology import ClusterSpec
@@ -103,10 +105,16 @@ def _feed_and_report(dsn: str, base: str, engine: AttributionEngine, *, hosts: i
                        leaves=max(1, min(hosts // 4, 4)), spines=2)
     typer.echo(f"simulating job {job}: {hosts} hosts x {gpus_per_host} GPUs, {steps} steps, "
                f"{faults} injected faults ...", err=True)
-    sc = generate(spec, job=job, steps=steps, faults=faults, seed=seed, t0=time.time() - steps * 1.2 - 60)
+    # the simulated fabric is the one a recorded nccl-tests run accepted: its baseline, its ring speed
+    run = baseline.load_run()
+    sc = generate(spec, job=job, steps=steps, faults=faults, seed=seed, t0=time.time() - steps * 1.2 - 60,
+                  job_spec=baseline.job_spec_for(run))
+    client = httpx.Client(base_url=base, timeout=120)
+    baseline.post_run(client, run)
     sink = HttpSink(base)
     started = time.monotonic()
     counts = send_scenario(sink, sc, progress=lambda m: typer.echo(m, err=True))
+    sink.put_job(job, {"labels": {"fabric": baseline.FABRIC}})
     sink.close()
     typer.echo(f"ingested {sum(counts.values()):,} records in {time.monotonic() - started:.1f}s; attributing ...",
                err=True)
@@ -117,7 +125,11 @@ def _feed_and_report(dsn: str, base: str, engine: AttributionEngine, *, hosts: i
     typer.echo(f"slow steps of {job} ({len(rows)} of {steps}):")
     typer.echo(_table(rows, sc.truth))
     typer.echo("")
+    typer.echo(baseline.efficiency_block(client, sc, run))
+    client.close()
+    typer.echo("")
     typer.echo(f"query them: {base}/v1/jobs/{job}/steps?slow=true")
     if rows:
         typer.echo(f"            {base}/v1/jobs/{job}/steps/{rows[0]['step']}/attribution")
     typer.echo(f"            {base}/v1/jobs/{job}/report        (API docs: {base}/docs)")
+    typer.echo(f"            {base}/v1/jobs/{job}/efficiency")

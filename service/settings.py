@@ -72,6 +72,16 @@ class Settings(BaseSettings):
     alert_interval_s: float = Field(default=10.0, ge=0)
     retention_interval_s: float = Field(default=3600.0, ge=0)
 
+    # --- trends and rollup (#19): docs/configuration.md "Trends"
+    rollup_interval_s: float = Field(default=60.0, ge=0)  # the rollup job (service/trends/rollup.py); 0 disables
+    rollup_batch_hours: int = Field(default=48, ge=1)  # (job, hour) pairs rolled per run at most
+    rollup_budget_s: float = Field(default=30.0, gt=0)  # wall time per run at most; the rest waits for the next
+    trends_max_points: int = Field(default=1000, ge=10)  # time buckets per series: a smaller step is a 422
+    trends_max_series: int = Field(default=100, ge=1)  # series per answer, largest first; the rest is cut
+    trends_jump_threshold: float = Field(default=0.25, gt=0)  # comm fraction over its trailing median by this much
+    trends_jump_window: int = Field(default=24, ge=2)  # trailing buckets the median is taken over
+    trends_jump_min_points: int = Field(default=3, ge=1)  # buckets needed before a jump can be called
+
     # Step-time regression alerts (service/alerts). Detector: CUSUM over the robust baseline.
     alert_min_regression: float = Field(default=0.03, gt=0, lt=10)  # smallest sustained slowdown to alert on
     alert_threshold: float = Field(default=10.0, gt=0)  # CUSUM decision interval, in baseline noise units

@@ -99,6 +99,13 @@ def start_background(pool: ConnectionPool, settings: Settings, *, engine: Attrib
     # once at start: seal rows from before encryption, move rows to the newest key after a rotation
     sched.add_job(_guarded(pool, "secrets", lambda c: reencrypt(c, box_for(settings.secret_keys, settings.data_dir))),
                   id="secrets")
+    if settings.rollup_interval_s > 0:
+        from fabricscope.service.trends.rollup import refresh as rollup_refresh
+
+        # hourly rollups for the trends; its own job, so a long roll never delays alerting
+        sched.add_job(_guarded(pool, "rollup", lambda c: rollup_refresh(
+            c, max_hours=settings.rollup_batch_hours, budget_s=settings.rollup_budget_s)), "interval",
+            seconds=settings.rollup_interval_s, id="rollup", jitter=1)
     if settings.retention_interval_s > 0:
         sched.add_job(_guarded(pool, "retention", lambda c: retention(c, days=settings.retention_days)), "interval",
                       seconds=settings.retention_interval_s, id="retention")

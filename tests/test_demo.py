@@ -34,6 +34,10 @@ def test_demo_finds_the_injected_faults_and_stops_the_database() -> None:
         rows = [line for line in out.stdout.splitlines() if re.match(r"\s+\d+\s+\d", line)]
         assert rows, out.stdout
         assert sum(line.endswith("✓") for line in rows) >= len(rows) * 0.8, out.stdout
+        # #19: the recorded nccl-tests run is the fabric's baseline; the NIC fault of this seed costs bandwidth
+        assert "bus bandwidth vs acceptance (fabric demo-fabric: all_reduce_perf-a100-8gpu-superbench.txt" in out.stdout
+        bw = [line.split() for line in out.stdout.splitlines() if re.match(r"\s+\d+ MiB\s+[\d.]+ GB/s", line)]
+        assert bw and all(0.2 < float(b[4]) <= 1.0 and float(b[5]) < float(b[4]) for b in bw), out.stdout
         assert "embedded PostgreSQL stopped" in out.stderr
         assert not (data_dir / "pg" / "postmaster.pid").exists()
     finally:

@@ -528,8 +528,16 @@ ORDER BY 1 LIMIT 1000""", "blue")]
                      panels, variables, annotations)
 
 
+def capacity() -> dict[str, Any]:
+    """Its panels live in tools/dashboard_capacity.py (imported here, as it imports the constructors above)."""
+    sys.path.insert(0, str(OUT.parent.parent))  # `python tools/build_dashboards.py` has only tools/ on the path
+    from tools.dashboard_capacity import capacity as build
+
+    return build()
+
+
 DASHBOARDS = {"job-overview.json": job_overview, "collectives.json": collectives, "fabric.json": fabric,
-              "storage.json": storage}
+              "storage.json": storage, "capacity.json": capacity}
 
 
 def render_all() -> dict[str, str]:

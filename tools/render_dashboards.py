@@ -93,8 +93,10 @@ def draw_timeseries(ax: Axes, panel: dict[str, Any], data: list[tuple[list[str],
     bars = custom.get("drawStyle") == "bars"
     stack = custom.get("stacking", {}).get("mode") == "normal"
     for t0, t1, col in spans:
-        ax.axvspan(float(mdates.date2num(t0)), float(mdates.date2num(t1 or t0 + timedelta(seconds=1))), color=col,
-                   alpha=0.12, lw=0)
+        if t1 is None:  # a point event (a version change): Grafana draws a line, a 1 s span would not show
+            ax.axvline(float(mdates.date2num(t0)), color=col, alpha=0.8, lw=1.2, ls="--")
+            continue
+        ax.axvspan(float(mdates.date2num(t0)), float(mdates.date2num(t1)), color=col, alpha=0.12, lw=0)
     lines: dict[str, tuple[list[datetime], list[float]]] = {}
     for cols, rows in data:
         lines.update(_series(cols, rows))

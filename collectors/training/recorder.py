@@ -28,7 +28,7 @@ from typing import Any
 
 from fabricscope.collectors.sinks.http import HttpSender
 from fabricscope.collectors.sinks.sender import Sender
-from fabricscope.collectors.training import placement
+from fabricscope.collectors.training import joblabels, placement
 from fabricscope.collectors.training.collectives import CollectiveTimer, ddp_comm_hook
 from fabricscope.core.redact import redact_url
 
@@ -120,6 +120,7 @@ class Recorder:
         spool: str | Path | None = None,
         labels: dict[str, str] | None = None,
         collectives: bool | None = None,
+        job_labels: bool | None = None,
         sysfs_root: str | Path = "/sys",
         env: Any = None,
         sender: Sender | None = None,
@@ -147,6 +148,8 @@ class Recorder:
         self._local_rank = local_rank if local_rank is not None else _env_int(env, "LOCAL_RANK")
         self._host, self._gpu, self._nic = host, gpu, nic
         self._labels = labels
+        # versions, world size and parallelism sizes as job labels (collectors/training/joblabels.py)
+        self._job_labels = job_labels if job_labels is not None else env.get("FABRICSCOPE_JOB_LABELS", "1") != "0"
         self._sysfs_root = sysfs_root
         self._env = env
         self._sender = sender
@@ -429,8 +432,9 @@ class Recorder:
                                      gpu=self._gpu or gpu_name, gpu_pci=gpu_pci, nic=self._nic,
                                      env=self._env, sysfs_root=self._sysfs_root)
             body: dict[str, Any] = {"ranks": [entry]}
-            if self._labels:
-                body["labels"] = dict(self._labels)
+            labels = joblabels.merged(joblabels.detect(self._env) if self._job_labels else {}, self._labels)
+            if labels:
+                body["labels"] = labels
             s = self._get_sender()
             if s is not None:
                 s.put_job(self.job or "", body)

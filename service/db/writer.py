@@ -199,6 +199,14 @@ def claim_batch(conn: psycopg.Connection, *, batch_id: str | None, kind: str, ac
     return int(prev[0]) if prev else 0
 
 
+def mark_rollup(conn: psycopg.Connection, *, job: str, starts: np.ndarray) -> None:
+    """Queue the hours these rows fall in for the trends rollup (service/trends/rollup.py), in the
+    batch's transaction: a batch that commits is rolled, late ones (spool replays, imports) too."""
+    hours = np.unique(np.floor(starts / 3600.0)).astype(np.int64) * 3600
+    conn.execute("INSERT INTO rollup_pending (job, hour) SELECT %s, to_timestamp(h) FROM unnest(%s::bigint[]) h",
+                 (job, hours.tolist()))
+
+
 def write_steps(conn: psycopg.Connection, *, job: str, rows: Sequence[tuple[Any, ...]]) -> int:
     if not rows:
         return 0
@@ -209,6 +217,7 @@ def write_steps(conn: psycopg.Connection, *, job: str, rows: Sequence[tuple[Any,
     ) as cp:
         for (rank, step, start, end, phases), s, e in zip(rows, starts, ends, strict=True):
             cp.write_row((job, rank, step, s, e, end - start, Jsonb(phases) if phases is not None else None))
+    mark_rollup(conn, job=job, starts=np.array([r[2] for r in rows], dtype=float))
     return len(rows)
 
 
@@ -223,6 +232,7 @@ def write_collectives(conn: psycopg.Connection, *, job: str, rows: Sequence[tupl
     ) as cp:
         for (rank, step, seq, op, nbytes, start, end, group, gsize), s, e in zip(rows, starts, ends, strict=True):
             cp.write_row((job, rank, step, seq, op, nbytes, s, e, end - start, group, gsize))
+    mark_rollup(conn, job=job, starts=np.array([r[5] for r in rows], dtype=float))
     return len(rows)
 
 

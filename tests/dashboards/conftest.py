@@ -22,6 +22,7 @@ from fabricscope.service.simulate.faults import FAULT_KINDS, Fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.send import HttpSink, send_scenario
 from fabricscope.service.simulate.topology import ClusterSpec
+from tests.dashboards import capacity_data
 from tests.support import ServiceProcess, TestDatabase, start_service
 from tools.grafana_sql import Context, load_dashboards, resolve_variables
 
@@ -110,6 +111,7 @@ def dash_env(tmp_path_factory: pytest.TempPathFactory, test_server_url: str | No
         # The report attributes every step (and stores the attributions the panels read).
         r = httpx.get(f"{svc.url}/v1/jobs/{JOB}/report", timeout=300)
         r.raise_for_status()
+        capacity_data.fill(svc.url, db.url, sc, JOB)  # the Capacity dashboard's jobs, baseline, rollup
         with psycopg.connect(db.url, autocommit=True) as conn:
             from_engine = _alerts(conn, db.url)
             ts = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'timescaledb'").fetchone() is not None

@@ -50,7 +50,7 @@ def test_committed_json_is_what_the_builder_writes() -> None:
 
 def test_every_dashboard_required_is_there() -> None:
     titles = {d["title"] for d in DASHBOARDS.values()}
-    for want in ("Job overview", "Collectives", "Fabric", "Storage"):
+    for want in ("Job overview", "Collectives", "Fabric", "Storage", "Capacity"):
         assert any(want in t for t in titles), f"no {want} dashboard"
     uids = [d["uid"] for d in DASHBOARDS.values()]
     assert len(set(uids)) == len(uids)

@@ -120,7 +120,8 @@ def test_checkpoint_event_with_bytes_of_a_sharded_directory(recv: Receiver, tmp_
 
 def test_rank_placement_is_registered_once(recv: Receiver, tmp_path: Path) -> None:
     rec = Recorder(recv.url, "place", rank=3, local_rank=1, host="node07", gpu="gpu1", spool=tmp_path,
-                   env={"NCCL_IB_HCA": "=mlx5_2:1"}, collectives=False, flush_interval_s=0.05).start()
+                   env={"NCCL_IB_HCA": "=mlx5_2:1"}, collectives=False, job_labels=False,
+                   flush_interval_s=0.05).start()
     with rec.step(0):
         pass
     with rec.step(1):

@@ -1,0 +1,1 @@
+"""Trends across jobs: hourly rollups of collectives and steps, trend series and annotations (#19)."""

@@ -1,0 +1,157 @@
+"""The hourly rollups behind the trends: collective_rollup and step_rollup (migration 0005).
+
+The ingest writer appends ``(job, hour)`` to ``rollup_pending`` for every batch of steps or
+collectives; :func:`refresh` (the ``rollup`` job of ``fabricscope serve``) rolls each such hour again
+from the raw rows, oldest mark first, and records the watermark in ``rollup_hours``. The hour still
+being written is re-rolled at every run that finds new marks for it; late rows (spool replays,
+imports) mark their own, older hour.
+
+Per (job, hour, op, size bucket, group size), from the collectives that started in the hour:
+count, seconds, bytes, exact p50/p99/p99.9 duration, and the median nccl-tests busbw
+(:mod:`fabricscope.core.busbw`: size = the hook's input bytes, times n for all-gather;
+busbw = size / t / 1e9 * k(n-m)/n; n = the group size, else the job's world size).
+
+Per (job, hour), from the step records that started in it (one per rank and step):
+
+- ``step_s``: the sum of their durations;
+- ``comm_s``: the sum of the durations of their collectives (same rank and step; barrier left out:
+  it carries no payload and measures skew, which the step time already holds);
+- ``exposed_comm_s``: per rank and step, the length of the union of those collectives' intervals
+  clipped to the step, summed. Collectives in flight at the same time (DDP buckets, TP next to DP)
+  count once. The hook times collectives, not compute, so overlap with compute is seen only where
+  a collective is asynchronous and another one covers it; for synchronous collectives (gloo, and
+  what the simulator models) this is the time the rank was blocked in communication, exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from fabricscope.core.busbw import FACTOR_FORM, HOOK_OPS, OUTPUT_SIZED
+
+_HOOK = sorted(HOOK_OPS)
+FACTORS = {"f_op": _HOOK, "f_canon": [HOOK_OPS[o] for o in _HOOK],
+           "f_k": [FACTOR_FORM[HOOK_OPS[o]][0] for o in _HOOK], "f_m": [FACTOR_FORM[HOOK_OPS[o]][1] for o in _HOOK],
+           "f_out": [HOOK_OPS[o] in OUTPUT_SIZED for o in _HOOK]}
+
+COLLECTIVES_SELECT = """
+WITH f AS (SELECT * FROM unnest(%(f_op)s::text[], %(f_canon)s::text[], %(f_k)s::int[], %(f_m)s::int[],
+                                %(f_out)s::bool[]) AS f(op, canon, k, m, outn)),
+w AS (SELECT coalesce((SELECT nullif(count(*), 0)::int FROM job_ranks WHERE job = %(job)s),
+                      (SELECT CASE WHEN labels ->> 'world_size' ~ '^[0-9]{1,7}$' THEN (labels ->> 'world_size')::int
+                              END FROM jobs WHERE name = %(job)s)) AS world),
+rec AS (
+    SELECT coalesce(f.canon, c.op) AS op, coalesce(c.group_size, w.world, 0) AS n, c.duration_s,
+           greatest(coalesce(c.bytes, 0), 0) AS bytes, f.k, f.m, coalesce(f.outn, false) AS outn
+    FROM collectives c LEFT JOIN f ON f.op = c.op CROSS JOIN w
+    WHERE c.job = %(job)s AND c.start_ts >= %(h)s AND c.start_ts < %(h)s + INTERVAL '1 hour'
+),
+sized AS (
+    SELECT op, n, duration_s, bytes, k, m,
+           CASE WHEN outn AND n BETWEEN 1 AND 4194304 AND bytes < 1099511627776 THEN bytes * n ELSE bytes END AS size
+    FROM rec
+),
+b AS (
+    SELECT op, n, duration_s, bytes,
+           CASE WHEN size <= 1 THEN 1 ELSE 1::bigint << (length(ltrim(size::bit(64)::text, '0')) - 1) END AS bucket,
+           CASE WHEN k IS NOT NULL AND n >= 2 AND size > 0 AND duration_s > 0
+                THEN size / duration_s / 1e9 * (k * (n - m))::float8 / n END AS busbw
+    FROM sized
+)
+SELECT %(job)s, %(h)s, op, bucket, n, cnt, sum_s, bytes::bigint, q[1], q[2], q[3], bw
+FROM (SELECT op, bucket, n, count(*) AS cnt, sum(duration_s) AS sum_s, sum(bytes) AS bytes,
+             percentile_cont(ARRAY[0.5, 0.99, 0.999]) WITHIN GROUP (ORDER BY duration_s) AS q,
+             percentile_cont(0.5) WITHIN GROUP (ORDER BY busbw) AS bw
+      FROM b GROUP BY op, bucket, n) g
+"""
+
+STEPS_SELECT = """
+WITH s AS (
+    SELECT rank, step, start_ts, end_ts, duration_s FROM steps
+    WHERE job = %(job)s AND start_ts >= %(h)s AND start_ts < %(h)s + INTERVAL '1 hour'
+),
+c AS (
+    SELECT c.rank, c.step, c.duration_s, greatest(c.start_ts, s.start_ts) AS a, least(c.end_ts, s.end_ts) AS b
+    FROM collectives c JOIN s ON s.rank = c.rank AND s.step = c.step
+    WHERE c.job = %(job)s AND c.op <> 'barrier'
+      AND c.start_ts >= %(h)s - INTERVAL '1 minute' AND c.start_ts <= (SELECT max(end_ts) FROM s)
+),
+o AS (
+    SELECT rank, step, duration_s, a, b,
+           max(b) OVER (PARTITION BY rank, step ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev
+    FROM c
+),
+per AS (
+    SELECT rank, step, sum(duration_s) AS comm,
+           sum(greatest(extract(epoch FROM b - greatest(a, coalesce(prev, a))), 0)) AS exposed
+    FROM o GROUP BY rank, step
+)
+SELECT %(job)s, %(h)s, count(DISTINCT s.step), count(*), sum(s.duration_s), coalesce(sum(per.comm), 0),
+       coalesce(sum(per.exposed), 0)
+FROM s LEFT JOIN per USING (rank, step)
+HAVING count(*) > 0
+"""
+
+
+# INSERT ... WITH ... SELECT: the SELECTs alone are what an answer from the raw rows would cost (bench/trends.py)
+COLLECTIVES_SQL = ("INSERT INTO collective_rollup (job, hour, op, bucket, group_size, count, sum_s, sum_bytes, "
+                   "p50_s, p99_s, p999_s, busbw_p50_gbps)\n" + COLLECTIVES_SELECT)
+STEPS_SQL = ("INSERT INTO step_rollup (job, hour, steps, rank_steps, step_s, comm_s, exposed_comm_s)\n"
+             + STEPS_SELECT)
+
+
+@dataclass
+class Refreshed:
+    hours: int = 0  # (job, hour) pairs rolled
+    left: int = 0  # pairs still marked when the run stopped (batch or time budget)
+
+
+def roll_hour(conn: psycopg.Connection, *, job: str, hour: datetime) -> tuple[int, int]:
+    """Replace the rollup rows of one (job, hour) from the raw rows, in the caller's transaction;
+    returns the (collective, step) rollup rows written."""
+    p = {"job": job, "h": hour}
+    conn.execute("DELETE FROM collective_rollup WHERE job = %(job)s AND hour = %(h)s", p)
+    conn.execute("DELETE FROM step_rollup WHERE job = %(job)s AND hour = %(h)s", p)
+    nc = conn.execute(COLLECTIVES_SQL, {**FACTORS, **p}).rowcount
+    ns = conn.execute(STEPS_SQL, p).rowcount
+    conn.execute("""
+        INSERT INTO rollup_hours (job, hour, rolled_at, collectives, steps)
+        SELECT %(job)s, %(h)s, now(), (SELECT coalesce(sum(count), 0) FROM collective_rollup
+                                        WHERE job = %(job)s AND hour = %(h)s),
+               (SELECT coalesce(sum(rank_steps), 0) FROM step_rollup WHERE job = %(job)s AND hour = %(h)s)
+        ON CONFLICT (job, hour) DO UPDATE SET rolled_at = EXCLUDED.rolled_at, collectives = EXCLUDED.collectives,
+                                              steps = EXCLUDED.steps""", p)
+    return nc, ns
+
+
+def refresh(conn: psycopg.Connection, *, max_hours: int = 48, budget_s: float = 30.0) -> Refreshed:
+    """Roll the marked hours, oldest mark first, each in its own transaction, until none is left,
+    ``max_hours`` were rolled or ``budget_s`` has passed. Safe with several workers: an hour being
+    rolled elsewhere (advisory lock) is left to that worker."""
+    out = Refreshed()
+    deadline = time.monotonic() + budget_s
+    with conn.transaction():
+        todo = conn.execute("""SELECT job, hour FROM rollup_pending GROUP BY job, hour
+                               ORDER BY min(marked_at), hour LIMIT %s""", (max_hours,)).fetchall()
+    for job, hour in todo:
+        if time.monotonic() >= deadline:
+            break
+        with conn.transaction():
+            got = conn.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s), %s::int)",
+                               (job, int(hour.timestamp() // 3600) % 2**31)).fetchone()
+            if not (got and got[0]):
+                continue
+            # Marks committed after this DELETE survive it and bring the hour back in a later run; the
+            # rows of those committed before are visible to the statements that follow (read committed).
+            gone = conn.execute("DELETE FROM rollup_pending WHERE job = %s AND hour = %s", (job, hour)).rowcount
+            if gone:  # else another worker rolled it since the list was read
+                roll_hour(conn, job=job, hour=hour)
+                out.hours += 1
+    with conn.transaction():
+        left = conn.execute("SELECT count(*) FROM (SELECT DISTINCT job, hour FROM rollup_pending) x").fetchone()
+    out.left = int(left[0]) if left else 0
+    return out
