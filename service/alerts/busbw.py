@@ -26,6 +26,7 @@ from psycopg.types.json import Jsonb
 
 from fabricscope.service.acceptance.efficiency import step_fractions
 from fabricscope.service.alerts import payloads, store
+from fabricscope.service.alerts.perjob import run_jobs
 from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.alerts")
@@ -78,22 +79,8 @@ class Episode:
 
 
 def run_once(conn: psycopg.Connection, *, settings: Settings) -> dict[str, int]:
-    out = {"jobs": 0, "steps": 0, "fired": 0, "resolved": 0}
-    with conn.transaction():
-        jobs = [r[0] for r in conn.execute("SELECT name FROM jobs WHERE labels ? 'fabric' ORDER BY name")]
-    for job in jobs:
-        try:
-            n, fired, resolved = _run_job(conn, job, settings)
-        except psycopg.OperationalError:
-            raise  # the database is gone: the worker logs it and retries next run
-        except psycopg.Error as exc:  # one bad job must not stop alerting for the others
-            log.warning("busbw alerts: job %s skipped: %s", job, type(exc).__name__)
-            continue
-        out["jobs"] += n > 0
-        out["steps"] += n
-        out["fired"] += fired
-        out["resolved"] += resolved
-    return out
+    return run_jobs(conn, jobs_sql="SELECT name FROM jobs WHERE labels ? 'fabric' ORDER BY name",
+                    what="busbw alerts", run_job=lambda job: _run_job(conn, job, settings))
 
 
 def _run_job(conn: psycopg.Connection, job: str, settings: Settings) -> tuple[int, int, int]:

@@ -23,6 +23,7 @@ from psycopg.types.json import Jsonb
 
 from fabricscope.service.alerts import store
 from fabricscope.service.alerts.detect import Detector, DetectorConfig, Transition
+from fabricscope.service.alerts.perjob import run_jobs
 from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.alerts")
@@ -39,22 +40,8 @@ def detector_config(settings: Settings) -> DetectorConfig:
 
 def run_once(conn: psycopg.Connection, *, settings: Settings) -> dict[str, int]:
     cfg = detector_config(settings)
-    out = {"jobs": 0, "steps": 0, "fired": 0, "resolved": 0}
-    with conn.transaction():
-        jobs = [r[0] for r in conn.execute("SELECT name FROM jobs ORDER BY name").fetchall()]
-    for job in jobs:
-        try:
-            n, fired, resolved = _run_job(conn, job, cfg, settings)
-        except psycopg.OperationalError:
-            raise  # the database is gone: the worker logs it and retries next run
-        except psycopg.Error as exc:  # one bad job must not stop alerting for the others
-            log.warning("alerts: job %s skipped: %s", job, type(exc).__name__)
-            continue
-        out["jobs"] += n > 0
-        out["steps"] += n
-        out["fired"] += fired
-        out["resolved"] += resolved
-    return out
+    return run_jobs(conn, jobs_sql="SELECT name FROM jobs ORDER BY name", what="alerts",
+                    run_job=lambda job: _run_job(conn, job, cfg, settings))
 
 
 _STEPS_SQL = """
