@@ -77,6 +77,33 @@ FROM v WHERE started BETWEEN $__timeFrom() AND $__timeTo()
   AND ({" OR ".join(f"prev_{k} <> labels->>'{k}'" for k in VERSION_KEYS)})
 ORDER BY 1"""
 
+# The API's defaults (service/settings.py trends_jump_*; the test checks they still agree).
+JUMP_THRESHOLD, JUMP_WINDOW, JUMP_MIN_POINTS = 0.25, 24, 3
+# service/trends/annotations.comm_jumps on hourly buckets: the trailing window counts buckets with
+# data and, as the API, looks back no further than `window` hours before the range; PostgreSQL has
+# no windowed percentile, hence the LATERAL median.
+JUMPS_SQL = f"""
+WITH b AS (
+  SELECT {GROUP} AS grp, r.hour, sum(r.comm_s) / sum(r.step_s) AS v
+  FROM step_rollup r JOIN jobs j ON j.name = r.job
+  WHERE r.hour > $__timeFrom()::timestamptz - INTERVAL '{JUMP_WINDOW + 1} hours' AND r.hour < $__timeTo()
+    AND {GROUP} IN ({MODELS})
+  GROUP BY 1, 2 HAVING sum(r.step_s) > 0),
+m AS (
+  SELECT b.*, t.med, t.n,
+         (t.n >= {JUMP_MIN_POINTS} AND t.med > 0 AND b.v > t.med * {1 + JUMP_THRESHOLD}) AS jump
+  FROM b CROSS JOIN LATERAL (
+    SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY p.v) AS med, count(*) AS n
+    FROM (SELECT p.v FROM b p WHERE p.grp = b.grp AND p.hour < b.hour ORDER BY p.hour DESC LIMIT {JUMP_WINDOW}) p
+  ) t),
+e AS (SELECT m.*, lag(m.jump) OVER (PARTITION BY m.grp ORDER BY m.hour) AS prev FROM m)
+SELECT hour AS "time",
+       grp || ': comm fraction ' || round(v::numeric, 3) || ' vs trailing median ' || round(med::numeric, 3)
+         || ' (+' || round(((v / med - 1) * 100)::numeric) || ' %)' AS text,
+       'comm_fraction_jump' AS tags
+FROM e WHERE jump AND NOT coalesce(prev, false) AND hour > $__timeFrom()::timestamptz - INTERVAL '1 hour'
+ORDER BY 1"""
+
 
 def capacity() -> dict[str, Any]:
     lay = Layout()
@@ -99,7 +126,8 @@ FROM collective_rollup r JOIN jobs j ON j.name = r.job
 WHERE {HOURS} AND {GROUP} IN ({MODELS}) AND r.op IN ({OPS})""", unit="none"),
         timeseries(lay, "Comm fraction of step time by model", [target(_step_ts("comm_s"))], unit="percentunit",
                    description="Per hour: collective seconds over step seconds of the model's jobs. Version "
-                               "changes between a model's jobs are annotated."),
+                               "changes between a model's jobs, and jumps of a model's comm fraction over "
+                               "its trailing 24-hour median, are annotated."),
         timeseries(lay, "Exposed (non-overlapped) comm fraction by model", [target(_step_ts("exposed_comm_s"))],
                    unit="percentunit",
                    description="Per hour: the time each step had a collective in flight, over step time."),
@@ -142,7 +170,8 @@ GROUP BY r.op, r.bucket, r.group_size ORDER BY r.op, r.bucket, r.group_size LIMI
                   multi=True),
         query_var("op", "Op", "SELECT DISTINCT op FROM collective_rollup ORDER BY 1", multi=True),
     ]
-    annotations = [annotation("Version changes", VERSIONS_SQL, "purple")]
+    annotations = [annotation("Version changes", VERSIONS_SQL, "purple"),
+                   annotation("Comm fraction jumps", JUMPS_SQL, "orange")]
     return dashboard("fabricscope-capacity", "fabricscope / Capacity",
                      "Communication overhead, collective tails and bus bandwidth against acceptance, across jobs "
                      "and versions (hourly rollups).", panels, variables, annotations, time_from="now-7d")

@@ -1,7 +1,7 @@
 """What the Capacity dashboard needs beyond the simulated job, posted through the API as a cluster
 would: job labels the hook adds, earlier jobs of the same and of another model over the last two
-days (an NCCL and a torch upgrade between them), an acceptance baseline of the simulated fabric,
-then the hourly rollup brought up to date."""
+days (an NCCL and a torch upgrade between them, two jumps in comm fraction), an acceptance
+baseline of the simulated fabric, then the hourly rollup brought up to date."""
 
 from __future__ import annotations
 
@@ -22,15 +22,33 @@ GiB = 1 << 30
 
 
 def earlier_jobs() -> list[Job]:
-    """Four 4-rank jobs in the 40 hours before the simulated one; 1 GiB all-reduces, 10 s steps."""
+    """Five 4-rank jobs in the 40 hours before the simulated one; 1 GiB all-reduces, 10 s steps. The
+    last one's first all-reduce is twice as long: its comm fraction (~0.25) is a jump over the
+    model's trailing median (~0.17), for two hours, one excursion."""
     t = base_hour(40)
     v1 = {"fabric": FABRIC, "torch_version": "2.4.0", "nccl_version": "2.20.5", "cuda_version": "12.4"}
     v2 = {**v1, "nccl_version": "2.21.5"}
     light, heavy = ((6.0, 6.8), (6.4, 7.3)), ((5.0, 6.9), (5.8, 7.6))
+    slow = ((5.2, 6.8), (6.4, 7.3))
     return [Job("cap-llama-1", {"model": MODEL, **v1}, t, 8, light, seed=11, nbytes=GiB),
             Job("cap-mixtral-1", {"model": "mixtral-sim", **v1}, t + 4 * HOUR, 10, heavy, seed=12, nbytes=GiB),
             Job("cap-llama-2", {"model": MODEL, **v2}, t + 16 * HOUR, 10, light, seed=13, nbytes=GiB),
-            Job("cap-mixtral-2", {"model": "mixtral-sim", **v2}, t + 28 * HOUR, 10, heavy, seed=14, nbytes=GiB)]
+            Job("cap-mixtral-2", {"model": "mixtral-sim", **v2}, t + 28 * HOUR, 10, heavy, seed=14, nbytes=GiB),
+            Job("cap-llama-3", {"model": MODEL, **v2}, t + 30 * HOUR, 2, slow, seed=15, nbytes=GiB)]
+
+
+def current_job(t0: float) -> Job:
+    """A mixtral job in the simulated job's first hour, three all-reduces a step instead of two: a
+    jump in its model's comm fraction (~0.54 over ~0.37) inside the range the dashboards are
+    checked on. Its steps end before now (the API rejects the future)."""
+    three = ((3.0, 4.8), (5.0, 6.8), (7.0, 8.8))
+    j = Job("cap-mixtral-3", {"model": "mixtral-sim", "fabric": FABRIC, "torch_version": "2.4.0",
+                              "nccl_version": "2.21.5", "cuda_version": "12.4"},
+            t0 - t0 % HOUR, 1, three, seed=16, nbytes=GiB).build()
+    now = time.time()
+    j.steps = [s for s in j.steps if s["end"] < now]
+    j.colls = [c for c in j.colls if c["end"] < now]
+    return j
 
 
 def _run(ranks: int, sizes_gbps: dict[int, float]) -> dict[str, object]:
@@ -48,7 +66,7 @@ def _run(ranks: int, sizes_gbps: dict[int, float]) -> dict[str, object]:
 def fill(api_url: str, db_url: str, sc: Scenario, job: str) -> list[Job]:
     with httpx.Client(base_url=api_url, timeout=60) as api:
         api.put(f"/v1/jobs/{job}", json={"ranks": [], "labels": MAIN_LABELS}).raise_for_status()
-        jobs = [j.build() for j in earlier_jobs()]
+        jobs = [*(j.build() for j in earlier_jobs()), current_job(sc.t0)]
         for j in jobs:
             j.post(api)
         # what a healthy ring of the simulated spec reaches, and the 4-rank jobs' 1 GiB all-reduces at ~90 %

@@ -12,8 +12,10 @@ import httpx
 import psycopg
 import pytest
 
+from fabricscope.service.settings import Settings
 from tests.dashboards.capacity_data import MODEL
 from tests.dashboards.conftest import JOB, DashEnv
+from tools.dashboard_capacity import JUMP_MIN_POINTS, JUMP_THRESHOLD, JUMP_WINDOW
 from tools.grafana_sql import Context, expand, load_dashboards, queries, resolve_variables
 
 CAPACITY = load_dashboards()["capacity.json"]
@@ -71,6 +73,31 @@ def test_version_changes_are_annotated_where_the_api_finds_them(dash_env: DashEn
     texts = " | ".join(r["text"] for r in rows)
     assert "nccl 2.20.5 → 2.21.5 (cap-llama-2)" in texts and f"torch 2.4.0 → 2.5.1 ({JOB})" in texts
     assert "mixtral-sim: nccl 2.20.5 → 2.21.5 (cap-mixtral-2)" in texts
+
+
+@pytest.mark.slow
+def test_comm_fraction_jumps_are_annotated_where_the_api_finds_them(dash_env: DashEnv) -> None:
+    fields = Settings.model_fields
+    defaults = tuple(fields[f"trends_jump_{k}"].default for k in ("threshold", "window", "min_points"))
+    assert defaults == (JUMP_THRESHOLD, JUMP_WINDOW, JUMP_MIN_POINTS)
+    ctx = _days(dash_env)
+    rows = _rows(dash_env, ctx, "annotation 'Comm fraction jumps'")
+    api = httpx.get(f"{dash_env.api}/v1/trends/annotations", params={
+        "by": "model", "step": 3600, "from": ctx.time_from.isoformat(), "to": ctx.time_to.isoformat()},
+        timeout=60).json()
+    jumps = [a for a in api["annotations"] if a["kind"] == "comm_fraction_jump"]
+    assert sorted(_epoch(r["time"]) for r in rows) == sorted(datetime.fromisoformat(a["ts"]).timestamp()
+                                                             for a in jumps)
+    # cap-llama-3's two slow hours are one excursion: annotated once, at its first hour;
+    # cap-mixtral-3 jumps in the simulated job's hour
+    with psycopg.connect(dash_env.url, autocommit=True) as conn:
+        first = dict(conn.execute("SELECT job, min(hour) FROM step_rollup "
+                                  "WHERE job IN ('cap-llama-3', 'cap-mixtral-3') GROUP BY job").fetchall())
+    by_time = {_epoch(r["time"]): r["text"] for r in rows}
+    assert len(rows) == 2 and by_time.keys() == {t.timestamp() for t in first.values()}
+    llama, mixtral = by_time[first["cap-llama-3"].timestamp()], by_time[first["cap-mixtral-3"].timestamp()]
+    assert llama.startswith(f"{MODEL}: comm fraction 0.2") and "vs trailing median 0.1" in llama
+    assert mixtral.startswith("mixtral-sim: comm fraction 0.5") and "vs trailing median 0.3" in mixtral
 
 
 @pytest.mark.slow
