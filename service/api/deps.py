@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, cast
 
@@ -13,6 +14,7 @@ from psycopg_pool import ConnectionPool
 from fabricscope.core.errors import FabricscopeError
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.db.writer import SampleWriter
+from fabricscope.service.observability import metrics as m
 from fabricscope.service.settings import Settings
 
 
@@ -77,6 +79,22 @@ def require(scope: str) -> Callable[..., None]:
     return check
 
 
+def heavy_read(request: Request, settings: SettingsDep) -> Iterator[None]:
+    """Admission for the expensive reads: taken before their database connection (a route's
+    `dependencies` resolve before its parameters), released when the request ends."""
+    gate: threading.BoundedSemaphore = request.app.state.heavy_reads
+    if not gate.acquire(timeout=settings.db_timeout_s):
+        m.BUSY_REJECTED.labels("heavy").inc()
+        raise HTTPException(429, detail=f"server busy: {settings.max_heavy_reads} expensive reads (reports, steps, "
+                            "efficiency, trends) already run, retry later",
+                            headers={"Retry-After": str(settings.busy_retry_after_s)})
+    try:
+        yield
+    finally:
+        gate.release()
+
+
 IngestAuth = Depends(require("ingest"))
+HeavyRead = Depends(heavy_read)
 ReadAuth = Depends(require("read"))
 AdminAuth = Depends(require("admin"))

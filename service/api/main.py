@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
     app.state.sample_writer = SampleWriter()
     app.state.engine = engine
     app.state.token_scopes = settings.token_scopes()
+    app.state.heavy_reads = threading.BoundedSemaphore(settings.max_heavy_reads)
     for r in (health.router, ingest.router, topology.router, jobs.router, steps.router, sources.router,
               alerts.router):
         app.include_router(r)

@@ -118,6 +118,41 @@ def test_busy_pool_is_429_with_retry_after_not_503(guarded: ServiceProcess, data
     assert busy and float(busy[0].split()[-1]) == codes.count(429)
 
 
+def test_expensive_reads_cannot_starve_ingest(guarded: ServiceProcess, database_url: str) -> None:
+    # 30 job reports blocked on their table (as a slow report of a long job would be) while the
+    # feeds keep posting: the reports take at most FABRICSCOPE_MAX_HEAVY_READS (4) connections, the
+    # rest of them wait FABRICSCOPE_DB_TIMEOUT_S and get 429; every ingest batch is stored at once.
+    admin, ingest = ({"Authorization": f"Bearer {t}"} for t in (ADMIN, INGEST))
+    job = f"heavy-{uuid.uuid4().hex[:6]}"
+    assert httpx.put(f"{guarded.url}/v1/jobs/{job}", json={"ranks": [{"rank": 0, "host": "h"}]},
+                     headers=ingest).status_code == 200
+
+    def post(i: int) -> tuple[int, float]:
+        t0 = time.monotonic()
+        r = httpx.post(f"{guarded.url}/v1/ingest/samples", headers=ingest, timeout=30, json={"samples": [
+            {"ts": time.time() - 1, "source": f"{job}:e{i}", "metric": "m", "value": i}]})
+        return r.status_code, time.monotonic() - t0
+
+    with psycopg.connect(database_url) as lock:
+        lock.execute("LOCK TABLE steps IN ACCESS EXCLUSIVE MODE")
+        with ThreadPoolExecutor(50) as pool:
+            reports = [pool.submit(httpx.get, f"{guarded.url}/v1/jobs/{job}/report", headers=admin, timeout=30)
+                       for _ in range(30)]
+            time.sleep(0.5)
+            posts = [pool.submit(post, i) for i in range(20)]
+            posted = [f.result() for f in posts]
+            time.sleep(2.5)
+            lock.commit()
+            codes = sorted(f.result().status_code for f in reports)
+    assert [code for code, _ in posted] == [200] * 20, posted
+    assert max(took for _, took in posted) < 2.0, posted  # never queued behind the reports
+    assert set(codes) <= {200, 429} and codes.count(200) >= 4, codes
+    assert codes.count(429) >= 20, codes
+    busy = [line for line in httpx.get(f"{guarded.url}/metrics").text.splitlines()
+            if line.startswith('fabricscope_busy_rejected_total{reason="heavy"}')]
+    assert busy and float(busy[0].split()[-1]) >= codes.count(429)
+
+
 def test_too_many_connections_is_429_not_503(guarded: ServiceProcess) -> None:
     idle = [_connect(guarded) for _ in range(MAX_CONNECTIONS)]
     try:

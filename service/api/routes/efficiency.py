@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from fabricscope.service.acceptance.efficiency import job_efficiency
-from fabricscope.service.api.deps import ConnDep, ReadAuth
+from fabricscope.service.api.deps import ConnDep, HeavyRead, ReadAuth
 from fabricscope.service.api.params import JobName, known_job, window
 
 router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
@@ -42,7 +42,8 @@ class EfficiencyOut(BaseModel):
     rows: list[EfficiencyRow]
 
 
-@router.get("/{job}/efficiency", response_model=EfficiencyOut, response_model_by_alias=True,
+@router.get("/{job}/efficiency", dependencies=[HeavyRead],
+            response_model=EfficiencyOut, response_model_by_alias=True,
             summary="Achieved bus bandwidth vs the fabric's acceptance baseline, per op and size")
 def efficiency(
     conn: ConnDep,

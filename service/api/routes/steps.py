@@ -8,13 +8,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query
 
 from fabricscope.service.acceptance.efficiency import report_section
-from fabricscope.service.api.deps import ConnDep, EngineDep, ReadAuth, SettingsDep
+from fabricscope.service.api.deps import ConnDep, EngineDep, HeavyRead, ReadAuth, SettingsDep
 from fabricscope.service.api.params import JobName, known_job, window
 from fabricscope.service.schemas import Attribution, StepRow
 
 router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
 
-@router.get("/{job}/steps", response_model=list[StepRow], summary="Steps of a job with baseline and slow flag")
+
+@router.get("/{job}/steps", dependencies=[HeavyRead],
+            response_model=list[StepRow], summary="Steps of a job with baseline and slow flag")
 def list_steps(
     conn: ConnDep,
     engine: EngineDep,
@@ -39,7 +41,8 @@ def attribution(conn: ConnDep, engine: EngineDep, job: str = JobName, step: int 
     return out
 
 
-@router.get("/{job}/report", summary="Time lost per layer and per component, worst first")
+@router.get("/{job}/report", dependencies=[HeavyRead],
+            summary="Time lost per layer and per component, worst first")
 def report(
     conn: ConnDep,
     engine: EngineDep,

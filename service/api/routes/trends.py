@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from fabricscope.service import contract
-from fabricscope.service.api.deps import ConnDep, ReadAuth, SettingsDep
+from fabricscope.service.api.deps import ConnDep, HeavyRead, ReadAuth, SettingsDep
 from fabricscope.service.settings import Settings
 from fabricscope.service.trends import annotations as ann
 from fabricscope.service.trends.queries import ROLLUP_S, Metric, TrendQuery, jobs_in_scope, trend
@@ -79,7 +79,8 @@ def _window(from_: datetime | None, to: datetime | None, step: int | None,
     return start, to, step
 
 
-@router.get("", summary="Comm fraction, exposed comm, collective tails and busbw fraction over time")
+@router.get("", dependencies=[HeavyRead],
+            summary="Comm fraction, exposed comm, collective tails and busbw fraction over time")
 def get_trends(
     request: Request,
     conn: ConnDep,
@@ -102,7 +103,8 @@ def get_trends(
             "from": start, "to": end, "step": step_s, **out}
 
 
-@router.get("/annotations", summary="Version changes between jobs and jumps in comm fraction")
+@router.get("/annotations", dependencies=[HeavyRead],
+            summary="Version changes between jobs and jumps in comm fraction")
 def get_annotations(
     request: Request,
     conn: ConnDep,
