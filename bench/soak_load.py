@@ -39,6 +39,9 @@ class TimedTransport:
     def __init__(self, inner: HttpTransport, log: Log) -> None:
         self.inner, self.log, self.timeout_s = inner, log, inner.timeout_s
 
+    def __repr__(self) -> str:  # the sender names its transport in "unreachable; spooling" lines
+        return repr(self.inner)
+
     def send(self, batch: Batch) -> Outcome:
         t = time.monotonic()
         out = self.inner.send(batch)
