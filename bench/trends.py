@@ -3,17 +3,20 @@
     python bench/trends.py [--days 30] [--ranks 1024] [--fleet 200] [--repeat 20] [--database-url URL]
 
 The rollup tables are filled directly: COPY of one row per (job, hour, op, size bucket, group size)
-for 30 days of the big job (tp 8 x pp 4 x dp 32: 17 (op, bucket, group) series) and of a fleet of
-smaller jobs of 8 models (3 days each), plus one step_rollup row per job and hour. The last hour of
-the big job is raw: 1,024 ranks x 360 steps of 10 s x 8 collectives, generated inside PostgreSQL
-(INSERT ... SELECT generate_series), then rolled by the rollup job's own code (timed: what the
-background job pays per open hour). An acceptance run per (op, group size) gives busbw_fraction
-and the efficiency query (service/acceptance) a baseline.
+and a rollup_hours watermark per (job, hour), for 30 days of the big job (tp 8 x pp 4 x dp 32: 17
+(op, bucket, group) series) and of a fleet of smaller jobs of 8 models (3 days each), plus one
+step_rollup row per job and hour. The last hour of the big job is raw: 1,024 ranks x 360 steps of
+10 s x 8 collectives, generated inside PostgreSQL (INSERT ... SELECT generate_series), then rolled
+by the rollup job's own code (timed: what the background job pays per open hour). An acceptance
+run per (op, group size) gives busbw_fraction and the efficiency query (service/acceptance) a
+baseline.
 
 Timed, each --repeat times, p50 and p95: the trend queries of GET /v1/trends and
 /v1/trends/annotations (the service's own functions, one connection, no HTTP), the job efficiency
-query (GET /v1/jobs/{job}/efficiency) over the raw hour, and as the baseline measured in the same
-run the rollup's own aggregation run as a plain SELECT over the raw hour (what answering a trend
+query (GET /v1/jobs/{job}/efficiency) over 30 days from the rollup, over 30 days with the last hour
+marked again (so read raw, as the open hour of a running job is), and over the raw hour alone
+(marked: what it cost before the rollup took part), and as the baseline measured in the same run
+the rollup's own aggregation run as a plain SELECT over the raw hour (what answering a trend
 point from raw collectives costs: per hour, so 30 days of raw rows would cost ~720 times that).
 """
 
@@ -71,16 +74,20 @@ def fill_rollups(conn: psycopg.Connection, *, days: int, fleet: int, now_hour: d
                 for b in buckets:
                     n = int(360 * 1024 * scale)
                     p50 = b / 40e9 * 2 + 5e-5
-                    coll.append((name, h, op, b, g, n, n * p50 * 1.1, n * b, p50, p50 * 3, p50 * 6,
-                                 None if op == "barrier" else b / p50 / 1e9 * 0.9))
+                    bw = None if op == "barrier" else b / p50 / 1e9 * 0.9
+                    coll.append((name, h, op, b, g, n, n * p50 * 1.1, n * b, p50, p50 * 3, p50 * 6, bw,
+                                 None if bw is None else bw * 0.8, 0 if bw is None else n,
+                                 0.0 if bw is None else float(n * b)))
             frac = 0.18 + 0.04 * rng.random()
             rs = int(360 * 1024 * scale)
             steps.append((name, h, 360, rs, rs * 10.0, rs * 10.0 * frac, rs * 10.0 * frac * 0.6))
     with conn.transaction():
         _copy(conn, "jobs", "name, labels", [(n, json.dumps(lb)) for n, lb, _, _ in jobs])
         _copy(conn, "collective_rollup", "job, hour, op, bucket, group_size, count, sum_s, sum_bytes, p50_s, p99_s, "
-                                         "p999_s, busbw_p50_gbps", coll)
+                                         "p999_s, busbw_p50_gbps, busbw_p10_gbps, busbw_count, busbw_bytes", coll)
         _copy(conn, "step_rollup", "job, hour, steps, rank_steps, step_s, comm_s, exposed_comm_s", steps)
+        series = sum(len(b) for _, _, b in LAYOUT)
+        _copy(conn, "rollup_hours", "job, hour, collectives, steps", [(s[0], s[1], s[3] * series, s[3]) for s in steps])
     return {"jobs": len(jobs), "collective_rollup": len(coll), "step_rollup": len(steps)}
 
 
@@ -169,6 +176,17 @@ def run(conn: psycopg.Connection, args: argparse.Namespace) -> dict[str, Any]:
         for s in trend(conn, query=q("comm_fraction", by="model"), max_series=100)["series"]:
             ann.comm_jumps([(p["ts"], p["value"]) for p in s["points"]], threshold=0.25, window=24, min_points=3)
 
+    def eff(a: datetime, b: datetime) -> Any:
+        return lambda: job_efficiency(conn, job=BIG, fabric=None, from_ts=a, to_ts=b)
+
+    def mark(on: bool) -> None:
+        """Mark the rolled last hour as new batches would: the efficiency query reads it raw then."""
+        with conn.transaction():
+            if on:
+                conn.execute("INSERT INTO rollup_pending (job, hour) VALUES (%s, %s)", (BIG, open_hour))
+            else:
+                conn.execute("DELETE FROM rollup_pending WHERE job = %s", (BIG,))
+
     raw = {"job": BIG, "h": open_hour, **FACTORS}
     cases = {
         "trend comm_fraction, the job, 30 d": lambda: trend(conn, query=q("comm_fraction", job=BIG), max_series=100),
@@ -181,17 +199,23 @@ def run(conn: psycopg.Connection, args: argparse.Namespace) -> dict[str, Any]:
         f"trend comm_fraction by=model, {sizes['jobs']} jobs, 30 d": lambda: trend(
             conn, query=q("comm_fraction", by="model"), max_series=100),
         "annotations by=model, 30 d": annotations,
-        "efficiency, the job's raw hour": lambda: job_efficiency(conn, job=BIG, fabric=None, from_ts=open_hour,
-                                                                 to_ts=open_hour + timedelta(hours=1)),
+        "efficiency, the job, 30 d (rollup)": eff(*span),
+        "efficiency, the job, 30 d, last hour marked (raw)": eff(*span),
+        "efficiency, the job's raw hour (marked)": eff(open_hour, open_hour + timedelta(hours=1)),
         "BASELINE collectives per op/bucket from raw, 1 h": lambda: conn.execute(COLLECTIVES_SELECT, raw).fetchall(),
         "BASELINE comm/exposed per step from raw, 1 h": lambda: conn.execute(STEPS_SELECT, raw).fetchall(),
     }
     out: dict[str, Any] = {"sizes": sizes, "fill_s": round(fill_s, 1), "roll_open_hour_s": round(roll_s, 2),
                            "queries": {}}
     for name, fn in cases.items():
-        out["queries"][name] = timed(fn, args.repeat if not name.startswith(("BASELINE", "efficiency"))
-                                     else max(3, args.repeat // 4))
+        marked = "marked" in name
+        if marked:
+            mark(True)
+        out["queries"][name] = timed(fn, max(3, args.repeat // 4) if marked or name.startswith("BASELINE")
+                                     else args.repeat)
         conn.rollback()
+        if marked:
+            mark(False)
         print(f"  {name}: {out['queries'][name]}", file=sys.stderr)
     base = out["queries"]["BASELINE collectives per op/bucket from raw, 1 h"]["p95_ms"]
     for r in out["queries"].values():

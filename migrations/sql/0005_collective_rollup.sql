@@ -6,7 +6,9 @@
 
 -- Per (job, hour, op, size bucket, group size). op: the nccl-tests op of the hook's name
 -- (core/busbw.HOOK_OPS), else the hook's own (barrier); bucket: largest power of two <= the
--- nccl-tests size; group_size: the group's, else the job's world size, else 0 (unknown).
+-- nccl-tests size; group_size: the group's, else the job's world size, else 0 (unknown). The busbw
+-- columns cover the records GET /v1/jobs/{job}/efficiency counts (service/acceptance/efficiency.py
+-- answers closed hours from them): bytes > 0 and < 1 TiB, duration > 0, 2 to 4Mi ranks.
 CREATE TABLE collective_rollup (
     job             text NOT NULL,
     hour            timestamptz NOT NULL,
@@ -20,6 +22,9 @@ CREATE TABLE collective_rollup (
     p99_s           double precision NOT NULL,
     p999_s          double precision NOT NULL,
     busbw_p50_gbps  double precision,            -- nccl-tests busbw; NULL where it has no definition
+    busbw_p10_gbps  double precision,
+    busbw_count     bigint NOT NULL DEFAULT 0,   -- the records behind busbw_p50/p10 (those with a busbw)
+    busbw_bytes     double precision NOT NULL DEFAULT 0,  -- the sum of their nccl-tests sizes
     PRIMARY KEY (job, hour, op, bucket, group_size)
 );
 CREATE INDEX collective_rollup_hour ON collective_rollup (hour);

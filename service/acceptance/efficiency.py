@@ -1,4 +1,5 @@
-"""What a job's collectives achieve against the fabric's acceptance baseline, in one SQL statement.
+"""What a job's collectives achieve against the fabric's acceptance baseline, in one SQL statement
+(after an index lookup of which hours in the window the rollup holds).
 
 Per collective record (one rank's view of one collective), with n = its group size (the job's
 world size where the hook did not know it: job_ranks, else the job label ``world_size``)::
@@ -11,6 +12,17 @@ acceptance baseline (store.BASELINE_CTES) of the same fabric (``?fabric=``, else
 ``fabric``), op and bucket at the same rank count, else the nearest smaller one (``scale`` says
 which); ``fraction`` = achieved median / baseline. Ops without bytes (barrier), unknown ops, groups of
 one rank (busbw 0 by definition) and records over 1 TiB or 4Mi ranks (corrupt) are left out.
+
+Closed hours come from the hourly rollup (collective_rollup, service/trends/rollup.py): an hour that
+has ended, lies fully inside the window, was rolled (rollup_hours) and has not been marked since
+(rollup_pending) contributes its busbw_count, busbw_bytes and hourly p50/p10. The rest of the window
+(the open hour, hours not rolled or marked again, the partial hours at its edges) is read from the
+raw records, each of weight 1. Per (op, bucket, group size) the median is then the weighted
+percentile of the hourly p50s (weight: the hour's count) and the raw values, the p10 the same over
+the hourly p10s: percentile_cont over the list in which each hourly value is repeated count times
+(:data:`_WEIGHTED`). With rolled hours this is exact where each hour's values are alike, and otherwise
+an approximation of the percentile over all records (it cannot see the spread within an hour); a
+window with no rolled hour is answered exactly, by percentile_cont over its raw records.
 """
 
 from __future__ import annotations
@@ -40,11 +52,11 @@ job AS (
                     (SELECT CASE WHEN labels ->> 'world_size' ~ '^[0-9]{{1,7}}$' THEN (labels ->> 'world_size')::int
                             END FROM jobs WHERE name = %(job)s)) AS world
 ),
-rec AS (
+@CTES@rec AS (
     SELECT c.step, c.rank, c.start_ts, f.canon AS op, coalesce(c.group_size, job.world) AS n,
            CASE WHEN f.outn THEN c.bytes * coalesce(c.group_size, job.world) ELSE c.bytes END AS size,
            c.duration_s, f.k, f.m
-    FROM collectives c JOIN f ON f.op = c.op CROSS JOIN job
+    FROM @FROM@ JOIN f ON f.op = c.op CROSS JOIN job
     WHERE c.job = %(job)s AND c.bytes > 0 AND c.bytes < 1099511627776 AND c.duration_s > 0
       AND coalesce(c.group_size, job.world) BETWEEN 2 AND 4194304 @WHERE@
 ),
@@ -61,21 +73,92 @@ _MATCH = """LEFT JOIN LATERAL (
     WHERE b.fabric = job.fabric AND b.op = {t}.op AND b.bucket = {t}.bucket AND b.ranks <= {t}.n AND b.busbw_gbps > 0
     ORDER BY b.ranks DESC LIMIT 1) base ON true"""
 
-_EFFICIENCY = _RECORDS.replace("@WHERE@", """
-      AND (%(from)s::timestamptz IS NULL OR c.start_ts >= %(from)s)
-      AND (%(to)s::timestamptz IS NULL OR c.start_ts < %(to)s)""") + f""",
+# The closed hours fully inside [from, to) that were rolled and no batch has marked since, and the
+# raw ranges around them (gaps: the open hour, marked hours, the window's partial edge hours). The
+# raw records are read per gap (LATERAL: an index range each), never over the rolled hours; OFFSET 0
+# keeps the planner from flattening the LATERAL into one scan of all the job's raw rows.
+_ROLLED = """rolled AS (
+    SELECT h.hour FROM rollup_hours h
+    WHERE h.job = %(job)s AND h.hour >= coalesce(%(from)s::timestamptz, '-infinity')
+      AND h.hour + INTERVAL '1 hour' <= least(coalesce(%(to)s::timestamptz, 'infinity'), now())
+      AND NOT EXISTS (SELECT 1 FROM rollup_pending p WHERE p.job = h.job AND p.hour = h.hour)
+)"""
+_SPLIT = _ROLLED + """,
+gaps AS (
+    SELECT lo, hi FROM (
+        SELECT coalesce(lag(hour) OVER (ORDER BY hour) + INTERVAL '1 hour',
+                        coalesce(%(from)s::timestamptz, '-infinity')) AS lo, hour AS hi FROM rolled
+        UNION ALL
+        SELECT coalesce(max(hour) + INTERVAL '1 hour', coalesce(%(from)s::timestamptz, '-infinity')),
+               coalesce(%(to)s::timestamptz, 'infinity') FROM rolled) x
+    WHERE lo < hi
+),
+"""
+
+_GAP_SCAN = """gaps g CROSS JOIN LATERAL (
+        SELECT * FROM collectives c WHERE c.job = %(job)s AND c.start_ts >= g.lo AND c.start_ts < g.hi OFFSET 0) c"""
+
+# Weighted percentile_cont: over the list in which each value v of weight w appears w times, sorted,
+# the value at 0-based position r = q(W - 1) (W = the sum of weights) interpolated between positions
+# floor(r) and ceil(r), as PostgreSQL's percentile_cont does. The value at position j is that of the
+# first item (in value order) whose running sum of weights exceeds j. A raw record (kind 0) counts
+# for both percentiles, a rolled hour's p50 (kind 5) for the median only and its p10 (kind 1) for the
+# p10 only, so one sort of the raw records serves both running sums.
+_WEIGHTED = """items AS (
+    SELECT op, bucket, n, busbw AS v, 1::bigint AS w, size::float8 AS sz, 0 AS kind FROM bw
+    UNION ALL
+    SELECT r.op, r.bucket, r.group_size, x.v, r.busbw_count, x.sz, x.kind
+    FROM collective_rollup r,  -- the hours as one array: an index scan, whatever the tables' statistics
+         LATERAL (VALUES (r.busbw_p50_gbps, r.busbw_bytes, 5), (r.busbw_p10_gbps, 0, 1)) x(v, sz, kind)
+    WHERE r.job = %(job)s AND r.hour = ANY(ARRAY(SELECT hour FROM rolled))
+      AND r.busbw_count > 0 AND r.busbw_p50_gbps IS NOT NULL AND r.busbw_p10_gbps IS NOT NULL
+      AND r.op = ANY(%(f_canon)s::text[]) AND r.group_size BETWEEN 2 AND 4194304
+),
+run AS (
+    SELECT op, bucket, n, v, w, sz, kind,
+           sum(w) FILTER (WHERE kind <> 1) OVER (g ORDER BY v ROWS UNBOUNDED PRECEDING) AS c50,
+           sum(w) FILTER (WHERE kind <> 5) OVER (g ORDER BY v ROWS UNBOUNDED PRECEDING) AS c10,
+           (sum(w) FILTER (WHERE kind <> 1) OVER g - 1)::float8 AS w1
+    FROM items WINDOW g AS (PARTITION BY op, bucket, n)
+),
+ends AS (
+    SELECT op, bucket, n, sum(w) FILTER (WHERE kind <> 1)::bigint AS collectives, sum(sz) AS bytes,
+           0.5::float8 * max(w1) AS r50, 0.1::float8 * max(w1) AS r10,
+           min(v) FILTER (WHERE kind <> 1 AND c50 > floor(0.5::float8 * w1)) AS lo50,
+           min(v) FILTER (WHERE kind <> 1 AND c50 > ceil(0.5::float8 * w1)) AS hi50,
+           min(v) FILTER (WHERE kind <> 5 AND c10 > floor(0.1::float8 * w1)) AS lo10,
+           min(v) FILTER (WHERE kind <> 5 AND c10 > ceil(0.1::float8 * w1)) AS hi10
+    FROM run GROUP BY op, bucket, n
+),
 ach AS (
+    SELECT op, bucket, n, collectives, bytes,
+           lo50 + (hi50 - lo50) * (r50 - floor(r50)) AS median, lo10 + (hi10 - lo10) * (r10 - floor(r10)) AS p10
+    FROM ends
+)"""
+
+_EXACT = """ach AS (
     SELECT op, bucket, n, count(*) AS collectives, sum(size)::float8 AS bytes,
            percentile_cont(0.5) WITHIN GROUP (ORDER BY busbw) AS median,
            percentile_cont(0.1) WITHIN GROUP (ORDER BY busbw) AS p10
     FROM bw GROUP BY op, bucket, n
-)
+)"""
+
+_ANSWER = f"""
 SELECT job.fabric, x.* FROM job LEFT JOIN (  -- one row even without collectives: the fabric used
     SELECT a.op, a.bucket, a.n AS group_size, a.collectives, a.bytes, a.median AS busbw_median_gbps,
            a.p10 AS busbw_p10_gbps, base.busbw_gbps AS baseline_busbw_gbps, base.ranks AS baseline_ranks,
            base.runs AS baseline_runs, a.median / base.busbw_gbps AS fraction, a.p10 / base.busbw_gbps AS fraction_p10
     FROM ach a {_MATCH.format(t="a")}) x ON true
 ORDER BY x.op, x.group_size, x.bucket"""
+
+# Without a rolled hour in the window: percentile_cont over the raw records (one sort per group; the
+# weighted form gives the same numbers at about twice the cost).
+_RAW_ONLY = _RECORDS.replace("@CTES@", "").replace("@FROM@", "collectives c").replace("@WHERE@", """
+      AND (%(from)s::timestamptz IS NULL OR c.start_ts >= %(from)s)
+      AND (%(to)s::timestamptz IS NULL OR c.start_ts < %(to)s)""") + ",\n" + _EXACT + _ANSWER
+_WITH_ROLLUP = (_RECORDS.replace("@CTES@", _SPLIT).replace("@FROM@", _GAP_SCAN).replace("@WHERE@", "")
+                + ",\n" + _WEIGHTED + _ANSWER)
+_ANY_ROLLED = f"WITH {_ROLLED}\nSELECT EXISTS (SELECT 1 FROM rolled)"
 
 
 def _params(job: str, fabric: str | None, stat: Stat) -> dict[str, Any]:
@@ -87,8 +170,9 @@ def job_efficiency(conn: psycopg.Connection, *, job: str, fabric: str | None, fr
                    to_ts: datetime | None, stat: Stat = "median") -> dict[str, Any]:
     """``{"fabric", "rows": [...]}``: achieved vs baseline per (op, bucket, group size)."""
     params = {**_params(job, fabric, stat), "from": from_ts, "to": to_ts}
+    rolled = conn.execute(_ANY_ROLLED, params).fetchone()
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(_EFFICIENCY, params).fetchall()
+        rows = cur.execute(_WITH_ROLLUP if rolled and rolled[0] else _RAW_ONLY, params).fetchall()
     out_fabric = rows[0]["fabric"] if rows else None
     rows = [r for r in rows if r["op"] is not None]
     for r in rows:
@@ -98,7 +182,8 @@ def job_efficiency(conn: psycopg.Connection, *, job: str, fabric: str | None, fr
     return {"fabric": out_fabric, "rows": rows}
 
 
-_STEPS = _RECORDS.replace("@WHERE@", "AND c.step > %(after)s AND c.step <= %(after)s + %(max_steps)s") + f""",
+_STEPS = _RECORDS.replace("@CTES@", "").replace("@FROM@", "collectives c").replace(
+    "@WHERE@", "AND c.step > %(after)s AND c.step <= %(after)s + %(max_steps)s") + f""",
 keys AS (SELECT DISTINCT op, bucket, n FROM bw),
 matched AS (SELECT k.op, k.bucket, k.n, base.busbw_gbps FROM keys k {_MATCH.format(t="k")})
 SELECT bw.step, count(DISTINCT bw.rank) AS ranks, extract(epoch FROM min(bw.start_ts))::float8 AS start,

@@ -7,9 +7,11 @@ being written is re-rolled at every run that finds new marks for it; late rows (
 imports) mark their own, older hour.
 
 Per (job, hour, op, size bucket, group size), from the collectives that started in the hour:
-count, seconds, bytes, exact p50/p99/p99.9 duration, and the median nccl-tests busbw
+count, seconds, bytes, exact p50/p99/p99.9 duration, and the median and p10 nccl-tests busbw
 (:mod:`fabricscope.core.busbw`: size = the hook's input bytes, times n for all-gather;
-busbw = size / t / 1e9 * k(n-m)/n; n = the group size, else the job's world size).
+busbw = size / t / 1e9 * k(n-m)/n; n = the group size, else the job's world size) with the number
+of records and the sum of sizes behind them: the efficiency query answers closed hours from these,
+so a busbw has its domain (bytes > 0 and < 1 TiB, t > 0, 2 <= n <= 4Mi).
 
 Per (job, hour), from the step records that started in it (one per rank and step):
 
@@ -58,14 +60,18 @@ sized AS (
 b AS (
     SELECT op, n, duration_s, bytes,
            CASE WHEN size <= 1 THEN 1 ELSE 1::bigint << (length(ltrim(size::bit(64)::text, '0')) - 1) END AS bucket,
-           CASE WHEN k IS NOT NULL AND n >= 2 AND size > 0 AND duration_s > 0
+           size,
+           -- the same expression as service/acceptance/efficiency.py: the same float8 result
+           CASE WHEN k IS NOT NULL AND n BETWEEN 2 AND 4194304 AND bytes > 0 AND bytes < 1099511627776
+                     AND duration_s > 0
                 THEN size / duration_s / 1e9 * (k * (n - m))::float8 / n END AS busbw
     FROM sized
 )
-SELECT %(job)s, %(h)s, op, bucket, n, cnt, sum_s, bytes::bigint, q[1], q[2], q[3], bw
+SELECT %(job)s, %(h)s, op, bucket, n, cnt, sum_s, bytes::bigint, q[1], q[2], q[3], bw[1], bw[2], bw_n, bw_bytes
 FROM (SELECT op, bucket, n, count(*) AS cnt, sum(duration_s) AS sum_s, sum(bytes) AS bytes,
              percentile_cont(ARRAY[0.5, 0.99, 0.999]) WITHIN GROUP (ORDER BY duration_s) AS q,
-             percentile_cont(0.5) WITHIN GROUP (ORDER BY busbw) AS bw
+             percentile_cont(ARRAY[0.5, 0.1]) WITHIN GROUP (ORDER BY busbw) AS bw, count(busbw) AS bw_n,
+             coalesce(sum(size) FILTER (WHERE busbw IS NOT NULL), 0)::float8 AS bw_bytes
       FROM b GROUP BY op, bucket, n) g
 """
 
@@ -99,7 +105,8 @@ HAVING count(*) > 0
 
 # INSERT ... WITH ... SELECT: the SELECTs alone are what an answer from the raw rows would cost (bench/trends.py)
 COLLECTIVES_SQL = ("INSERT INTO collective_rollup (job, hour, op, bucket, group_size, count, sum_s, sum_bytes, "
-                   "p50_s, p99_s, p999_s, busbw_p50_gbps)\n" + COLLECTIVES_SELECT)
+                   "p50_s, p99_s, p999_s, busbw_p50_gbps, busbw_p10_gbps, busbw_count, busbw_bytes)\n"
+                   + COLLECTIVES_SELECT)
 STEPS_SQL = ("INSERT INTO step_rollup (job, hour, steps, rank_steps, step_s, comm_s, exposed_comm_s)\n"
              + STEPS_SELECT)
 

@@ -1,19 +1,47 @@
 """GET /v1/jobs/{job}/efficiency and the report's efficiency section, on collectives posted through
 the real ingest API with known durations; every expected number is computed here by hand from the
-nccl-tests definitions (all-reduce 2(n-1)/n, all-gather (n-1)/n over n times the input)."""
+nccl-tests definitions (all-reduce 2(n-1)/n, all-gather (n-1)/n over n times the input). The service
+is this module's own, its rollup job off: the rollup tests below roll the hours themselves, when
+they choose, and the exact raw answers above cannot be turned into rollup ones behind their back."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
+import psycopg
 import pytest
 
+from fabricscope.service.trends.rollup import refresh
 from tests.acceptance.conftest import post_run, row, run_body, unique
+from tests.support import TestDatabase, start_service
 
 MIB = 1 << 20
+HOUR = 3600
+
+
+@pytest.fixture(scope="module")
+def own(test_database: TestDatabase, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(service URL, database URL): a database and service of this module's own, rollup job off."""
+    tmp: Path = tmp_path_factory.mktemp("eff")
+    db = TestDatabase.create(test_database.admin_url, tmp / "pg")
+    svc = start_service(db.url, tmp, env={"FABRICSCOPE_ROLLUP_INTERVAL_S": "0"})
+    yield svc.url, db.url
+    svc.stop()
+    db.drop()
+
+
+@pytest.fixture
+def api(own: tuple[str, str]) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=own[0], timeout=30) as client:
+        yield client
 
 
 def pct(values: list[float], q: float) -> float:
@@ -142,3 +170,121 @@ def test_efficiency_bad_input_and_unknown_job(api: httpx.Client) -> None:
     assert r.status_code == 200 and r.json()["fabric"] == "f1" and r.json()["rows"] == []
     assert api.get(f"/v1/jobs/{job}/report").json()["efficiency"] == {
         "fabric": "f1", "threshold": 0.8, "compared": 0, "rows": [], "warnings": []}
+
+
+# --- closed hours from the hourly rollup, the rest from the raw records -----------------------------
+
+def wpct(items: list[tuple[float, int]], q: float) -> float:
+    """percentile_cont over the list in which each value appears `weight` times."""
+    xs = sorted(items)
+    pos = q * (sum(w for _, w in xs) - 1)
+
+    def at(j: int) -> float:
+        cum = 0
+        for v, w in xs:
+            cum += w
+            if cum > j:
+                return v
+        raise AssertionError(j)
+
+    lo = int(pos)
+    return at(lo) + (at(math.ceil(pos)) - at(lo)) * (pos - lo)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat()
+
+
+def _eff(api: httpx.Client, job: str, window: dict[str, str]) -> dict[tuple[str, int, int], dict[str, Any]]:
+    r = api.get(f"/v1/jobs/{job}/efficiency", params=window)
+    assert r.status_code == 200, r.text
+    return {(x["op"], x["bucket"], x["group_size"]): x for x in r.json()["rows"]}
+
+
+def _post_hours(api: httpx.Client, job: str, h0: int, spread: float) -> dict[int, list[tuple[int, float]]]:
+    """Five hours from h0 on 4 ranks: hour k has an all_reduce of 1 MiB (group 4), an all_gather of
+    256 KiB (group unknown: 4 from job_ranks) and a barrier per rank and step, at whole seconds (so
+    a duration is stored alike at any of them); hours 1-3 hold 3, 4, 5 steps at minutes 5, 15, ...,
+    hours 0 and 4 a step at minute 10 and one at minute 40 / 50. Durations: 100 us x (1 + 0.4k), times
+    1 + spread x U[0, 1) per record. Returns the all_reduce (start, duration) per hour."""
+    rng = np.random.default_rng(19)
+    items, ar, step = [], {}, 0  # type: ignore[var-annotated]
+    for k in range(5):
+        minutes = {0: [10, 40], 4: [10, 50]}.get(k, [5 + 10 * i for i in range(2 + k)])
+        for minute in minutes:
+            t = h0 + k * HOUR + minute * 60
+            for rank in range(4):
+                d = 1e-4 * (1 + 0.4 * k) * (1 + spread * float(rng.random()))
+                ar.setdefault(k, []).append((t, d))
+                items.append(coll(rank, step, 3 * step, "all_reduce", MIB, t, d))
+                items.append(coll(rank, step, 3 * step + 1, "all_gather_into_tensor", MIB // 4, t + 1, 2 * d,
+                                  group_size=None))
+                items.append(coll(rank, step, 3 * step + 2, "barrier", 0, t + 2, 1e-3))
+            step += 1
+    r = api.post("/v1/ingest/collectives", json={"job": job, "collectives": items})
+    assert r.status_code == 200, r.text
+    return ar
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.5])
+def test_efficiency_answers_closed_hours_from_the_rollup(api: httpx.Client, own: tuple[str, str],
+                                                         spread: float) -> None:
+    """The window [h0 + 30 min, h0 + 4 h 30 min): hours 1-3 rolled, the half hours at both edges raw.
+    Alike values within each hour (spread 0): the same answer as from the raw records alone. Spread
+    values (+0 to 50 % duration per record): the weighted percentile of the hourly p50/p10 and the
+    edge records, computed here; for this data within 5 % of the exact median and 10 % of the p10.
+    Counts and bytes are exact either way."""
+    job, fabric = unique("eff-roll"), unique("eff-fab")
+    r = api.put(f"/v1/jobs/{job}", json={"ranks": [{"rank": i, "host": f"h{i // 2}"} for i in range(4)],
+                                          "labels": {"fabric": fabric}})
+    assert r.status_code == 200, r.text
+    post_run(api, run_body(fabric, [row(MIB, 40.0)], ranks=4, nodes=2))
+    now = int(time.time())
+    h0 = now - now % HOUR - 7 * HOUR
+    ar = _post_hours(api, job, h0, spread)
+    window = {"from": _iso(h0 + HOUR // 2), "to": _iso(h0 + 4 * HOUR + HOUR // 2)}
+    key = ("all_reduce", MIB, 4)
+    exact = _eff(api, job, window)  # nothing rolled yet: the raw records alone
+    assert set(exact) == {key, ("all_gather", MIB, 4)} and exact[key]["collectives"] == 4 * (3 + 4 + 5) + 8
+
+    with psycopg.connect(own[1], autocommit=True) as conn:
+        refresh(conn, max_hours=1000)
+        assert conn.execute("SELECT count(*) FROM rollup_hours h WHERE job = %s AND NOT EXISTS (SELECT 1 FROM "
+                            "rollup_pending p WHERE p.job = h.job)", (job,)).fetchone() == (5,)
+        rolled = _eff(api, job, window)
+        assert set(rolled) == set(exact)
+        for k, x in exact.items():
+            assert rolled[k]["collectives"] == x["collectives"]
+            assert rolled[k]["bytes"] == pytest.approx(x["bytes"], rel=1e-12)
+        busbw = {k: [MIB / stored(t, d) / 1e9 * 1.5 for t, d in v] for k, v in ar.items()}
+        edges = [(v, 1) for t_d, v in zip(ar[0] + ar[4], busbw[0] + busbw[4], strict=True)
+                 if h0 + HOUR // 2 <= t_d[0] < h0 + 4 * HOUR + HOUR // 2]
+        for q, field in ((0.5, "busbw_median_gbps"), (0.1, "busbw_p10_gbps")):
+            model = wpct(edges + [(pct(busbw[k], q), len(busbw[k])) for k in (1, 2, 3)], q)
+            assert rolled[key][field] == pytest.approx(model, rel=1e-9), field
+            if spread == 0:
+                for k, x in exact.items():
+                    assert rolled[k][field] == pytest.approx(x[field], rel=1e-12), (k, field)
+            else:
+                assert rolled[key][field] == pytest.approx(exact[key][field], rel=0.05 if q == 0.5 else 0.1)
+        assert rolled[key]["fraction"] == pytest.approx(rolled[key]["busbw_median_gbps"] / 40.0, rel=1e-12)
+        report = api.get(f"/v1/jobs/{job}/report", params=window).json()["efficiency"]
+        assert {x["op"]: x["fraction"] for x in report["rows"]}["all_reduce"] == rolled[key]["fraction"]
+
+        # Retention deletes the raw rows of a rolled hour: the answer comes from the rollup all the same.
+        gone = conn.execute("DELETE FROM collectives WHERE job = %s AND start_ts >= to_timestamp(%s) "
+                            "AND start_ts < to_timestamp(%s)", (job, h0 + 2 * HOUR, h0 + 3 * HOUR)).rowcount
+        assert gone == 4 * 4 * 3
+        assert _eff(api, job, window) == rolled
+
+    # A late record in rolled hour 1 marks it: that hour is read raw again, the late record with it.
+    t = h0 + HOUR + 50 * 60
+    r = api.post("/v1/ingest/collectives", json={"job": job, "collectives": [
+        coll(0, 99, 999, "all_reduce", MIB, t, ar[1][0][1])]})
+    assert r.status_code == 200, r.text
+    late = _eff(api, job, window)
+    assert late[key]["collectives"] == rolled[key]["collectives"] + 1
+    assert late[key]["bytes"] == rolled[key]["bytes"] + MIB
+    raw1 = [(v, 1) for v in [*busbw[1], MIB / stored(t, ar[1][0][1]) / 1e9 * 1.5]]
+    model = wpct(edges + raw1 + [(pct(busbw[k], 0.5), len(busbw[k])) for k in (2, 3)], 0.5)
+    assert late[key]["busbw_median_gbps"] == pytest.approx(model, rel=1e-9)
