@@ -10,7 +10,7 @@ aligned on ``from``. Per (group, bucket):
   weighted by their collective counts (exact for one job at ``step=3600``);
 - ``busbw_fraction``, per op and size bucket: each hourly busbw median over the acceptance baseline
   of the job's fabric (job label ``fabric``) at the same rank count or the nearest smaller one (the
-  baseline of service/acceptance), weighted by collective counts.
+  baseline of service/acceptance), weighted by the counts of collectives that have a busbw.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _busbw_sql() -> str:
     # the baseline is looked up once per (fabric, op, bucket, group size), not once per rollup row
     return f"""WITH {BASELINE_CTES}, {_JOBS},
 r AS MATERIALIZED (
-    SELECT j.grp, j.fabric, r.job, r.op, r.bucket, r.group_size, r.hour, r.count, r.busbw_p50_gbps
+    SELECT j.grp, j.fabric, r.job, r.op, r.bucket, r.group_size, r.hour, r.busbw_count AS count, r.busbw_p50_gbps
     FROM collective_rollup r JOIN j USING (job)
     WHERE {_RANGE} AND {_COLL_FILTER} AND r.busbw_p50_gbps IS NOT NULL AND j.fabric IS NOT NULL
 ),
