@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 
 from fabricscope.service.acceptance.efficiency import step_fractions
 from fabricscope.service.alerts import payloads, store
-from fabricscope.service.alerts.perjob import run_jobs
+from fabricscope.service.alerts.perjob import claim_state, run_jobs
 from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.alerts")
@@ -85,12 +85,10 @@ def run_once(conn: psycopg.Connection, *, settings: Settings) -> dict[str, int]:
 
 def _run_job(conn: psycopg.Connection, job: str, settings: Settings) -> tuple[int, int, int]:
     with conn.transaction():
-        conn.execute("INSERT INTO busbw_alert_state (job, last_step) VALUES (%s, -2) ON CONFLICT DO NOTHING", (job,))
-        row = conn.execute("SELECT last_step, state FROM busbw_alert_state WHERE job = %s FOR UPDATE SKIP LOCKED",
-                           (job,)).fetchone()
-        if row is None:
+        claimed = claim_state(conn, table="busbw_alert_state", job=job)
+        if claimed is None:
             return 0, 0, 0  # another replica is on it
-        last, state = int(row[0]), row[1] or {}
+        last, state = claimed[0], claimed[1] or {}
         top_row = conn.execute("SELECT max(step) FROM collectives WHERE job = %s", (job,)).fetchone()
         top = None if top_row is None or top_row[0] is None else int(top_row[0])
         if top is None or top <= last:

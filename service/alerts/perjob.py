@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
+from psycopg import sql
 
 log = logging.getLogger("fabricscope.alerts")
 
@@ -31,3 +33,14 @@ def run_jobs(conn: psycopg.Connection, *, jobs_sql: str, run_job: JobRun, what: 
         out["fired"] += fired
         out["resolved"] += resolved
     return out
+
+
+def claim_state(conn: psycopg.Connection, *, table: str, job: str) -> tuple[int, Any] | None:
+    """Inside the caller's transaction: the job's detector row of `table` (last step judged, state),
+    created on first sight with last_step -2; None when another replica holds it (SKIP LOCKED)."""
+    name = sql.Identifier(table)
+    conn.execute(sql.SQL("INSERT INTO {} (job, last_step) VALUES (%s, -2) ON CONFLICT DO NOTHING").format(name),
+                 (job,))
+    row = conn.execute(sql.SQL("SELECT last_step, state FROM {} WHERE job = %s FOR UPDATE SKIP LOCKED").format(name),
+                       (job,)).fetchone()
+    return None if row is None else (int(row[0]), row[1])
