@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,3 +136,19 @@ def start_service(database_url: str, log_dir: Path, *, port: int | None = None, 
         time.sleep(0.2)
     svc.stop()
     raise RuntimeError(f"service did not start in {wait_s}s:\n{svc.tail()}")
+
+
+@contextlib.contextmanager
+def own_service(test_database: TestDatabase, work: Path, *,
+                env: dict[str, str] | None = None) -> Iterator[tuple[ServiceProcess, str]]:
+    """A database of its own on the session's server and a `fabricscope serve` on it, for a suite
+    whose data or settings others must not see; (service, database URL), both gone afterwards."""
+    db = TestDatabase.create(test_database.admin_url, work / "pg")
+    try:
+        svc = start_service(db.url, work, env=env)
+        try:
+            yield svc, db.url
+        finally:
+            svc.stop()
+    finally:
+        db.drop()

@@ -11,7 +11,6 @@ import statistics
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,7 +20,7 @@ import pytest
 
 from fabricscope.service.trends.rollup import refresh
 from tests.acceptance.conftest import post_run, row, run_body, unique
-from tests.support import TestDatabase, start_service
+from tests.support import TestDatabase, own_service
 
 MIB = 1 << 20
 HOUR = 3600
@@ -30,12 +29,9 @@ HOUR = 3600
 @pytest.fixture(scope="module")
 def own(test_database: TestDatabase, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """(service URL, database URL): a database and service of this module's own, rollup job off."""
-    tmp: Path = tmp_path_factory.mktemp("eff")
-    db = TestDatabase.create(test_database.admin_url, tmp / "pg")
-    svc = start_service(db.url, tmp, env={"FABRICSCOPE_ROLLUP_INTERVAL_S": "0"})
-    yield svc.url, db.url
-    svc.stop()
-    db.drop()
+    off = {"FABRICSCOPE_ROLLUP_INTERVAL_S": "0"}
+    with own_service(test_database, tmp_path_factory.mktemp("eff"), env=off) as (svc, url):
+        yield svc.url, url
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from fabricscope.service import contract as c
-from tests.support import ServiceProcess, TestDatabase, start_service
+from tests.support import TestDatabase, own_service
 
 JSON = {"Content-Type": "application/json"}
 
@@ -25,11 +25,8 @@ JSON = {"Content-Type": "application/json"}
 def own(test_database: TestDatabase, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A service and database of this module (on the session's server): it replaces the topology
     and adds an index, which other suites must not see."""
-    db = TestDatabase.create(test_database.admin_url, tmp_path_factory.mktemp("limits-db"))
-    svc: ServiceProcess = start_service(db.url, tmp_path_factory.mktemp("limits-svc"))
-    yield svc.url, db.url
-    svc.stop()
-    db.drop()
+    with own_service(test_database, tmp_path_factory.mktemp("limits")) as (svc, url):
+        yield svc.url, url
 
 
 @pytest.fixture
