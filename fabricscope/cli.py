@@ -39,6 +39,8 @@ ENTRIES = (
           "The host agent (NIC, RDMA/IB, storage)."),
     Entry("collect", "fabricscope.collectors.switch.cli", "collect_command", "switch",
           "Poll the switches of an inventory."),
+    Entry("parse", "fabricscope.collectors.formats.cli", "parse_command", "agent",
+          "Print what fabricscope reads from a recorded device or tool output (no device, no database)."),
     Entry("import", "fabricscope.collectors.training.importers.cli", "import_app", "agent",
           "Import timings recorded by other tools.", group=True),
 )

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Protocol
 
 from fabricscope.collectors.host.common import extra_counter, read_text, select
-from fabricscope.collectors.host.ethtool_maps import DriverMap, driver_map
+from fabricscope.collectors.formats import Format, Reading
+from fabricscope.collectors.host.ethtool_maps import DRIVERS, DriverMap, driver_map
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
 
@@ -272,3 +273,29 @@ def _listdir(path: Path) -> list[str]:
         return os.listdir(path)
     except OSError:
         return []
+
+
+def _guess_driver(stats: Mapping[str, float]) -> str | None:
+    """``ethtool -S`` does not name its driver: take the mapping table that maps the most keys."""
+    best, hits = None, 0
+    for name, dmap in DRIVERS.items():
+        n = sum(1 for k in stats if any(r.pattern.fullmatch(k) for r in dmap.rules))
+        if n > hits:
+            best, hits = name, n
+    return best
+
+
+def _read_ethtool(path: Path, device: str, ts: float) -> Reading:
+    stats = parse_ethtool_stats(path.read_text())
+    driver = _guess_driver(stats)
+    samples = map_ethtool(stats, driver, ts, device)
+    dmap = driver_map(driver)
+    unmapped = [k for k in stats if (res := _resolve(dmap, k)) is not None and not res[3]]
+    return Reading(samples=samples, unmapped=unmapped,
+                   problems=[] if driver else ["driver not recognised: every key kept as an extra"])
+
+
+FORMATS = (
+    Format("ethtool-S", "`ethtool -S IFACE` NIC statistics (driver mapping guessed from the keys)",
+           sniff=lambda _p, head: head.lstrip().startswith("NIC statistics:"), read=_read_ethtool),
+)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_text, select, snake
 from fabricscope.core.errors import ParseError
 from fabricscope.core.model import Sample, now
@@ -281,3 +282,19 @@ def _listdir(path: Path) -> list[str]:
         return sorted(os.listdir(path))
     except OSError:
         return []
+
+
+def _read_diskstats(path: Path, device: str, ts: float) -> Reading:
+    stats = parse_diskstats(path.read_text())
+    return Reading(samples=[s for dev, fields in stats.items() for s in disk_samples(fields, ts, f"{device}:{dev}")])
+
+
+def _looks_like_diskstats(_path: Path, head: str) -> bool:
+    rows = [line.split() for line in head.splitlines()[:5] if line.strip()]
+    return bool(rows) and all(len(r) in (7, 14, 18, 20) and r[0].isdigit() and r[1].isdigit() for r in rows)
+
+
+FORMATS = (
+    Format("diskstats", "/proc/diskstats (block device I/O counters; counters, so rates need two reads)",
+           sniff=_looks_like_diskstats, read=_read_diskstats),
+)

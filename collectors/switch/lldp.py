@@ -11,21 +11,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    a: str
-    b: str
-    speed_bps: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"a": self.a, "b": self.b}
-        if self.speed_bps:
-            out["speed_bps"] = self.speed_bps
-        return out
+from fabricscope.core.model import Link
 
 
 # LldpPortIdSubtype (802.1AB): names we can use as a port name as-is. For the others (MAC address,

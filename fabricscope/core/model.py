@@ -57,6 +57,21 @@ class Event:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A discovered link between two ports (``device:port``), from LLDP or an InfiniBand sweep."""
+
+    a: str
+    b: str
+    speed_bps: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"a": self.a, "b": self.b}
+        if self.speed_bps:
+            out["speed_bps"] = self.speed_bps
+        return out
+
+
 @runtime_checkable
 class Collector(Protocol):
     """A polled collector. ``name`` identifies it in logs and self-metrics."""
