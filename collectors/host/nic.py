@@ -295,7 +295,34 @@ def _read_ethtool(path: Path, device: str, ts: float) -> Reading:
                    problems=[] if driver else ["driver not recognised: every key kept as an extra"])
 
 
+def _netdev_dirs(path: Path) -> list[Path]:
+    """Interface directories (with ``statistics/``) at ``path``: one interface, ``class/net`` or a sysfs root."""
+    if (path / "statistics").is_dir():
+        return [path]
+    for base in (path, path / "net", path / "class/net"):
+        found = sorted(d for d in base.glob("*") if (d / "statistics").is_dir()) if base.is_dir() else []
+        if found:
+            return found
+    return []
+
+
+def _read_sysfs_net(path: Path, device: str, ts: float) -> Reading:
+    out = Reading()
+    for d in _netdev_dirs(path):
+        files = {}
+        for f in [*sorted((d / "statistics").iterdir()), *(d / n for n in STATE_FILES)]:
+            text = read_text(f) if f.is_file() else None
+            if text is not None:
+                files[str(f.relative_to(d))] = text
+        out.samples.extend(parse_netdev(files, ts, f"{device}:{d.name}"))
+        out.unmapped.extend(n.removeprefix("statistics/") for n in files
+                            if n.startswith("statistics/") and n.removeprefix("statistics/") not in NETDEV_STATS)
+    return out
+
+
 FORMATS = (
+    Format("sysfs-net", "sysfs interface counters (/sys/class/net/<if>/statistics and state files)",
+           sniff=lambda p, _head: bool(_netdev_dirs(p)), read=_read_sysfs_net, directory=True),
     Format("ethtool-S", "`ethtool -S IFACE` NIC statistics (driver mapping guessed from the keys)",
            sniff=lambda _p, head: head.lstrip().startswith("NIC statistics:"), read=_read_ethtool),
 )
