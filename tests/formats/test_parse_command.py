@@ -82,3 +82,8 @@ def test_list_names_every_format() -> None:
     assert proc.returncode == 0
     listed = {line.split()[0] for line in proc.stdout.splitlines()}
     assert listed == set(formats.load().formats)
+
+
+def test_docs_list_every_format() -> None:
+    page = (FIXTURES.parents[1] / "docs/parse.md").read_text()
+    assert {n for n in formats.load().formats if f"| `{n}` |" not in page} == set()
