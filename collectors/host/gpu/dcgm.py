@@ -42,7 +42,10 @@ class DcgmReading:
 
 
 def _blank(value: float) -> bool:
-    return value != value or value >= DCGM_INT64_BLANK or value == DCGM_FP64_BLANK  # NaN, sentinels
+    # The parser returns ints for integer text: compare as floats (every int64 sentinel, 2**63 - 16
+    # up to 2**63 - 13, rounds to 2**63), or 2**63 - 14 would slip under the float threshold.
+    v = float(value)
+    return v != v or v >= DCGM_INT64_BLANK or v == DCGM_FP64_BLANK  # NaN, sentinels
 
 
 def _resolve(name: str) -> tuple[str, float, dict[str, str]] | None:
@@ -76,7 +79,7 @@ def parse_dcgm(text: str, ts: float, host: str) -> DcgmReading:
                                 for r, v in throttle_reasons(int(s.value)).items()]
             elif (res := _resolve(name)) is not None:
                 metric, scale, labels = res
-                out.samples.append(Sample(ts, source, metric, s.value * scale, labels or None))
+                out.samples.append(Sample(ts, source, metric, float(s.value) * scale, labels or None))
             elif name not in out.unmapped:
                 out.unmapped.append(name)
     return out

@@ -90,10 +90,11 @@ class NvmlCollector:
 
     def _call(self, index: int, key: str, fn: str, *args: Any) -> Any:
         """``lib.fn(*args)``, or None when NVML refuses (unsupported calls are not retried)."""
-        if (index, key) in self._unsupported or not hasattr(self.lib, fn):
-            return None
+        call = None if (index, key) in self._unsupported else getattr(self.lib, fn, None)
+        if call is None:
+            return None  # unsupported on this GPU, or a pynvml too old to know the call
         try:
-            return getattr(self.lib, fn)(*args)
+            return call(*args)
         except self.lib.NVMLError as exc:
             if getattr(exc, "value", None) == getattr(self.lib, "NVML_ERROR_NOT_SUPPORTED", object()):
                 self._unsupported.add((index, key))
