@@ -75,7 +75,7 @@ class Agent:
                 volumes=cfg.storage.volumes)))
         if cfg.gpu.enabled:  # GPUs (#17): None where NVML is absent or has no driver (logged there)
             gpu = make_gpu_collector(cfg.host, cfg.gpu.source, cfg.gpu.dcgm_url, timeout_s=cfg.gpu.dcgm_timeout_s,
-                                     emit=self._emit_event, lib=nvml_lib)
+                                     emit=self._emit_event, lib=nvml_lib, smi_binary=cfg.gpu.smi_binary)
             if gpu is not None:
                 self.tasks.append((cfg.gpu.interval_s, gpu))
 

@@ -113,9 +113,10 @@ class GpuConfig(_Section):
     """GPUs (#17): NVML in-process, or a dcgm-exporter's /metrics. Off by itself where NVML is absent."""
     enabled: StrictBool = True
     interval_s: PositiveSeconds = 5.0
-    source: Literal["nvml", "dcgm"] = "nvml"
+    source: Literal["nvml", "dcgm", "smi"] = "nvml"  # smi: run `nvidia-smi -q -x` (no Python bindings)
     dcgm_url: StrictStr = "http://127.0.0.1:9400/metrics"
-    dcgm_timeout_s: PositiveSeconds = 5.0
+    dcgm_timeout_s: PositiveSeconds = 5.0  # also nvidia-smi's time limit with source: smi
+    smi_binary: StrictStr = "nvidia-smi"
 
 
 class _RuleFile(_Section):

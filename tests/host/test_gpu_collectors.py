@@ -304,7 +304,7 @@ def test_agent_dcgm_source_scrapes_the_configured_url(exporter: Any) -> None:
 
 
 @pytest.mark.parametrize(("gpu", "message"), [
-    ({"source": "smi"}, "gpu.source"),
+    ({"source": "nvidia-smi"}, "gpu.source"),
     ({"interval_s": 0}, "gpu.interval_s"),
     ({"dcgm": "x"}, "gpu.dcgm"),
 ])
@@ -338,3 +338,19 @@ def test_fabricscope_parse_dcgm_xid_is_an_event(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     events = [row for ln in run.stdout.splitlines() if "attrs" in (row := json.loads(ln))]
     assert [(e["source"], e["start"], e["attrs"]) for e in events] == [("node:gpu0", 1.0, {"code": 31})]
+
+
+def test_agent_smi_source_runs_nvidia_smi_and_maps_its_xml(tmp_path: Path) -> None:
+    """A stand-in ``nvidia-smi`` (this machine has none) that prints the recorded T4 XML."""
+    fake = tmp_path / "nvidia-smi"
+    xml = GPU / "tesla-t4-telegraf/nvidia-smi-q-x.xml"
+    fake.write_text(f'#!/bin/sh\n[ "$1 $2" = "-q -x" ] || exit 64\nexec cat {xml}\n')
+    fake.chmod(0o755)
+    sink = ListSink()
+    agent = Agent(_cfg(source="smi", smi_binary=str(fake)), sink)  # type: ignore[arg-type]
+    agent.run_once()
+    got = {(i["source"], i["metric"]): i["value"] for _, i in sink.items if "labels" not in i}
+    assert got[("node:gpu0", "pcie_link_width")] == 8 and got[("node:gpu0", "pcie_link_width_max")] == 16
+    broken = Agent(_cfg(source="smi", smi_binary=str(tmp_path / "absent")), ListSink())  # type: ignore[arg-type]
+    broken.run_once()
+    assert broken.stats["errors"] == 1, "a missing nvidia-smi is a failed poll, not a crash"

@@ -15,20 +15,22 @@ from typing import Any
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.gpu.dcgm import DcgmCollector, looks_like_dcgm, parse_dcgm, xid_event
 from fabricscope.collectors.host.gpu.nvml import NvmlCollector, load_nvml
-from fabricscope.collectors.host.gpu.smi_xml import looks_like_smi_xml, parse_smi_xml
+from fabricscope.collectors.host.gpu.smi_xml import SmiCollector, looks_like_smi_xml, parse_smi_xml
 from fabricscope.collectors.host.gpu.topo_matrix import TopoMatrix, looks_like_topo, parse_topo_matrix, rank
 from fabricscope.core.model import Event, Sample
 
-__all__ = ["DcgmCollector", "NvmlCollector", "TopoMatrix", "load_nvml", "make_gpu_collector",
+__all__ = ["DcgmCollector", "NvmlCollector", "SmiCollector", "TopoMatrix", "load_nvml", "make_gpu_collector",
            "parse_dcgm", "parse_smi_xml", "parse_topo_matrix"]
 
 
 def make_gpu_collector(host: str, source: str, dcgm_url: str, *, timeout_s: float = 5.0,
-                       emit: Callable[[Event], None] | None = None,
-                       lib: Any = None) -> NvmlCollector | DcgmCollector | None:
+                       emit: Callable[[Event], None] | None = None, lib: Any = None,
+                       smi_binary: str = "nvidia-smi") -> NvmlCollector | DcgmCollector | SmiCollector | None:
     """The collector the agent config names; None where NVML is unusable (already logged)."""
     if source == "dcgm":
         return DcgmCollector(host, dcgm_url, timeout_s=timeout_s, emit=emit)
+    if source == "smi":
+        return SmiCollector(host, smi_binary, timeout_s=timeout_s)
     return NvmlCollector.open(host, lib, emit=emit)
 
 

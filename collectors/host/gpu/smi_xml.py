@@ -11,12 +11,14 @@ Values are "1980 MHz", "16x", "38 C", "0 %", "N/A" or "[N/A]"; anything not a nu
 from __future__ import annotations
 
 import re
+import subprocess
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from collections.abc import Callable
 
 from fabricscope.collectors.host.gpu.maps import XML_READS, XML_THROTTLE_ELEMENTS
-from fabricscope.core.errors import ParseError
-from fabricscope.core.model import Sample
+from fabricscope.core.errors import CollectionError, ParseError
+from fabricscope.core.model import Sample, now
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:x|MHz|W|C|%|KB/s)?\s*$")
 
@@ -68,3 +70,26 @@ def gpu_samples(gpu: ET.Element, ts: float, source: str) -> list[Sample]:
 
 def looks_like_smi_xml(head: str) -> bool:
     return "<nvidia_smi_log>" in head
+
+
+def run_smi(binary: str, timeout_s: float) -> str:
+    try:
+        done = subprocess.run([binary, "-q", "-x"], capture_output=True, text=True, timeout=timeout_s, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CollectionError(f"{binary} -q -x: {exc}") from exc
+    return done.stdout
+
+
+class SmiCollector:
+    """Runs ``nvidia-smi -q -x`` each poll: GPU metrics without the NVML Python bindings (no XID
+    events: nvidia-smi does not report them). ``run(binary) -> text`` is injected for tests."""
+
+    name = "gpu"
+
+    def __init__(self, host: str, binary: str = "nvidia-smi", *, timeout_s: float = 10.0,
+                 run: Callable[[str], str] | None = None) -> None:
+        self.host, self.binary = host, binary
+        self.run = run or (lambda b: run_smi(b, timeout_s))
+
+    def poll(self) -> list[Sample]:
+        return parse_smi_xml(self.run(self.binary), now(), self.host)
