@@ -18,6 +18,7 @@ from fabricscope.core.model import Event, Link, Sample
 
 # Modules that declare ``FORMATS``; add yours here (one line each, kept sorted).
 MODULES = (
+    "fabricscope.collectors.host.gpu",
     "fabricscope.collectors.host.nic",
     "fabricscope.collectors.host.rdma",
     "fabricscope.collectors.host.storage",
