@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from fabricscope.collectors.host.common import extra_counter, read_text, select
 from fabricscope.collectors.formats import Format, Reading
+from fabricscope.collectors.host.common import extra_counter, read_text, select
 from fabricscope.collectors.host.ethtool_maps import DRIVERS, DriverMap, driver_map
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
