@@ -62,3 +62,14 @@ SUBSCRIPTIONS: tuple[tuple[str, str], ...] = (
 MODEL_SUBSCRIPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "openconfig-qos": (("/qos/interfaces/interface/output/queues/queue/state", "SAMPLE"),),
 }
+
+# SONiC: the server advertises the model "sonic-db"; its COUNTERS_DB virtual paths (sonic-gnmi
+# virtual_db) name ports and queues already, so no oid map is needed for these. Sent as a second
+# Subscribe with prefix target COUNTERS_DB (one prefix per SubscriptionList).
+SONIC_MODEL = "sonic-db"
+SONIC_SUBSCRIPTIONS: tuple[tuple[str, str], ...] = (
+    ("COUNTERS/Ethernet*", "SAMPLE"),  # port stats incl. SAI_PORT_STAT_PFC_<n>_RX/TX_PKTS
+    ("COUNTERS/Ethernet*/Queues", "SAMPLE"),  # queue stats, watermarks, PFC watchdog
+    ("COUNTERS/Ethernet*/Pfcwd", "SAMPLE"),
+    ("PERIODIC_WATERMARKS/Ethernet*/PriorityGroups", "SAMPLE"),
+)

@@ -35,6 +35,7 @@ class NetconfCollector:
         self._mgr: Any = None
         self._lock = threading.Lock()
         self.model: models.Model | None = None
+        self.extra_models: list[models.Model] = []  # e.g. openconfig-qos, when advertised
         self.has_lldp = False
         self.resets = ResetTracker()
 
@@ -59,6 +60,7 @@ class NetconfCollector:
             raise CollectionError(f"{self.device.name}: NETCONF connect failed: {why}") from exc
         caps = list(mgr.server_capabilities)
         self.model = models.choose(caps)
+        self.extra_models = models.extras(caps)
         self.has_lldp = any(OC_LLDP in c or "openconfig-lldp" in c for c in caps)
         if self.model is None:
             mgr.close_session()
@@ -75,33 +77,54 @@ class NetconfCollector:
             why = f"{type(exc).__name__}: {exc}"
             raise CollectionError(f"{self.device.name}: NETCONF session lost: {why}") from exc
 
+    def _rpc(self, rpc_xml: str) -> str:
+        try:
+            return str(self._mgr.dispatch(rpc_xml).xml)
+        except RPCError as exc:
+            raise CollectionError(f"{self.device.name}: RPC failed: {exc}") from exc
+        except Exception as exc:
+            self._drop()
+            why = f"{type(exc).__name__}: {exc}"
+            raise CollectionError(f"{self.device.name}: NETCONF session lost: {why}") from exc
+
+    def _replies(self, model: models.Model) -> list[tuple[models.Model, str]]:
+        if model.rpcs:
+            return [(model, self._rpc(r)) for r in model.rpcs]
+        return [(model, self._get(model.filter))]
+
     def _drop(self) -> None:
         mgr, self._mgr = self._mgr, None
         if mgr is not None:
             with contextlib.suppress(Exception):  # the session is already broken; nothing to tidy
                 mgr.close_session()
 
-    def fetch(self) -> tuple[str, str | None]:
+    def fetch(self) -> tuple[list[tuple[models.Model, str]], str | None]:
+        """(model, reply) for the interfaces model and each extra one, and the LLDP reply."""
         with self._lock:
             if self._mgr is None or not self._mgr.connected:
                 self._mgr = self._connect()
             assert self.model is not None
-            reply = self._get(self.model.filter)
+            replies = [r for m in (self.model, *self.extra_models) for r in self._replies(m)]
             lldp_reply = self._get(LLDP_FILTER) if self.device.lldp and self.has_lldp else None
-            return reply, lldp_reply
+            return replies, lldp_reply
 
     async def poll(self) -> PollResult:
         ts = now()
-        reply, lldp_reply = await asyncio.to_thread(self.fetch)
-        assert self.model is not None
-        try:
-            parsed = parse(self.device.name, reply, self.model, ts, self.device.wants)
-        except ParseError as exc:  # the interfaces reply is unusable; the LLDP one may still be fine
-            result = PollResult(problems=[str(exc)])
-            samples: list[Sample] = []
-        else:
-            samples = self.resets.mark(parsed.samples, epochs=parsed.counter_epoch)
-            result = PollResult(samples, problems=parsed.problems)
+        replies, lldp_reply = await asyncio.to_thread(self.fetch)
+        result = PollResult()
+        samples: list[Sample] = []
+        epochs: dict[str, str] = {}
+        for model, reply in replies:
+            try:
+                parsed = parse(self.device.name, reply, model, ts, self.device.wants)
+            except ParseError as exc:  # this reply is unusable; the others may still be fine
+                result.problems.append(str(exc))
+                continue
+            samples.extend(parsed.samples)
+            epochs.update(parsed.counter_epoch)
+            result.problems.extend(parsed.problems)
+        samples = self.resets.mark(samples, epochs=epochs)
+        result.samples = samples
         if lldp_reply is not None:
             try:
                 rows = lldp_rows(lldp_reply)
