@@ -103,8 +103,8 @@ def update(out: SonicRows, elems: list[str], value: Any, names: MutableMapping[s
             pfc = PFC.fullmatch(key)
             f = Field(PFC_METRIC[pfc[2]], "priority") if pfc else FIELDS.get(key)
             if f is None:
-                if "_STAT" in key:
-                    out.unmapped.add(key)
+                if ("_STAT_" in key or "_STATS_" in key) and not key.endswith("_last"):
+                    out.unmapped.add(key)  # a counter we do not map (not attributes/status fields)
                 continue
             where = _resolve(obj, "" if pfc else f.label, names)
             if where is None:
