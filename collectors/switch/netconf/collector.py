@@ -25,6 +25,10 @@ from . import models
 from .parse import LLDP_FILTER, OC_LLDP, lldp_rows, parse
 
 
+class RpcRefused(CollectionError):
+    """The device answered a vendor RPC with <rpc-error>: the session itself is fine."""
+
+
 class NetconfCollector:
     def __init__(self, device: Device) -> None:
         if device.netconf is None:
@@ -81,16 +85,22 @@ class NetconfCollector:
         try:
             return str(self._mgr.dispatch(rpc_xml).xml)
         except RPCError as exc:
-            raise CollectionError(f"{self.device.name}: RPC failed: {exc}") from exc
+            raise RpcRefused(f"{self.device.name}: RPC {rpc_xml} refused: {exc}") from exc
         except Exception as exc:
             self._drop()
             why = f"{type(exc).__name__}: {exc}"
             raise CollectionError(f"{self.device.name}: NETCONF session lost: {why}") from exc
 
-    def _replies(self, model: models.Model) -> list[tuple[models.Model, str]]:
-        if model.rpcs:
-            return [(model, self._rpc(r)) for r in model.rpcs]
-        return [(model, self._get(model.filter))]
+    def _replies(self, model: models.Model, problems: list[str]) -> list[tuple[models.Model, str]]:
+        if not model.rpcs:
+            return [(model, self._get(model.filter))]
+        out = [(model, self._rpc(model.rpcs[0]))]
+        for rpc in model.rpcs[1:]:  # optional detail (queue RPC): a platform without it keeps the rest
+            try:
+                out.append((model, self._rpc(rpc)))
+            except RpcRefused as exc:
+                problems.append(str(exc))
+        return out
 
     def _drop(self) -> None:
         mgr, self._mgr = self._mgr, None
@@ -98,20 +108,29 @@ class NetconfCollector:
             with contextlib.suppress(Exception):  # the session is already broken; nothing to tidy
                 mgr.close_session()
 
-    def fetch(self) -> tuple[list[tuple[models.Model, str]], str | None]:
-        """(model, reply) for the interfaces model and each extra one, and the LLDP reply."""
+    def fetch(self) -> tuple[list[tuple[models.Model, str]], str | None, list[str]]:
+        """(model, reply) for the interfaces model and each extra one, the LLDP reply, and the
+        optional requests the device refused."""
         with self._lock:
             if self._mgr is None or not self._mgr.connected:
                 self._mgr = self._connect()
             assert self.model is not None
-            replies = [r for m in (self.model, *self.extra_models) for r in self._replies(m)]
+            problems: list[str] = []
+            replies = self._replies(self.model, problems)
+            for extra in self.extra_models:  # an extra model refused: the interfaces are still good
+                try:
+                    replies.extend(self._replies(extra, problems))
+                except CollectionError as exc:
+                    if self._mgr is None:  # the session is gone, not just this request
+                        raise
+                    problems.append(str(exc))
             lldp_reply = self._get(LLDP_FILTER) if self.device.lldp and self.has_lldp else None
-            return replies, lldp_reply
+            return replies, lldp_reply, problems
 
     async def poll(self) -> PollResult:
         ts = now()
-        replies, lldp_reply = await asyncio.to_thread(self.fetch)
-        result = PollResult()
+        replies, lldp_reply, problems = await asyncio.to_thread(self.fetch)
+        result = PollResult(problems=problems)
         samples: list[Sample] = []
         epochs: dict[str, str] = {}
         for model, reply in replies:
