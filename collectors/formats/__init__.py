@@ -22,6 +22,8 @@ MODULES = (
     "fabricscope.collectors.host.nic",
     "fabricscope.collectors.host.rdma",
     "fabricscope.collectors.host.storage",
+    "fabricscope.collectors.switch.gnmi.formats",
+    "fabricscope.collectors.switch.netconf.formats",
 )
 # Bytes of a file handed to the sniffers: enough for any header we recognise a format by.
 HEAD_BYTES = 64 * 1024
