@@ -20,6 +20,8 @@ from fabricscope.core.model import Event, Link, Sample
 MODULES = (
     "fabricscope.collectors.host.nic",
     "fabricscope.collectors.host.storage",
+    "fabricscope.collectors.switch.infiniband.formats",
+    "fabricscope.collectors.switch.snmp.formats",
 )
 # Bytes of a file handed to the sniffers: enough for any header we recognise a format by.
 HEAD_BYTES = 64 * 1024
