@@ -24,6 +24,8 @@ MODULES = (
     "fabricscope.collectors.host.storage",
     "fabricscope.collectors.switch.gnmi.formats",
     "fabricscope.collectors.switch.netconf.formats",
+    "fabricscope.collectors.switch.infiniband.formats",
+    "fabricscope.collectors.switch.snmp.formats",
 )
 # Bytes of a file handed to the sniffers: enough for any header we recognise a format by.
 HEAD_BYTES = 64 * 1024
