@@ -19,6 +19,7 @@ from fabricscope.core.model import Event, Link, Sample
 # Modules that declare ``FORMATS``; add yours here (one line each, kept sorted).
 MODULES = (
     "fabricscope.collectors.host.nic",
+    "fabricscope.collectors.host.pcie_formats",
     "fabricscope.collectors.host.storage",
 )
 # Bytes of a file handed to the sniffers: enough for any header we recognise a format by.
