@@ -10,6 +10,7 @@ width of 0 (virtual functions) or an unknown speed is left out.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -33,10 +34,8 @@ def _read_sysfs(path: Path, device: str, ts: float) -> Reading:
     out = Reading()
     seen: set[str] = set()  # an RDMA device and its netdev share a PCI function: report it once
     names = [("infiniband", n) for n in pcie.rdma_devices(path)]
-    try:
+    with contextlib.suppress(OSError):  # no class/net: the RDMA devices alone
         names += [("net", p.name) for p in sorted((path / "class" / "net").iterdir())]
-    except OSError:
-        pass
     for cls, name in names:
         dev = pcie.device_at(path, path / "class" / cls / name / "device")
         if dev is None or dev.pci in seen:

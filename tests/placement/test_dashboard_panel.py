@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import psycopg
 
+from tests.placement.test_audit import h100_ranks
 from tools.dashboard_placement import PLACEMENT_SQL
 from tools.grafana_sql import Context, expand
-from tests.placement.test_audit import h100_ranks
 
 
 def test_panel_flags_are_the_api_flags(api: httpx.Client, database_url: str, tmp_path: Path) -> None:
