@@ -9,9 +9,9 @@ tests/placement/test_dashboard_panel.py checks both agree on the same stored job
 - rank_off_numa: the GPU's node is neither among the rank's CPU nodes nor its memory nodes (each
   only when reported);
 - downtrained_link: GPU or NIC link below its maximum generation or width;
-- nccl_env_mismatch: NCCL_IB_HCA (else NCCL_SOCKET_IFNAME) does not admit `nic_nearest` (NCCL's
-  matching: `^` excludes, `=` exact, else prefix). Only where the hook reported `nic_nearest`; the
-  API also derives the nearest NIC from the other ranks' PCIe paths.
+- nccl_env_mismatch: NCCL_IB_HCA does not admit `nic_nearest` (NCCL's matching: `^` excludes, `=`
+  exact, else prefix). Only where the hook reported `nic_nearest`; the API also derives the nearest
+  NIC from the other ranks' PCIe paths and judges NCCL_SOCKET_IFNAME for socket-only ranks.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ WITH r AS (
   SELECT jr.rank, jr.host, jr.gpu, jr.nic, jr.locality,
          (jr.locality->>'gpu_numa')::int AS gpu_numa, (jr.locality->>'nic_numa')::int AS nic_numa,
          jr.locality->>'nic_nearest' AS nearest,
-         coalesce(jr.locality->>'nccl_ib_hca', jr.locality->>'nccl_socket_ifname') AS spec,
+         jr.locality->>'nccl_ib_hca' AS spec,
          (SELECT count(DISTINCT x.gpu) FROM job_ranks x
           WHERE x.job = jr.job AND x.host = jr.host AND x.nic = jr.nic) AS gpus_on_nic,
          coalesce(CASE WHEN j.labels->>'gpus_per_nic' ~ '^[0-9]{1,6}$'
@@ -77,6 +77,6 @@ ORDER BY rank LIMIT 1000"""
 def placement_panels(lay: Layout) -> list[dict[str, Any]]:
     return [table(lay, "Placement: flagged ranks", PLACEMENT_SQL, w=24, h=8,
                   description="Ranks whose GPU and NIC are on different NUMA nodes, share a NIC, run off the "
-                              "GPU's node, have a PCIe link below its maximum, or whose NCCL_IB_HCA / "
-                              "NCCL_SOCKET_IFNAME leaves out the NIC nearest the GPU. The full audit: "
+                              "GPU's node, have a PCIe link below its maximum, or whose NCCL_IB_HCA leaves "
+                              "out the NIC nearest the GPU. The full audit: "
                               "GET /v1/jobs/{job}/placement.")]

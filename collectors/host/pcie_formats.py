@@ -18,7 +18,7 @@ from pathlib import Path
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host import pcie
 from fabricscope.core.errors import ParseError
-from fabricscope.core.model import Sample
+from fabricscope.core.model import Sample, now
 
 # PcieLink field -> canonical metric (a table, so both formats name them the same way).
 LINK_METRICS = (("gen", "pcie_link_generation"), ("width", "pcie_link_width"),
@@ -82,6 +82,21 @@ def _read_nccl_topo(path: Path, device: str, ts: float) -> Reading:
 
 def _looks_like_nccl_topo(_path: Path, head: str) -> bool:
     return re.match(r"\s*(<\?xml[^>]*>\s*)?<system version=", head) is not None
+
+
+class PcieLinkCollector:
+    """The host agent's view of the same facts: every NIC's PCIe link now and at most, from sysfs.
+
+    Not wired into the agent's configuration here (collectors/host/agent.py builds its collectors):
+    a link trains once, so a slow interval (minutes) is plenty."""
+
+    name = "pcie"
+
+    def __init__(self, host: str, *, sys_root: str | Path = "/sys") -> None:
+        self.host, self.sys_root = host, Path(sys_root)
+
+    def poll(self) -> list[Sample]:
+        return _read_sysfs(self.sys_root, self.host, now()).samples
 
 
 FORMATS = (

@@ -11,8 +11,9 @@ Flags (docs/http-api.md, "Placement and locality audit"):
 - ``rank_off_numa``: the rank may run only on CPUs, or allocate only from memory nodes, none of
   which is the GPU's NUMA node.
 - ``downtrained_link``: the GPU's or the NIC's PCIe link runs below its maximum generation or width.
-- ``nccl_env_mismatch``: ``NCCL_IB_HCA`` (else ``NCCL_SOCKET_IFNAME``) does not admit the NIC
-  nearest the GPU on the PCIe tree (NCCL's matching: ``=`` exact, ``^`` excludes, else prefix).
+- ``nccl_env_mismatch``: ``NCCL_IB_HCA`` does not admit the NIC nearest the GPU on the PCIe tree
+  (NCCL's matching: ``=`` exact, ``^`` excludes, else prefix); without it, ``NCCL_SOCKET_IFNAME``
+  where the rank runs over sockets (the hook found no RDMA device near the GPU).
 A flag needs both of its facts; a rank that did not report them is not flagged.
 """
 
@@ -120,7 +121,9 @@ def audit(ranks: list[dict[str, Any]], *, labels: dict[str, Any] | None = None,
             flags.append("rank_off_numa")
         if _downtrained(loc.get("gpu_link")) or _downtrained(loc.get("nic_link")):
             flags.append("downtrained_link")
-        spec = loc.get("nccl_ib_hca") or loc.get("nccl_socket_ifname")
+        # NCCL_SOCKET_IFNAME picks the NIC only where NCCL runs over sockets: a rank whose hook found
+        # an RDMA device near its GPU (nic_nearest) uses it for bootstrap alone, so it is not judged.
+        spec = loc.get("nccl_ib_hca") or (None if loc.get("nic_nearest") else loc.get("nccl_socket_ifname"))
         if spec and nearest and not nccl_admits(spec, nearest):
             flags.append("nccl_env_mismatch")
         for f in flags:

@@ -94,6 +94,9 @@ def base_rank(**loc: Any) -> dict[str, Any]:
         ({"nic_numa": 0}, ["cross_numa"]),
         ({"nic_numa": None}, []),
         ({"nccl_socket_ifname": "eth"}, ["nccl_env_mismatch"]),  # the nearest is mlx5_0
+        # an RDMA device near the GPU: the socket interface is only NCCL's bootstrap
+        ({"nccl_socket_ifname": "eth0", "nic_nearest": "mlx5_0"}, []),
+        ({"nccl_ib_hca": "mlx5_1", "nic_nearest": "mlx5_0"}, ["nccl_env_mismatch"]),
         ({"nccl_ib_hca": "mlx5"}, []),  # a prefix admits mlx5_0
         ({"nccl_ib_hca": "^mlx5_0"}, ["nccl_env_mismatch"]),
     ],

@@ -58,3 +58,12 @@ def test_not_an_nccl_dump_is_a_parse_error(tmp_path: Path) -> None:
 
 def test_formats_are_registered() -> None:
     assert {f.name for f in FORMATS} <= set(load().formats)
+
+
+def test_collector_polls_the_same_samples_with_its_own_time() -> None:
+    from fabricscope.collectors.host.pcie_formats import PcieLinkCollector
+
+    got = PcieLinkCollector("node40", sys_root=FIXTURES / "hwloc-40intel64-2g2n4c" / "sys").poll()
+    assert [(s.source, s.metric, s.value) for s in got] == [
+        ("node40:qib0", "pcie_link_generation", 3.0), ("node40:qib0", "pcie_link_width", 4.0)]
+    assert all(s.ts > 1_700_000_000 for s in got)
