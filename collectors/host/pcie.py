@@ -206,15 +206,13 @@ def process_affinity(proc_root: str | Path = "/proc", pid: str = "self") -> tupl
 
 def compact(cpus: list[int]) -> str:
     """[0, 1, 2, 5] -> ``"0-2,5"`` (the cpulist form, short enough to store per rank)."""
-    out: list[str] = []
+    runs: list[list[int]] = []
     for cpu in sorted(set(cpus)):
-        if out and "-" in out[-1] and int(out[-1].split("-")[1]) == cpu - 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{cpu}"
-        elif out and "-" not in out[-1] and int(out[-1]) == cpu - 1:
-            out[-1] = f"{out[-1]}-{cpu}"
+        if runs and runs[-1][1] == cpu - 1:
+            runs[-1][1] = cpu
         else:
-            out.append(str(cpu))
-    return ",".join(out)
+            runs.append([cpu, cpu])
+    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in runs)
 
 
 def _device_facts(prefix: str, dev: PcieDevice | None) -> dict[str, Any]:

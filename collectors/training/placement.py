@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fabricscope.collectors.host import pcie
+
 
 def _name_list(value: str | None) -> list[str]:
     """Device names from an NCCL-style list: ``=mlx5_0:1,mlx5_1`` -> [mlx5_0, mlx5_1].
@@ -164,8 +166,6 @@ def locality(entry: Mapping[str, Any], *, gpu_pci: str | None = None, env: Mappi
     its CPU affinity and memory nodes, and what NCCL was told (``NCCL_IB_HCA``, ``NCCL_SOCKET_IFNAME``).
 
     Best effort: {} on any failure, so placement is still registered without it."""
-    from fabricscope.collectors.host import pcie
-
     env = os.environ if env is None else env
     try:
         out = pcie.locality(gpu_pci=gpu_pci, nic=entry.get("nic"), sysfs_root=sysfs_root, proc_root=proc_root)
