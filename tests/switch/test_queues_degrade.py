@@ -82,3 +82,35 @@ def test_a_refused_openconfig_subscribe_still_fails_the_poll():
                             refuse={"": grpc.StatusCode.PERMISSION_DENIED})  # fmt: skip
     with pytest.raises(CollectionError, match="PERMISSION_DENIED"):
         asyncio.run(_poll(target))
+
+
+def test_streaming_keeps_the_openconfig_stream_open_after_the_counters_db_refusal():
+    """``run`` mode: the refusal is emitted as a problem while the OpenConfig stream stays up."""
+    target = RefusingTarget(read_gnmi(OC / "responses.json"), models=SONIC_MODELS,
+                            refuse={"COUNTERS_DB": grpc.StatusCode.UNAVAILABLE})  # fmt: skip
+
+    async def go():  # type: ignore[no-untyped-def]
+        server, port = await serve(target)
+        got_samples, got_problem = asyncio.Event(), asyncio.Event()
+        seen: list = []
+
+        async def emit(r):  # type: ignore[no-untyped-def]
+            seen.append(r)
+            if r.samples:
+                got_samples.set()
+            if r.problems:
+                got_problem.set()
+
+        task = asyncio.ensure_future(GnmiCollector(_device(port, encoding="json_ietf")).stream(emit))
+        try:
+            await asyncio.wait_for(asyncio.gather(got_samples.wait(), got_problem.wait()), 30)
+            still_up = not task.done()  # the OpenConfig stream is held open by the target
+        finally:
+            task.cancel()
+            await server.stop(None)
+        return still_up, seen
+
+    still_up, seen = asyncio.run(go())
+    assert still_up
+    assert [s.to_json() for r in seen for s in r.samples] == _expected_oc()
+    assert any("UNAVAILABLE" in p for r in seen for p in r.problems)
