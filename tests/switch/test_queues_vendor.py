@@ -26,7 +26,7 @@ def test_fabricscope_parse_reads_the_recorded_gnmic_output_of_a_cumulus_queue():
     samples = [{k: v for k, v in json.loads(line).items() if k != "kind"} for line in r.stdout.splitlines()]
     assert samples == json.loads((CUMULUS / "expected.json").read_text())["samples"]
     # tie the sample back to the recording: the event's ns timestamp, the keyed Path, the value
-    event = list(gnmic._objects((CUMULUS / "gnmic.json").read_text()))[1]
+    event = list(gnmic.json_stream((CUMULUS / "gnmic.json").read_text()))[1]
     (leaf, value), = event["updates"][0]["values"].items()
     assert samples == [{"ts": event["timestamp"] / 1e9, "source": "sw1:swp1", "metric": "tx_queue_bytes_total",
                         "value": float(value), "labels": {"queue": "1"}}]  # fmt: skip

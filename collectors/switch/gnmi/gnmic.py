@@ -27,7 +27,7 @@ from .parse import parse
 from .proto import gnmi_pb2
 
 
-def _objects(text: str) -> Iterator[Any]:
+def json_stream(text: str) -> Iterator[Any]:
     """The JSON values of a concatenated stream (gnmic prints one object after another)."""
     decoder = json.JSONDecoder()
     i = 0
@@ -79,7 +79,7 @@ def notification(event: dict[str, Any], problems: list[str]) -> gnmi_pb2.Notific
 def read_gnmic_json(path: Path, device: str, _ts: float) -> Reading:
     problems: list[str] = []
     try:
-        events = list(_objects(path.read_text()))
+        events = list(json_stream(path.read_text()))
     except ValueError as exc:
         raise ParseError(f"not gnmic JSON output: {exc}") from exc
     notes = [n for n in (notification(e, problems) for e in events if isinstance(e, dict)) if n is not None]
