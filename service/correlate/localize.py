@@ -45,6 +45,14 @@ SIGNALS: dict[tuple[str, str], tuple[str, str, float]] = {
     ("switch", "link_down_total"): ("link", "link", 1.0),
     ("volume", "read_latency_seconds"): ("storage", "self", 1.0),
     ("volume", "write_latency_seconds"): ("storage", "self", 1.0),
+    # -- egress queues, PFC watchdog, InfiniBand (#16; direction.py moves pause and credit-wait rows
+    # of victims onto the congested port). Queue series carry `queue`, so each queue is its own peer group.
+    ("switch", "queue_dropped_packets_total"): ("fabric", "self", 0.9),
+    ("switch", "queue_watermark_bytes"): ("fabric", "self", 0.8),
+    ("switch", "pfc_deadlock_total"): ("@peer", "peer", 0.6),  # the watchdog fires on the paused side
+    ("switch", "link_error_recovery_total"): ("link", "link", 1.0),
+    ("nic", "link_error_recovery_total"): ("link", "link", 1.0),
+    ("nic", "port_xmit_wait_total"): ("fabric", "peer", 0.3),
 }
 # Smallest excess that can matter, per metric (per second for counters, the unit for gauges):
 # keeps a quiet counter (0 errors, MAD 0) from turning one stray increment into a huge score.
@@ -55,6 +63,9 @@ FLOORS: dict[str, float] = {
     "rx_errors_total": 5, "link_down_total": 0.02, "rdma_retransmits_total": 50, "rdma_timeouts_total": 5,
     "queue_occupancy_bytes": 1e6, "port_xmit_wait_total": 1e5,
     "read_latency_seconds": 0.002, "write_latency_seconds": 0.002,
+    # egress queues, PFC watchdog, InfiniBand (#16): a few drops, a MB of buffer, one storm or recovery
+    "queue_dropped_packets_total": 20, "queue_watermark_bytes": 1e6, "pfc_deadlock_total": 0.02,
+    "link_error_recovery_total": 0.02,
 }
 
 
