@@ -76,22 +76,22 @@ class DataPath:
             f()
 
 
-def run_spec(i: int, rng: np.random.Generator) -> ClusterSpec:
-    """The accuracy cluster of run `i`: every fifth (from the third) an InfiniBand fabric; port names,
+def run_spec(i: int, rng: np.random.Generator, ib_every: int = 5) -> ClusterSpec:
+    """The accuracy cluster of run `i`: every `ib_every`th (from the third) an InfiniBand fabric; port names,
     the lossless priority and the lossy queue drawn per run (#16), so nothing in the engine can
     depend on them."""
     return dataclasses.replace(
-        ACCURACY_CLUSTER, fabric="ib" if i % 5 == 2 else "roce",
+        ACCURACY_CLUSTER, fabric="ib" if ib_every and i % ib_every == min(2, ib_every - 1) else "roce",
         port_prefix=str(rng.choice(["Ethernet", "swp", "Eth1/", "p"])),
         lossless_priority=int(rng.choice([3, 4])), lossy_queue=int(rng.choice([0, 1])))
 
 
-def accuracy_runs(n_runs: int, seed: int, only: list[str] | None = None) -> list[Scenario]:
+def accuracy_runs(n_runs: int, seed: int, only: list[str] | None = None, ib_every: int = 5) -> list[Scenario]:
     out = []
     t0 = 1.75e9
     for i in range(n_runs):
         rng = np.random.default_rng(seed * 1000 + i)
-        spec = run_spec(i, rng)
+        spec = run_spec(i, rng, ib_every)
         cluster = build_cluster(spec)
         kinds = kinds_for(spec.fabric, only or []) or kinds_for(spec.fabric, list(FAULT_KINDS))
         steps = 80
@@ -172,9 +172,9 @@ def pct(a: float, b: float) -> str:
     return f"{100.0 * a / b:6.2f}%" if b else "   n/a"
 
 
-def run_accuracy(dp: DataPath, n_runs: int, seed: int, only: list[str] | None = None) -> None:
+def run_accuracy(dp: DataPath, n_runs: int, seed: int, only: list[str] | None = None, ib_every: int = 5) -> None:
     t = time.perf_counter()
-    scs = accuracy_runs(n_runs, seed, only)
+    scs = accuracy_runs(n_runs, seed, only, ib_every)
     n_faults = sum(1 for sc in scs for f in sc.faults if f.kind != LEVEL_CHANGE)
     print(f"accuracy: {n_runs} runs of {scs[0].cluster.ranks} ranks x 80 steps, {n_faults} injected faults "
           f"(generated in {time.perf_counter() - t:.1f}s)", flush=True)
@@ -205,7 +205,7 @@ def run_accuracy(dp: DataPath, n_runs: int, seed: int, only: list[str] | None = 
     print("  per kind (faulty steps: detected / layer / component):")
     for kind, (n, d, lay, comp) in sorted(r["per_kind"].items()):
         print(f"    {kind:18s} {n:4d}: {pct(d, n)} {pct(lay, d)} {pct(comp, d)}")
-    print("  per fabric and kind (InfiniBand runs: every fifth from the third):")
+    print("  per fabric and kind:")
     for (fab, kind), (n, d, lay, comp) in sorted(r["per_fabric_kind"].items()):
         print(f"    {fab:4s} {kind:18s} {n:4d}: {pct(d, n)} {pct(lay, d)} {pct(comp, d)}")
     for m in r["misses"][:15]:
@@ -259,6 +259,7 @@ def main() -> None:
     ap.add_argument("--direct", metavar="DATABASE_URL")
     ap.add_argument("--sizes", default=None, help="comma list of 64,256,1024")
     ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--ib-every", type=int, default=5, help="every Nth accuracy run is an InfiniBand fabric (0: none)")
     ap.add_argument("--kinds", help="comma list: draw the accuracy runs' faults from these kinds only "
                     "(per fabric; a fabric none of them fits gets all its kinds)")
     ap.add_argument("--skip-latency", action="store_true")
@@ -272,7 +273,7 @@ def main() -> None:
     t = time.perf_counter()
     try:
         if not args.skip_accuracy:
-            run_accuracy(dp, runs, args.seed, args.kinds.split(",") if args.kinds else None)
+            run_accuracy(dp, runs, args.seed, args.kinds.split(",") if args.kinds else None, args.ib_every)
         if not args.skip_latency:
             run_latency(dp, sizes, 30 if args.quick else 40, args.seed)
     finally:

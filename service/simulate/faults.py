@@ -118,6 +118,8 @@ def random_plan(cluster: Cluster, rng: np.random.Generator, *, n_steps: int, n_f
                 severity: tuple[float, float] = (0.08, 0.8), max_len: int = 6) -> list[Fault]:
     """Non-overlapping faults of varied kind, size, start and length, with healthy gaps between."""
     kinds = kinds_for(cluster.spec.fabric, kinds or list(FAULT_KINDS))
+    if not kinds and n_faults:
+        raise ValueError(f"none of the fault kinds asked for happens on a {cluster.spec.fabric} fabric")
     faults: list[Fault] = []
     step = warmup
     for i in range(n_faults):
