@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fabricscope.service.correlate.constants import AFTERMATH_S, MIN_SCORE, NO_HISTORY_DISCOUNT
+from fabricscope.service.correlate.constants import AFTERMATH_S, AFTERMATH_WEIGHT, MIN_SCORE, NO_HISTORY_DISCOUNT
 
 SWITCH_ROLES = ("leaf_down", "leaf_up", "spine")
 # (role class, metric) -> (layer, target, weight). target: self | peer | link. Layer "@peer" = the
@@ -140,6 +140,9 @@ def finish_scores(out: pd.DataFrame, meta: pd.DataFrame, hist: pd.DataFrame) -> 
     own = (df["cur"] - df["hist_med"]) / np.maximum(df["hist_sigma"].fillna(0), df["floor"])
     df["baseline"] = df["hist_med"].where(df["hist_med"].notna(), df["peer_med"])
     df["score"] = np.where(own.notna(), np.minimum(df["peer_z"], own), NO_HISTORY_DISCOUNT * df["peer_z"])
+    if "cur_w" in df.columns:  # anomalous only through the seconds before the window (AFTERMATH_S)?
+        z_now = (df["cur_w"] - df["peer_med"]) / np.maximum(df["peer_mad"].fillna(0), df["floor"])
+        df["aftermath"] = df["metric"].isin(AFTERMATH_S.keys()) & ~(z_now >= MIN_SCORE)
     return df
 
 
@@ -165,6 +168,8 @@ def candidates(scored: pd.DataFrame, topo: Topo) -> pd.DataFrame:
     df["component"] = comp
     df["layer"] = layer
     df["contrib"] = df["weight"] * np.log2(1.0 + df["score"])
+    if "aftermath" in df.columns:
+        df["contrib"] = np.where(df["aftermath"].fillna(False).astype(bool), AFTERMATH_WEIGHT, 1.0) * df["contrib"]
     return df
 
 

@@ -9,7 +9,14 @@ import pandas as pd
 
 from fabricscope.service.correlate.causes import net_cause
 from fabricscope.service.correlate.direction import follow_backpressure
-from fabricscope.service.correlate.localize import Topo, build_topo, candidates, rank_candidates, series_groups
+from fabricscope.service.correlate.localize import (
+    Topo,
+    build_topo,
+    candidates,
+    finish_scores,
+    rank_candidates,
+    series_groups,
+)
 
 Q3 = json.dumps({"queue": "3"})
 P3 = json.dumps({"priority": "3"})
@@ -160,3 +167,25 @@ def test_each_queue_is_its_own_peer_group() -> None:
     assert g.loc[1, "grp"] == g.loc[2, "grp"] != g.loc[3, "grp"]
     assert {4, 5, 6, 7} <= set(g.index) and 8 not in g.index
     assert g.loc[4, "gauge"] and not g.loc[5, "gauge"]
+
+
+def test_a_link_down_only_before_the_window_yields_to_a_fault_present_in_it() -> None:
+    """Congestion on spine1:swp2 now; its link flapped 8 s ago (the link-down counter reaches the window
+    only through the aftermath lookback). The present fault is named; the past flap alone still would be."""
+    topo = _topo()
+    out = pd.DataFrame([(1, 1.0, 0.0, 0.0, 50.0, 0.0), (2, 1.0, 0.0, 0.0, 50.0, float("nan")),
+                        (3, 2e6, 1e4, 1e3, 20.0, 2e6)],
+                       columns=["series_id", "cur", "peer_med", "peer_mad", "peer_z", "cur_w"])
+    meta = pd.DataFrame([(1, "leaf2:swp9", "link_down_total", None, "leaf_up", 0.02),
+                         (2, "spine1:swp2", "link_down_total", None, "spine", 0.02),
+                         (3, "spine1:swp2", "port_xmit_wait_total", None, "spine", 1e5)],
+                        columns=["series_id", "source", "metric", "labels", "role", "floor"])
+    hist = pd.DataFrame(columns=["series_id", "hist_med", "hist_sigma"]).astype(float)
+    scored = finish_scores(out, meta, hist)
+    assert scored.set_index("series_id")["aftermath"].to_dict() == {1: True, 2: True, 3: False}
+    ev = follow_backpressure(candidates(scored, topo), topo)
+    assert _top(ev) == ("fabric", "spine1:swp2")
+    flap_only = follow_backpressure(candidates(scored[scored["series_id"] != 3], topo), topo)
+    assert _top(flap_only) == ("link", "leaf2:swp9")
+    undiscounted = candidates(scored.drop(columns="aftermath"), topo)
+    assert _top(undiscounted) == ("link", "leaf2:swp9")  # before: the past flap outweighed the congestion
