@@ -32,7 +32,8 @@ def evidence_rows(ev: pd.DataFrame, *, layer: str, component: str, n: int) -> li
         labels = json.loads(r.labels) if isinstance(r.labels, str) else {}
         if labels:
             row["labels"] = labels
-        row["unit"] = "value" if r.metric.endswith("_seconds") else "per_second"
+        # counters (`_total`, docs/API.md) are compared as rates; gauges (queue bytes, latency) as values
+        row["unit"] = "per_second" if r.metric.endswith("_total") else "value"
         out.append(row)
     return out
 

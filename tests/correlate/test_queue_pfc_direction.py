@@ -121,6 +121,8 @@ def test_lossy_queue_drops_name_the_port() -> None:
     cause = net_cause(follow_backpressure(candidates(df, topo), topo), 1.0)
     assert (cause["layer"], cause["component"]) == ("fabric", "leaf2:swp1")
     assert cause["evidence"][0]["labels"] == {"queue": "0"}
+    units = {e["metric"]: e["unit"] for e in cause["evidence"]}
+    assert units == {"queue_dropped_packets_total": "per_second", "queue_watermark_bytes": "value"}
 
 
 def test_infiniband_credit_waits_lead_to_the_port_that_cannot_drain() -> None:
