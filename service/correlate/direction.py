@@ -12,7 +12,8 @@ of the chain, the culprit:
 - pause sent by a port, or received from it, counts for the congested port of the sender's switch;
   a switch with none is itself paused, so it counts for whatever pauses that switch, and so on
   downstream (to a NIC: the NIC that sent pause for lack of buffer is the culprit);
-- a paused port's own queue growth is a symptom of whatever pauses it;
+- a paused port's own queue growth is a symptom of whatever pauses it, and so is its PFC watchdog
+  firing (the watchdog sees a queue stuck by pause it receives);
 - `port_xmit_wait` on a port whose peer switch has a waiting port of its own is the same chain on
   InfiniBand: the culprit is the waiting port whose peer does not wait.
 Rows without a chain (a port sending pause with no queue telemetry anywhere) keep their component.
