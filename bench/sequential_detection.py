@@ -6,22 +6,23 @@ comparison, the detector before it (per-step threshold only, level adopted after
 steps; copied below as `old_detector`) on the same series.
 
 Series (400 steps, base step time 1-3 s, a checkpoint step every 50):
-  noise      Student-t (5 dof) jitter of 0.5-2.5% + hiccups (1.5% of steps, +0.5-4%)   (healthy)
+  noise      jitter of 0.5-2.5% with the simulator's skew and hiccups, or --noise harsh
+             (Student-t tails, hiccups of +0.5-4% of the step): see `healthy_noise`     (healthy)
   fault      +5/8/12% for 10-40 steps from a step in the middle, each step wobbling 0.85-1.15x
   large      a 1-3 step fault of +20-40% (must be slow at once)
   level      a permanent, flat +5-20% from a step in the middle (a new training phase)
 Run kinds cycle: fault-free, one small fault, small fault + large faults, level change.
 
 Constants (`SeqParams`: h, cap, h_end, min_mean) are picked on the tuning seeds (highest worst
-recall per fault size subject to a false slow-step rate <= 0.05% on fault-free runs, half the
-0.1% target) and then REPORTED on held-back seeds never looked at. Both tables are printed, with
+recall per fault size subject to a false slow-step rate <= 0.1% on fault-free runs, then fewest
+false steps, then the larger h) and then REPORTED on held-back seeds never looked at. Both tables are printed, with
 the defaults committed in constants.py and the old detector on the same seeds.
 
 "final" = every step of the series given (what a GET of an old step or the steps listing sees,
 look-ahead 16 steps suffices, see `settle`); "live" = what each step got when it was the newest
 (background attribution before re-attribution).
 
-    .venv/bin/python bench/sequential_detection.py [--runs 100] [--quick]
+    .venv/bin/python bench/sequential_detection.py [--runs 100] [--clean 40] [--quick] [--noise sim|harsh]
 """
 
 from __future__ import annotations
@@ -59,18 +60,39 @@ class Series:
     change: int | None = None
 
 
-def draw(seed: int) -> Series:
+def healthy_noise(rng: np.random.Generator, n: int, level: float, kind: str) -> np.ndarray:
+    """Relative step-time noise of a healthy job.
+
+    "sim" (as service/simulate/model.py's Noise): jitter of the given size that is Gumbel, the law of
+    a maximum over many ranks (a synchronous step ends with its slowest rank: skewed right,
+    exponential tail), a lognormal data phase (5% of the step, sigma 0.08), and the simulator's
+    hiccups: each of 16 ranks x 5 compute segments has a 0.2% chance of +0.5-4% on its segment
+    (a segment is ~16% of the step).
+    "harsh" (a stress case): Student-t jitter (5 dof, a polynomial tail) and 1.5% of steps with a
+    hiccup of +0.5-4% of the whole step.
+    Both add a slow AR(1) wander (thermal, data mix; coefficient 0.95, stationary sd ~0.3%)."""
+    wander = np.zeros(n)
+    for i in range(1, n):
+        wander[i] = 0.95 * wander[i - 1] + rng.normal(0.0, 0.001)
+    if kind == "harsh":
+        eps = rng.standard_t(5, n) / np.sqrt(5 / 3)
+        return level * eps + wander + (rng.random(n) < 0.015) * rng.uniform(0.005, 0.04, n)
+    eps = (rng.gumbel(0.0, 1.0, n) - np.euler_gamma) / (np.pi / np.sqrt(6))
+    data = 0.05 * (rng.lognormal(0.0, 0.08, n) - 1.0)
+    hic = (rng.random((n, 80)) < 0.002) * rng.uniform(0.005, 0.04, (n, 80)) * 0.16
+    return level * eps + data + hic.max(axis=1) + wander
+
+
+def draw(seed: int, noise_kind: str = "sim", clean: bool = False) -> Series:
     rng = np.random.default_rng(seed)
     n, b0 = N_STEPS, float(rng.uniform(1.0, 3.0))
-    noise = float(rng.uniform(0.005, 0.025))
-    eps = rng.standard_t(5, n) / np.sqrt(5 / 3)  # unit variance, heavy tails
-    hic = (rng.random(n) < 0.015) * rng.uniform(0.005, 0.04, n)
+    noise = healthy_noise(rng, n, float(rng.uniform(0.005, 0.025)), noise_kind)
     level = np.ones(n)
     extra = np.zeros(n)
     truth = np.zeros(n, bool)
     ckpt = (np.arange(n) % CKPT_EVERY == CKPT_EVERY - 1)
     ck_cost = 0.3 * b0
-    kind = ("clean", "small", "mixed", "level")[seed % 4]
+    kind = "clean" if clean else ("clean", "small", "mixed", "level")[seed % 4]
     s = Series(np.zeros(n), ckpt, np.where(ckpt, ck_cost, 0.0), truth, kind)
     if kind in ("small", "mixed"):
         start, length = int(rng.integers(120, n - 80)), int(rng.integers(10, 41))
@@ -89,7 +111,7 @@ def draw(seed: int) -> Series:
     if kind == "level":
         s.change = int(rng.integers(120, 250))
         level[s.change:] = 1.0 + rng.uniform(0.05, 0.2)
-    d = b0 * level * (1.0 + noise * eps + hic + extra)
+    d = b0 * level * (1.0 + noise + extra)
     s.d = d + ckpt * ck_cost * rng.normal(1.0, 0.03, n)
     return s
 
@@ -245,24 +267,34 @@ def settle(series: list[Series], seq: C.SeqParams, lookahead: int, every: int = 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=100, help="series per set (tuning and held-back each)")
+    ap.add_argument("--clean", type=int, default=40, help="extra fault-free series per set (false rate)")
     ap.add_argument("--quick", action="store_true", help="48 series per set, a smaller grid")
+    ap.add_argument("--noise", choices=("sim", "harsh"), default="sim", help="see `healthy_noise`")
     a = ap.parse_args()
-    runs = 48 if a.quick else a.runs
+    runs, clean = (48, 12) if a.quick else (a.runs, a.clean)
     t0 = time.perf_counter()
-    tune = [draw(seed) for seed in range(runs)]
-    held = [draw(10_000 + seed) for seed in range(runs)]  # never looked at while picking
-    grid = {"h": (8.0, 10.0, 12.0), "cap": (3.0, 4.0), "h_end": (5.0, 8.0), "min_mean": (0.03, 0.04)}
+    tune = [draw(seed, a.noise) for seed in range(runs)] + [draw(20_000 + k, a.noise, True) for k in range(clean)]
+    # never looked at while picking
+    held = [draw(10_000 + seed, a.noise) for seed in range(runs)] + [draw(30_000 + k, a.noise, True)
+                                                                    for k in range(clean)]
+    # h_end only moves the live end (5 vs 8: same final answers, shorter live overshoot) and
+    # min_mean is REL by principle; h and cap trade onset delay against false alarms
+    grid = {"h": (12.0, 14.0, 16.0, 18.0), "cap": (3.0, 4.0), "h_end": (5.0,), "min_mean": (0.04,)}
     if a.quick:
-        grid = {"h": (8.0, 10.0), "cap": (4.0,), "h_end": (5.0, 8.0), "min_mean": (0.03,)}
-    print(f"{runs} tuning + {runs} held-back series of {N_STEPS} steps; grid {grid}")
-    best: tuple[float, C.SeqParams] | None = None
+        grid = {"h": (12.0, 16.0), "cap": (3.0,), "h_end": (5.0,), "min_mean": (0.04,)}
+    print(f"{runs}+{clean} fault-free tuning and as many held-back series of {N_STEPS} steps, {a.noise} noise; "
+          f"grid {grid}")
+    best: tuple[tuple[float, ...], C.SeqParams] | None = None
     tuned: list[tuple[str, Score, bool]] = []
     for vals in itertools.product(*grid.values()):
         over: dict[str, Any] = dict(zip(grid, vals, strict=True))
         p = replace(C.DEFAULT_SEQ, **over)
         sc = evaluate(tune, p)
-        ok = sc.clean_false <= 0.0005 * sc.clean_steps
-        key = worst_recall(sc) - float(np.mean(sc.overshoot_live)) * 1e-3 if ok else -1.0
+        # within the 0.1% target: best worst-case recall, then fewest false steps, then the larger
+        # h (margin for noise the bench does not draw), then the shorter live overshoot
+        ok = sc.clean_false <= 0.001 * sc.clean_steps
+        key = (float(ok), round(worst_recall(sc), 3), -sc.clean_false, -sc.near_false, p.h,
+               -float(np.mean(sc.overshoot_live)))
         tuned.append((f"h={p.h:g} cap={p.cap:g} end={p.h_end:g} mm={p.min_mean:g}", sc, False))
         if best is None or key > best[0]:
             best = (key, p)
@@ -278,7 +310,7 @@ def main() -> None:
     rows.append(("per-step test only (sequential off)", evaluate(held, replace(picked, enabled=False)), False))
     rows.append(("old detector", evaluate_old(held), False))
     table("HELD-BACK seeds (reported)", rows)
-    diff, tot = settle(held[: max(runs // 4, 8)], C.DEFAULT_SEQ, C.SEQ_LOOKAHEAD_STEPS)
+    diff, tot = settle(held[: max(runs // 5, 8)], C.DEFAULT_SEQ, C.SEQ_LOOKAHEAD_STEPS)
     print(f"\nlook-ahead {C.SEQ_LOOKAHEAD_STEPS} steps: {diff}/{tot} sampled steps near faults differ from the "
           f"final answer")
     print("columns: rec+Z% = faulty steps of +Z% faults flagged; false(clean) = false slow steps on fault-free "

@@ -13,8 +13,9 @@ tests mark a step slow:
   from the peak, so a plain CUSUM's slow drain does not flag the healthy steps after a fault).
 
 Steps of an open excursion enter the window only once it is known not to be a fault. `slow` is the
-answer with every step given (later steps can move an onset back or an end forward); `live` is the
-answer each step had when it was the newest. Checkpoint steps are a class of their own (legitimately
+answer with every step given (later steps can move an onset back or an end either way; the steps
+of a proven segment whose end is not proven yet are slow); `live` is the answer each step had when
+it was the newest. Checkpoint steps are a class of their own (legitimately
 longer): they feed neither window nor CUSUM, and inside a proven segment they are slow when they
 show half the shift. Change-point: a proven segment that lasts `CHANGE_RUN` steps (longer than any
 fault we must report) and is flat becomes the job's new level; its steps stay reported.
@@ -59,8 +60,23 @@ class Baselines:
 
 
 def _robust(x: np.ndarray) -> tuple[float, float]:
+    """Median and sigma: 1.4826·MAD, or the same scale of the slow side alone when that is wider.
+    A synchronous step ends with its slowest rank, so step times are skewed right and a symmetric
+    MAD understates the spread that matters for "slow" (Gumbel-like noise: ~3x more false slow
+    steps at 6 sigma); for symmetric noise both are the same."""
     med = float(np.median(x))
-    return med, max(MAD_TO_SIGMA * float(np.median(np.abs(x - med))), MIN_SIGMA_REL * abs(med))
+    dev = x - med
+    up = dev[dev > 0]
+    mad = float(np.median(np.abs(dev)))
+    if len(up):
+        mad = max(mad, float(np.median(up)))
+    return med, max(MAD_TO_SIGMA * mad, MIN_SIGMA_REL * abs(med))
+
+
+def _trimmed_mean(x: np.ndarray) -> float:
+    """Mean of the middle 80%: the centre of a skewed window without its odd steps."""
+    k = len(x) // 10
+    return float(np.mean(np.sort(x)[k:len(x) - k]))
 
 
 def _flat(x: np.ndarray, sigma: float) -> bool:
@@ -80,6 +96,7 @@ class _Segment:
         self.s = self.peak_s = 0.0
         self.onset = self.peak = -1
         self.proven = False
+        self.marked = -1  # steps up to here are marked slow already
         self.sigma = 0.0  # healthy sigma when it began
         self.steps: list[int] = []  # non-checkpoint steps since onset
         self.x: list[float] = []  # their relative excess over the baseline
@@ -107,12 +124,13 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     def mark(lo: int, hi: int, now: int) -> None:
         """Proven segment [lo, hi]: slow, and checkpoint steps in it (or right after its last step,
         which is never a checkpoint step) when they show half the shift."""
-        for j in range(lo, hi + 1):
-            slow[j] = slow[j] or not is_ckpt[j] or ck_x[j] > seq.shift / 2
+        for j in range(max(lo, seg.marked + 1), hi + 1):
+            slow[j] = slow[j] or (np.isfinite(duration[j]) and (not is_ckpt[j] or ck_x[j] > seq.shift / 2))
         j = hi + 1
         while j <= now and is_ckpt[j]:
             slow[j] = slow[j] or ck_x[j] > seq.shift / 2
             j += 1
+        seg.marked = max(seg.marked, hi)
 
     for i in range(n):
         d = float(duration[i])
@@ -151,7 +169,9 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             live[i] = slow[i]
             continue
         # -- sequential evidence ------------------------------------------------------------------
-        x, s_rel = (d - b) / b, sigma / b
+        # measured from the window's trimmed mean, not its median: a synchronous step ends with its
+        # slowest rank, so step times are skewed right and most steps sit above the median
+        x, s_rel = (d - _trimmed_mean(duration[idx])) / b, sigma / b
         llr = seq.shift * (x - seq.shift / 2) / (s_rel * s_rel)
         seg.s = max(0.0, seg.s + min(max(llr, -seq.cap), seq.cap))
         if seg.s <= 0.0:
@@ -168,25 +188,33 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         if seg.s > seg.peak_s:
             seg.peak_s, seg.peak = seg.s, i
         if not seg.proven and seg.peak_s >= seq.h:
-            k = seg.steps.index(seg.peak) + 1
-            seg.proven = float(np.mean(seg.x[:k])) >= seq.min_mean
+            upto = [x for j, x in zip(seg.steps, seg.x, strict=True) if j <= seg.peak]
+            seg.proven = bool(upto) and float(np.mean(upto)) >= seq.min_mean
         if not seg.proven:
             if len(seg.steps) > WINDOW:  # a long unproven drift: let its oldest steps in
                 admit(seg.steps[:1])
                 del seg.steps[0], seg.x[0]
+                seg.onset = seg.steps[0]
             live[i] = slow[i]
             continue
-        mark(seg.onset, seg.peak, i)
-        live[i] = True
         if seg.peak_s - seg.s >= seq.h_end:
             # ended at its peak: the steps after it are healthy (the peak may have been this step's
             # predecessor, so they can be few); the CUSUM starts afresh
+            mark(seg.onset, seg.peak, i)
             admit([j for j in seg.steps if j > seg.peak])
             seg.reset()
-        elif i - seg.onset + 1 >= CHANGE_RUN:
-            run = np.array([duration[j] for j in seg.steps])
-            if _flat(run, seg.sigma):
-                hist.clear()  # a new level: its steps stay reported, later ones are judged by it
-                hist.extend(seg.steps[-WINDOW:])
-                seg.reset()
+            live[i] = slow[i]
+            continue
+        live[i] = True
+        if i - seg.onset + 1 >= CHANGE_RUN and _flat(np.array([duration[j] for j in seg.steps]), seg.sigma):
+            mark(seg.onset, i, i)  # a new level: its steps stay reported, later ones are judged by it
+            hist.clear()
+            hist.extend(seg.steps[-WINDOW:])
+            seg.reset()
+            continue
+        mark(seg.onset, seg.peak, i)
+    if seg.proven:
+        # still open: its end is not proven yet, so the steps since its peak are slow for now (a
+        # fault's step under the noise must not read healthy mid-fault); later steps decide
+        mark(seg.onset, n - 1, n - 1)
     return Baselines(base, base_t, thr, slow, live)

@@ -54,16 +54,17 @@ class SeqParams:
     # Smallest sustained shift that must be reported (relative): the CUSUM is tuned to it, so a
     # step counts as evidence for a fault when it is more than half of it over the baseline.
     shift: float = 0.05
-    # Evidence (log-likelihood ratio) that proves a shift: ~exp(h) healthy steps between false alarms.
-    h: float = 10.0
+    # Evidence (log-likelihood ratio) that proves a shift: a +5% shift in 2.5% noise gains ~2 a step,
+    # healthy steps lose ~2 a step; 16 keeps runs of right-tail jitter from proving anything.
+    h: float = 16.0
     # Most evidence one step can add or remove: a single hiccup (GC, page fault) cannot prove a
     # shift alone (needs h / cap steps), one fast step cannot erase one.
     cap: float = 4.0
     # Evidence lost since the segment's peak that proves it has ended (reverse test from the peak).
     h_end: float = 5.0
-    # A proven segment must average at least this excess over the baseline: below REL-ish shifts
-    # nobody loses real time, and a slow 2-3 % wander of a noisy job is not a fault.
-    min_mean: float = 0.03
+    # A proven segment must average at least REL over the baseline: below that nobody loses real
+    # time (the per-step floor), and a slow 2-3% wander of a noisy job is not a fault.
+    min_mean: float = REL
     # Healthy steps needed before the sequential test runs: its sigma must be settled first.
     min_history: int = 20
     enabled: bool = True

@@ -7,8 +7,14 @@ Every series is drawn from a fixed seed: Gaussian jitter of the given relative s
 from __future__ import annotations
 
 import numpy as np
+import psycopg
 
+from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.correlate.baseline import CHANGE_RUN, Baselines, compute_baselines
+from fabricscope.service.simulate.faults import make_fault
+from fabricscope.service.simulate.generator import generate
+from fabricscope.service.simulate.send import HttpSink, send_scenario
+from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
 
 
 def _series(seed: int, n: int, noise: float) -> np.ndarray:
@@ -105,3 +111,48 @@ def test_checkpoint_steps_are_their_own_class_inside_a_shift() -> None:
     b = _run(faulty, ckpt)
     assert b.slow[120:150].all()  # including the three checkpoint steps inside the shift
     assert not b.slow[152:].any() and not b.slow[:118].any()
+
+
+def test_live_answer_is_the_answer_of_the_series_ending_at_that_step() -> None:
+    # what the engine says of the newest step (process_pending) is what `live` records, and a proven
+    # segment whose end is not proven yet keeps its newest steps slow (no flicker mid-fault)
+    d = _fault(_series(18, 190, 0.02), 19, 120, 30, 0.05)
+    full = _run(d)
+    for i in range(100, 190):
+        assert _run(d[:i + 1]).slow[i] == full.live[i], i
+    proven = 120 + int(np.argmax(full.live[120:]))
+    assert proven <= 130 and full.live[proven:150].all()
+
+
+def test_background_attribution_restates_the_onset_of_a_shift_proven_later(
+        service_url: str, db_conn: psycopg.Connection) -> None:
+    """Steps arrive one by one (held back in a temporary table) and `process_pending` runs after each,
+    as the scheduler does. A +4-5% straggler from step 35 is below the per-step bar on its first steps
+    and proven a few steps later: the stored attributions of its first steps are restated slow, so the
+    stored answers (what /report sums) end up equal to the listing's."""
+    spec = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
+    f = make_fault(build_cluster(spec), "gpu_straggler", start_step=35, steps=20, severity=0.05,
+                   rng=np.random.default_rng(1))
+    sc = generate(spec, job="seq-restate", steps=70, faults=[f], seed=3, t0=1.74e9)
+    sink = HttpSink(service_url)
+    try:
+        send_scenario(sink, sc)
+    finally:
+        sink.close()
+    engine = AttributionEngine()
+    job = sc.job
+    db_conn.execute("CREATE TEMP TABLE held AS SELECT * FROM steps WHERE job = %s AND step > 33", (job,))
+    db_conn.execute("DELETE FROM steps WHERE job = %s AND step > 33", (job,))
+    engine.process_pending(db_conn, job=job)
+    first: dict[int, bool] = {}
+    for s in range(34, 70):
+        db_conn.execute("INSERT INTO steps SELECT * FROM held WHERE step = %s", (s,))
+        engine.process_pending(db_conn, job=job)
+        for step, slow in db_conn.execute("SELECT step, slow FROM attributions WHERE job = %s", (job,)).fetchall():
+            first.setdefault(int(step), bool(slow))
+    stored = {int(s): bool(v) for s, v in
+              db_conn.execute("SELECT step, slow FROM attributions WHERE job = %s", (job,)).fetchall()}
+    assert not all(first[s] for s in range(35, 38))  # not provable on its first steps...
+    assert all(stored[s] for s in range(35, 55))  # ...restated once proven
+    assert not any(stored[s] for s in range(57, 70))
+    assert stored == {r["step"]: r["slow"] for r in engine.list_steps(db_conn, job=job)}
