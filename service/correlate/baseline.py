@@ -138,7 +138,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             continue
         if len(hist) < MIN_HISTORY:
             # bootstrap: take steps that are not wildly off the few seen (step 0 compiles)
-            if not is_ckpt[i] and (not hist or d < BOOTSTRAP_MAX_RATIO * float(np.median(duration[hist]))):
+            if not is_ckpt[i] and (not hist or d < BOOTSTRAP_MAX_RATIO * float(np.median(duration[list(hist)]))):
                 hist.append(i)
             continue
         idx = np.fromiter(hist, int, len(hist))
