@@ -154,5 +154,8 @@ def test_background_attribution_restates_the_onset_of_a_shift_proven_later(
               db_conn.execute("SELECT step, slow FROM attributions WHERE job = %s", (job,)).fetchall()}
     assert not all(first[s] for s in range(35, 38))  # not provable on its first steps...
     assert all(stored[s] for s in range(35, 55))  # ...restated once proven
-    assert not any(stored[s] for s in range(57, 70))
-    assert stored == {r["step"]: r["slow"] for r in engine.list_steps(db_conn, job=job)}
+    assert not any(v for s, v in stored.items() if s >= 57)
+    # (a last step that lost a rank's row waits for later steps that never come: not stored)
+    assert len(stored) >= 68
+    listed = {r["step"]: r["slow"] for r in engine.list_steps(db_conn, job=job)}
+    assert all(listed[s] == v for s, v in stored.items())
