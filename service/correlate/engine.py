@@ -18,11 +18,21 @@ import pandas as pd
 from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 from fabricscope.service.correlate.cache import LruCache
-from fabricscope.service.correlate.causes import combine_causes, net_cause, rank_causes, unknown_cause, work_cause
+from fabricscope.service.correlate.causes import (
+    combine_causes,
+    gpu_cause,
+    merge_same,
+    net_cause,
+    rank_causes,
+    unknown_cause,
+    with_device_evidence,
+    work_cause,
+)
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
 from fabricscope.service.correlate.decompose import decompose, find_straggler
+from fabricscope.service.correlate.devices import GPU_RULES, HOST_RULES, XID_KIND, Rule, judge, rule_metrics, xid_rows
 from fabricscope.service.correlate.localize import FLOORS, Topo, build_topo, candidates, finish_scores, series_groups
-from fabricscope.service.correlate.records import Attribution, StepRow
+from fabricscope.service.correlate.records import Attribution, CauseDraft, EvidenceRow, StepRow
 from fabricscope.service.correlate.report import summarize
 from fabricscope.service.observability.metrics import attribution_timer
 
@@ -159,17 +169,64 @@ class AttributionEngine:
         if len(ev):
             ev = candidates(ev, topo)
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
-        causes = combine_causes(lost, e_work / total, e_comm / total, lambda: work_cause(st, ev, topo, conf_t, cfg),
-                                lambda: net_cause(ev, coverage, cfg), cfg)
+        win = (start, start + d + pad)
+        causes = combine_causes(
+            lost, e_work / total, e_comm / total,
+            lambda: self._device_work(conn, work_cause(st, ev, topo, conf_t, cfg), topo, win),
+            lambda: self._device_net(conn, net_cause(ev, coverage, cfg), topo, win), cfg)
         if not causes:
             causes = [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}]
-        causes = rank_causes(causes)
+        causes = rank_causes(merge_same(causes))
         top = causes[0]
         out.update({
             "layer": top["layer"], "component": top["component"], "confidence": self._capped(top["confidence"]),
             "lost_s": round(lost, 6), "evidence": [e for c in causes for e in c["evidence"]],
             "causes": [{"layer": c["layer"], "component": c["component"], "lost_s": round(c.get("lost_s", 0.0), 6),
                         "confidence": self._capped(c["confidence"])} for c in causes]})
+
+    # -- GPU and host evidence (#17) ------------------------------------------------------------
+
+    def _device_findings(self, conn: Any, sources: list[str], rules: tuple[Rule, ...], win: tuple[float, float],
+                         xid: bool, peers: list[str] | None = None) -> dict[str, list[EvidenceRow]]:
+        """Rule findings (and XIDs) per GPU/host source in the step window, strongest first; `peers`:
+        the job's GPUs, for the rules that compare a GPU with the others."""
+        cfg, (ws, we) = self.config, win
+        rows = q.device_rows(conn, sources=sources, metrics=rule_metrics(rules), ws=ws, we=we,
+                             hs=ws - cfg.own_history_s, he=ws - cfg.own_history_gap_s)
+        peer: dict[str, float] = {}
+        for rule in rules:
+            v = q.peer_median(conn, sources=peers, metric=rule.metric, ws=ws, we=we) if rule.peers and peers else None
+            if v is not None:
+                peer[rule.metric] = v
+        out = {src: [row for _, row in found] for src, found in judge(rows, rules, peer).items()}
+        if xid:
+            events = q.device_events(conn, sources=sources, kinds=[XID_KIND], es=ws - cfg.xid_lookback_s, we=we)
+            for src, ev_rows in xid_rows(events).items():
+                out[src] = ev_rows + out.get(src, [])
+        return out
+
+    def _device_work(self, conn: Any, cause: CauseDraft, topo: Topo, win: tuple[float, float]) -> CauseDraft:
+        """A compute straggler gets its GPU's evidence, a host straggler its host's."""
+        comp, role = cause["component"], topo.role.get(cause["component"] or "")
+        if cause["layer"] == "compute" and comp and role == "gpu":
+            gpus = [s for s, r in topo.role.items() if r == "gpu"]
+            found = self._device_findings(conn, [comp], GPU_RULES, win, xid=True, peers=gpus)
+        elif cause["layer"] == "host" and comp and role == "host":
+            found = self._device_findings(conn, [comp], HOST_RULES, win, xid=False)
+        else:
+            return cause
+        return with_device_evidence(cause, found.get(comp, []), self.config)
+
+    def _device_net(self, conn: Any, cause: CauseDraft, topo: Topo, win: tuple[float, float]) -> CauseDraft:
+        """Collective time with no network anomaly: a GPU whose link trained down, that throttles or
+        logged an XID slows the ring it sits in; name it when one does."""
+        if cause["layer"] != "unknown":
+            return cause
+        gpus = [s for s, r in topo.role.items() if r == "gpu"]
+        if not gpus:
+            return cause
+        origin = tuple(r for r in GPU_RULES if r.origin)
+        return gpu_cause(self._device_findings(conn, gpus, origin, win, xid=True), self.config) or cause
 
     def _capped(self, confidence: float) -> float:
         return round(float(min(max(confidence, 0.0), self.config.max_confidence)), 3)

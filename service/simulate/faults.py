@@ -23,6 +23,12 @@ FAULT_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "link_flap": ("link", ("host_link", "uplink")),
     "fabric_congestion": ("fabric", ("leaf_down_pfc", "leaf_down_ecn", "leaf_up_ecn", "spine_pfc")),
     "storage_slow": ("storage", ("ckpt", "data")),
+    # GPU and host faults (#17); their telemetry is in devices.py.
+    "gpu_thermal_throttle": ("compute", ("sw_thermal", "hw_slowdown")),  # variant: the throttle reason
+    "pcie_downtrain": ("compute", ("width", "gen")),
+    "gpu_xid": ("compute", ("",)),
+    "cpu_starved_loader": ("host", ("",)),
+    "tcp_retransmits": ("nic", ("",)),  # a socket transport (gloo, NCCL over sockets): no RDMA counter moves
 }
 # A legitimate change of the job's step time (new training phase): not a fault, the baseline adapts.
 LEVEL_CHANGE = "level_change"
@@ -85,6 +91,18 @@ def make_fault(cluster: Cluster, kind: str, *, start_step: int, steps: int, seve
         host = int(rng.integers(len(cluster.hosts)))
         target = 2 * host + (1 if variant == "ckpt" else 0)
         component = f"{cluster.hosts[host]}:{CKPT_VOLUME if variant == 'ckpt' else DATA_VOLUME}"
+    elif kind in ("gpu_thermal_throttle", "pcie_downtrain", "gpu_xid"):
+        target = int(rng.integers(cluster.ranks))
+        component = cluster.rank_source(target)
+    elif kind == "cpu_starved_loader":
+        target = int(rng.integers(len(cluster.hosts)))
+        component = cluster.hosts[target]
+    elif kind == "tcp_retransmits":
+        # TCP counters are per host: the NIC is named when the job's ranks on the host use one NIC,
+        # the host otherwise (which NIC carried the lost segments is not in the host's counters).
+        target = int(rng.integers(len(cluster.hosts)))
+        used = {cluster.rank_nic[r] for r in range(cluster.ranks) if cluster.rank_host[r] == target}
+        component = cluster.nics[used.pop()] if len(used) == 1 else cluster.hosts[target]
     else:
         raise ValueError(f"unknown fault kind {kind!r}; known: {sorted(FAULT_KINDS)}")
     return Fault(kind, layer, component, start_step, steps, float(severity), variant, target)
