@@ -173,7 +173,8 @@ class AttributionEngine:
         causes = combine_causes(
             lost, e_work / total, e_comm / total,
             lambda: self._device_work(conn, work_cause(st, ev, topo, conf_t, cfg), topo, win),
-            lambda: self._device_net(conn, net_cause(ev, coverage, cfg), topo, win), cfg)
+            lambda: self._device_net(conn, net_cause(ev, coverage, cfg), topo, win,
+                                     scan=e_comm / total >= cfg.min_share), cfg)
         if not causes:
             causes = [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}]
         causes = rank_causes(merge_same(causes))
@@ -187,20 +188,22 @@ class AttributionEngine:
     # -- GPU and host evidence (#17) ------------------------------------------------------------
 
     def _device_findings(self, conn: Any, sources: list[str], rules: tuple[Rule, ...], win: tuple[float, float],
-                         xid: bool, peers: list[str] | None = None) -> dict[str, list[EvidenceRow]]:
-        """Rule findings (and XIDs) per GPU/host source in the step window, strongest first; `peers`:
-        the job's GPUs, for the rules that compare a GPU with the others."""
+                         xid_lookback_s: float | None, peers: list[str] | None = None) -> dict[str, list[EvidenceRow]]:
+        """Rule findings per GPU/host source in the step window, strongest first, after the XIDs logged
+        since `xid_lookback_s` before the step (None: no XIDs); `peers`: the job's GPUs, for the rules
+        that compare a GPU with the others."""
         cfg, (ws, we) = self.config, win
-        rows = q.device_rows(conn, sources=sources, metrics=rule_metrics(rules), ws=ws, we=we,
-                             hs=ws - cfg.own_history_s, he=ws - cfg.own_history_gap_s)
+        hs, he = ws - cfg.own_history_s, ws - cfg.device_state_lookback_s - cfg.own_history_gap_s
+        rows = q.device_rows(conn, sources=sources, metrics=rule_metrics(rules), ws=ws - cfg.device_state_lookback_s,
+                             we=we, hs=hs, he=he)
         peer: dict[str, float] = {}
         for rule in rules:
             v = q.peer_median(conn, sources=peers, metric=rule.metric, ws=ws, we=we) if rule.peers and peers else None
             if v is not None:
                 peer[rule.metric] = v
         out = {src: [row for _, row in found] for src, found in judge(rows, rules, peer).items()}
-        if xid:
-            events = q.device_events(conn, sources=sources, kinds=[XID_KIND], es=ws - cfg.xid_lookback_s, we=we)
+        if xid_lookback_s is not None:
+            events = q.device_events(conn, sources=sources, kinds=[XID_KIND], es=ws - xid_lookback_s, we=we)
             for src, ev_rows in xid_rows(events).items():
                 out[src] = ev_rows + out.get(src, [])
         return out
@@ -210,23 +213,28 @@ class AttributionEngine:
         comp, role = cause["component"], topo.role.get(cause["component"] or "")
         if cause["layer"] == "compute" and comp and role == "gpu":
             gpus = [s for s, r in topo.role.items() if r == "gpu"]
-            found = self._device_findings(conn, [comp], GPU_RULES, win, xid=True, peers=gpus)
+            found = self._device_findings(conn, [comp], GPU_RULES, win, self.config.xid_lookback_s, peers=gpus)
         elif cause["layer"] == "host" and comp and role == "host":
-            found = self._device_findings(conn, [comp], HOST_RULES, win, xid=False)
+            found = self._device_findings(conn, [comp], HOST_RULES, win, None)
         else:
             return cause
         return with_device_evidence(cause, found.get(comp, []), self.config)
 
-    def _device_net(self, conn: Any, cause: CauseDraft, topo: Topo, win: tuple[float, float]) -> CauseDraft:
+    def _device_net(self, conn: Any, cause: CauseDraft, topo: Topo, win: tuple[float, float], *,
+                    scan: bool) -> CauseDraft:
         """Collective time with no network anomaly: a GPU whose link trained down, that throttles or
-        logged an XID slows the ring it sits in; name it when one does."""
-        if cause["layer"] != "unknown":
+        logged an XID slows the ring it sits in; name it when one does. `scan`: the collectives hold
+        enough of the lost time to be listed (otherwise the job's GPUs are not queried at all)."""
+        if cause["layer"] != "unknown" or not scan:
             return cause
         gpus = [s for s, r in topo.role.items() if r == "gpu"]
         if not gpus:
             return cause
         origin = tuple(r for r in GPU_RULES if r.origin)
-        return gpu_cause(self._device_findings(conn, gpus, origin, win, xid=True), self.config) or cause
+        # An XID long before the step may explain a GPU the timings point at (straggler path), but not
+        # one picked from all the job's GPUs: here only XIDs around the step itself count.
+        found = self._device_findings(conn, gpus, origin, win, self.config.device_state_lookback_s)
+        return gpu_cause(found, self.config) or cause
 
     def _capped(self, confidence: float) -> float:
         return round(float(min(max(confidence, 0.0), self.config.max_confidence)), 3)
