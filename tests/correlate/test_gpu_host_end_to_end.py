@@ -112,3 +112,22 @@ def test_tcp_retransmits_name_the_hosts_only_nic(service_url: str, db_conn: psyc
         assert a is not None and (a["layer"], a["component"]) == ("nic", f.component), a
         assert a["evidence"][0]["source"] == f.component.split(":")[0]
         assert a["evidence"][0]["metric"] == "tcp_retransmitted_segments_total"
+
+
+def test_a_downtrained_gpu_that_only_slows_the_ring_is_named_from_its_telemetry(
+        service_url: str, db_conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No straggler in the timings (all of its delay is in its hop of the ring) and no network
+    counter moves: only the GPU's own PCIe link width says which GPU the ring waited for."""
+    from fabricscope.service.simulate import model
+
+    monkeypatch.setattr(model, "PCIE_COMPUTE_SHARE", 0.0)
+    f = make_fault(build_cluster(SPEC), "pcie_downtrain", start_step=20, steps=3, severity=0.3, variant="width",
+                   rng=np.random.default_rng(2))
+    sc = _send(service_url, [f], seed=6, name="ring")
+    slow = [t for t in sc.truth.values() if t.slow]
+    assert slow
+    for t in slow:
+        a = ENGINE.attribute_step(db_conn, job=sc.job, step=t.step)
+        assert a is not None and (a["layer"], a["component"]) == ("compute", f.component), a
+        assert not [e for e in a["evidence"] if e.get("kind") == "timing"]  # the timings did not say who
+        assert a["evidence"][0]["metric"] == "pcie_link_width" and a["evidence"][0]["value"] < 16
