@@ -156,6 +156,10 @@ class EngineConfig:
     # hold between samples: the window reaches this far back, so a step shorter than the sampling
     # interval, or whose one sample was lost, still sees the state it ran in.
     device_state_lookback_s: float = 5.0
+    # Weight of look-back-only evidence (AFTERMATH_S: a link that went down before the step) when
+    # other series are anomalous in the step itself: what moved during the step is direct evidence,
+    # a flap before it only a likely cause.
+    lookback_only_weight: float = 0.5
     # A straggler whose own GPU/host telemetry agrees with the timings closes this share of the gap
     # to full confidence.
     device_evidence_boost: float = 0.3

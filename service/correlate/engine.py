@@ -28,7 +28,7 @@ from fabricscope.service.correlate.causes import (
     with_device_evidence,
     work_cause,
 )
-from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
+from fabricscope.service.correlate.constants import AFTERMATH_S, DEFAULT_CONFIG, EngineConfig
 from fabricscope.service.correlate.decompose import decompose, find_straggler
 from fabricscope.service.correlate.devices import GPU_RULES, HOST_RULES, XID_KIND, Rule, judge, rule_metrics, xid_rows
 from fabricscope.service.correlate.localize import FLOORS, Topo, build_topo, candidates, finish_scores, series_groups
@@ -167,7 +167,7 @@ class AttributionEngine:
         pad = min(max(cfg.window_pad_share * d, cfg.window_pad_min_s), cfg.window_pad_max_s)
         ev, coverage = self._telemetry(conn, meta, start, start + d + pad)
         if len(ev):
-            ev = candidates(ev, topo)
+            ev = self._lookback_yields(conn, candidates(ev, topo), start, start + d + pad)
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
         win = (start, start + d + pad)
         causes = combine_causes(
@@ -235,6 +235,21 @@ class AttributionEngine:
         # one picked from all the job's GPUs: here only XIDs around the step itself count.
         found = self._device_findings(conn, gpus, origin, win, self.config.device_state_lookback_s)
         return gpu_cause(found, self.config) or cause
+
+    def _lookback_yields(self, conn: Any, ev: pd.DataFrame, ws: float, we: float) -> pd.DataFrame:
+        """Evidence that exists only before the step (a link that went down and came back, AFTERMATH_S)
+        is circumstantial: when other series are anomalous in the step window itself — the host whose
+        TCP retransmissions rise now (#17) — the look-back-only rows weigh `lookback_only_weight`.
+        Alone, they keep their weight (the aftermath case they are there for)."""
+        back = ev["metric"].isin(list(AFTERMATH_S))
+        if not back.any() or back.all():
+            return ev
+        moved = q.window_max_rates(conn, ids=[int(i) for i in ev.loc[back, "series_id"]], ws=ws, we=we)
+        only = back & ev["series_id"].map(lambda i: moved.get(int(i), 0.0)).lt(ev["floor"])
+        if only.any():
+            ev = ev.copy()
+            ev.loc[only, "contrib"] *= self.config.lookback_only_weight
+        return ev
 
     def _capped(self, confidence: float) -> float:
         return round(float(min(max(confidence, 0.0), self.config.max_confidence)), 3)

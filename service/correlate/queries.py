@@ -302,3 +302,13 @@ def peer_median(conn: Any, *, sources: list[str], metric: str, ws: float, we: fl
     """Median over `sources` of each one's highest `metric` value in the window (None without data)."""
     r = conn.execute(PEER_SQL, {"sources": sources, "metric": metric, "ws": ws, "we": we}).fetchone()
     return None if r is None or r[0] is None else float(r[0])
+
+
+def window_max_rates(conn: Any, *, ids: list[int], ws: float, we: float) -> dict[int, float]:
+    """Highest rate of each series in (ws, we] alone (no look-back); series without one are absent."""
+    if not ids:
+        return {}
+    rows = conn.execute("SELECT series_id, max(rate) FROM samples WHERE series_id = ANY(%s) AND "
+                        "ts > to_timestamp(%s) AND ts <= to_timestamp(%s) GROUP BY series_id",
+                        (ids, ws, we)).fetchall()
+    return {int(i): float(r) for i, r in rows if r is not None}

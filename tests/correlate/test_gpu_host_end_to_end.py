@@ -131,3 +131,24 @@ def test_a_downtrained_gpu_that_only_slows_the_ring_is_named_from_its_telemetry(
         assert a is not None and (a["layer"], a["component"]) == ("compute", f.component), a
         assert not [e for e in a["evidence"] if e.get("kind") == "timing"]  # the timings did not say who
         assert a["evidence"][0]["metric"] == "pcie_link_width" and a["evidence"][0]["value"] < 16
+
+
+def test_retransmits_in_the_step_outweigh_a_link_that_flapped_before_it(service_url: str,
+                                                                        db_conn: psycopg.Connection) -> None:
+    """A link flapped until a few seconds before the step (its link-down look-back still reaches the
+    step) and a host's TCP retransmissions rise during the step: what moved in the step is named."""
+    from fabricscope.service.correlate import EngineConfig
+
+    cl = build_cluster(SPEC)
+    flap = make_fault(cl, "link_flap", start_step=14, steps=3, severity=0.3, variant="uplink",
+                      rng=np.random.default_rng(5))
+    tcp = make_fault(cl, "tcp_retransmits", start_step=19, steps=2, severity=0.3, rng=np.random.default_rng(6))
+    sc = _send(service_url, [flap, tcp], seed=7, name="after-flap")
+    gap = sc.timeline.start[19].min() - sc.timeline.end[16].max()
+    assert gap < 10.0  # within the link-down look-back (AFTERMATH_S)
+    a = ENGINE.attribute_step(db_conn, job=sc.job, step=19)
+    assert a is not None and (a["layer"], a["component"]) == ("nic", tcp.component), a
+    # weighing the look-back like in-window evidence, the flapped link would have been named
+    even = AttributionEngine(EngineConfig(lookback_only_weight=1.0))
+    b = even.attribute_step(db_conn, job=sc.job, step=19, store=False)
+    assert b is not None and (b["layer"], b["component"]) == ("link", flap.component), b
