@@ -117,7 +117,7 @@ def rank_causes(causes: list[CauseDraft]) -> list[CauseDraft]:
 
 # -- GPU and host evidence (#17) ------------------------------------------------------------------
 
-def with_device_evidence(cause: CauseDraft, rows: list[EvidenceRow], cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
+def add_device_rows(cause: CauseDraft, rows: list[EvidenceRow], cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
     """A straggler cause with its GPU's or host's own telemetry saying why: the rows follow the timing
     row, and the confidence rises (the timings and the device's telemetry agree)."""
     if not rows:

@@ -20,19 +20,17 @@ from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 from fabricscope.service.correlate.cache import LruCache
 from fabricscope.service.correlate.causes import (
     combine_causes,
-    gpu_cause,
     merge_same,
     net_cause,
     rank_causes,
     unknown_cause,
-    with_device_evidence,
     work_cause,
 )
-from fabricscope.service.correlate.constants import AFTERMATH_S, DEFAULT_CONFIG, EngineConfig
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
 from fabricscope.service.correlate.decompose import decompose, find_straggler
-from fabricscope.service.correlate.devices import GPU_RULES, HOST_RULES, XID_KIND, Rule, judge, rule_metrics, xid_rows
+from fabricscope.service.correlate.device_probe import gpu_or_network, lookback_yields, with_device_evidence
 from fabricscope.service.correlate.localize import FLOORS, Topo, build_topo, candidates, finish_scores, series_groups
-from fabricscope.service.correlate.records import Attribution, CauseDraft, EvidenceRow, StepRow
+from fabricscope.service.correlate.records import Attribution, StepRow
 from fabricscope.service.correlate.report import summarize
 from fabricscope.service.observability.metrics import attribution_timer
 
@@ -167,14 +165,14 @@ class AttributionEngine:
         pad = min(max(cfg.window_pad_share * d, cfg.window_pad_min_s), cfg.window_pad_max_s)
         ev, coverage = self._telemetry(conn, meta, start, start + d + pad)
         if len(ev):
-            ev = self._lookback_yields(conn, candidates(ev, topo), start, start + d + pad)
+            ev = lookback_yields(conn, candidates(ev, topo), start, start + d + pad, cfg)
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
         win = (start, start + d + pad)
         causes = combine_causes(
             lost, e_work / total, e_comm / total,
-            lambda: self._device_work(conn, work_cause(st, ev, topo, conf_t, cfg), topo, win),
-            lambda: self._device_net(conn, net_cause(ev, coverage, cfg), topo, win,
-                                     scan=e_comm / total >= cfg.min_share), cfg)
+            lambda: with_device_evidence(conn, work_cause(st, ev, topo, conf_t, cfg), topo, win, cfg),
+            lambda: gpu_or_network(conn, net_cause(ev, coverage, cfg), topo, win, cfg,
+                                   scan=e_comm / total >= cfg.min_share), cfg)
         if not causes:
             causes = [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}]
         causes = rank_causes(merge_same(causes))
@@ -184,72 +182,6 @@ class AttributionEngine:
             "lost_s": round(lost, 6), "evidence": [e for c in causes for e in c["evidence"]],
             "causes": [{"layer": c["layer"], "component": c["component"], "lost_s": round(c.get("lost_s", 0.0), 6),
                         "confidence": self._capped(c["confidence"])} for c in causes]})
-
-    # -- GPU and host evidence (#17) ------------------------------------------------------------
-
-    def _device_findings(self, conn: Any, sources: list[str], rules: tuple[Rule, ...], win: tuple[float, float],
-                         xid_lookback_s: float | None, peers: list[str] | None = None) -> dict[str, list[EvidenceRow]]:
-        """Rule findings per GPU/host source in the step window, strongest first, after the XIDs logged
-        since `xid_lookback_s` before the step (None: no XIDs); `peers`: the job's GPUs, for the rules
-        that compare a GPU with the others."""
-        cfg, (ws, we) = self.config, win
-        hs, he = ws - cfg.own_history_s, ws - cfg.device_state_lookback_s - cfg.own_history_gap_s
-        rows = q.device_rows(conn, sources=sources, metrics=rule_metrics(rules), ws=ws - cfg.device_state_lookback_s,
-                             we=we, hs=hs, he=he)
-        peer: dict[str, float] = {}
-        for rule in rules:
-            v = q.peer_median(conn, sources=peers, metric=rule.metric, ws=ws, we=we) if rule.peers and peers else None
-            if v is not None:
-                peer[rule.metric] = v
-        out = {src: [row for _, row in found] for src, found in judge(rows, rules, peer).items()}
-        if xid_lookback_s is not None:
-            events = q.device_events(conn, sources=sources, kinds=[XID_KIND], es=ws - xid_lookback_s, we=we)
-            for src, ev_rows in xid_rows(events).items():
-                out[src] = ev_rows + out.get(src, [])
-        return out
-
-    def _device_work(self, conn: Any, cause: CauseDraft, topo: Topo, win: tuple[float, float]) -> CauseDraft:
-        """A compute straggler gets its GPU's evidence, a host straggler its host's."""
-        comp, role = cause["component"], topo.role.get(cause["component"] or "")
-        if cause["layer"] == "compute" and comp and role == "gpu":
-            gpus = [s for s, r in topo.role.items() if r == "gpu"]
-            found = self._device_findings(conn, [comp], GPU_RULES, win, self.config.xid_lookback_s, peers=gpus)
-        elif cause["layer"] == "host" and comp and role == "host":
-            found = self._device_findings(conn, [comp], HOST_RULES, win, None)
-        else:
-            return cause
-        return with_device_evidence(cause, found.get(comp, []), self.config)
-
-    def _device_net(self, conn: Any, cause: CauseDraft, topo: Topo, win: tuple[float, float], *,
-                    scan: bool) -> CauseDraft:
-        """Collective time with no network anomaly: a GPU whose link trained down, that throttles or
-        logged an XID slows the ring it sits in; name it when one does. `scan`: the collectives hold
-        enough of the lost time to be listed (otherwise the job's GPUs are not queried at all)."""
-        if cause["layer"] != "unknown" or not scan:
-            return cause
-        gpus = [s for s, r in topo.role.items() if r == "gpu"]
-        if not gpus:
-            return cause
-        origin = tuple(r for r in GPU_RULES if r.origin)
-        # An XID long before the step may explain a GPU the timings point at (straggler path), but not
-        # one picked from all the job's GPUs: here only XIDs around the step itself count.
-        found = self._device_findings(conn, gpus, origin, win, self.config.device_state_lookback_s)
-        return gpu_cause(found, self.config) or cause
-
-    def _lookback_yields(self, conn: Any, ev: pd.DataFrame, ws: float, we: float) -> pd.DataFrame:
-        """Evidence that exists only before the step (a link that went down and came back, AFTERMATH_S)
-        is circumstantial: when other series are anomalous in the step window itself — the host whose
-        TCP retransmissions rise now (#17) — the look-back-only rows weigh `lookback_only_weight`.
-        Alone, they keep their weight (the aftermath case they are there for)."""
-        back = ev["metric"].isin(list(AFTERMATH_S))
-        if not back.any() or back.all():
-            return ev
-        moved = q.window_max_rates(conn, ids=[int(i) for i in ev.loc[back, "series_id"]], ws=ws, we=we)
-        only = back & ev["series_id"].map(lambda i: moved.get(int(i), 0.0)).lt(ev["floor"])
-        if only.any():
-            ev = ev.copy()
-            ev.loc[only, "contrib"] *= self.config.lookback_only_weight
-        return ev
 
     def _capped(self, confidence: float) -> float:
         return round(float(min(max(confidence, 0.0), self.config.max_confidence)), 3)

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from fabricscope.service.correlate.causes import gpu_cause, merge_same, with_device_evidence
+from fabricscope.service.correlate.causes import add_device_rows, gpu_cause, merge_same
 from fabricscope.service.correlate.devices import GPU_RULES, HOST_RULES, judge, xid_rows
 from fabricscope.service.correlate.localize import build_topo, candidates, rank_candidates
 
@@ -87,9 +87,9 @@ def test_a_straggler_with_agreeing_telemetry_gains_confidence_and_keeps_its_timi
     cause = {"layer": "compute", "component": "n1:gpu3", "confidence": 0.6, "evidence": [timing]}
     row = {"source": "n1:gpu3", "metric": "pcie_link_width", "value": 8.0, "baseline": 16.0, "score": 50.0,
            "unit": "value"}
-    out = with_device_evidence(cause, [row])  # type: ignore[arg-type,list-item]
+    out = add_device_rows(cause, [row])  # type: ignore[arg-type,list-item]
     assert out["evidence"] == [timing, row] and out["confidence"] > 0.6
-    assert with_device_evidence(cause, []) is cause  # type: ignore[arg-type]
+    assert add_device_rows(cause, []) is cause  # type: ignore[arg-type]
 
 
 def test_gpu_named_from_telemetry_alone_and_merged_with_its_straggler_cause() -> None:
