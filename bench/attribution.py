@@ -12,6 +12,7 @@ of 64, 256 and 1,024 ranks (with the cost per rank+port, to show the growth is l
 
     .venv/bin/python bench/attribution.py            # 40 runs, >= 200 faults (~5 min on 2 cores)
     .venv/bin/python bench/attribution.py --quick    # 10 runs, sizes 64/256
+    .venv/bin/python bench/attribution.py --runs 5 --kinds gpu-host --skip-latency   # #17's kinds only
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from fabricscope.service.simulate.generator import Scenario, generate  # noqa: E
 from fabricscope.service.simulate.send import DirectSink, HttpSink, ScenarioSink, send_scenario  # noqa: E402
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster  # noqa: E402
 
+GPU_HOST_KINDS = ("gpu_thermal_throttle", "pcie_downtrain", "gpu_xid", "cpu_starved_loader", "tcp_retransmits")
 ACCURACY_CLUSTER = ClusterSpec(hosts=8, gpus_per_host=8, nics_per_host=4, leaves=2, spines=2)
 LATENCY_CLUSTERS = {64: ClusterSpec(8, 8, 8, 2, 2), 256: ClusterSpec(32, 8, 8, 4, 4),
                     1024: ClusterSpec(128, 8, 8, 8, 4)}
@@ -208,6 +210,10 @@ def run_accuracy(dp: DataPath, n_runs: int, seed: int, only: list[str] | None = 
     print("  per fabric and kind:")
     for (fab, kind), (n, d, lay, comp) in sorted(r["per_fabric_kind"].items()):
         print(f"    {fab:4s} {kind:18s} {n:4d}: {pct(d, n)} {pct(lay, d)} {pct(comp, d)}")
+    # GPU and host kinds (#17): their own totals, against the same targets.
+    new = [v for k, v in r["per_kind"].items() if k in GPU_HOST_KINDS]
+    n, d, lay, comp = (sum(v[i] for v in new) for i in range(4))
+    print(f"  GPU/host kinds (#17) {n:4d}: detected {pct(d, n)} layer {pct(lay, d)} component {pct(comp, d)}")
     for m in r["misses"][:15]:
         print("   miss:", m)
 
@@ -258,10 +264,9 @@ def main() -> None:
     ap.add_argument("--database-url")
     ap.add_argument("--direct", metavar="DATABASE_URL")
     ap.add_argument("--sizes", default=None, help="comma list of 64,256,1024")
+    ap.add_argument("--kinds", default=None, help="comma list of fault kinds (default: all); 'gpu-host' = #17's")
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--ib-every", type=int, default=5, help="every Nth accuracy run is an InfiniBand fabric (0: none)")
-    ap.add_argument("--kinds", help="comma list: draw the accuracy runs' faults from these kinds only "
-                    "(per fabric; a fabric none of them fits gets all its kinds)")
     ap.add_argument("--skip-latency", action="store_true")
     args = ap.parse_args()
     if args.url and not args.database_url:
@@ -273,7 +278,9 @@ def main() -> None:
     t = time.perf_counter()
     try:
         if not args.skip_accuracy:
-            run_accuracy(dp, runs, args.seed, args.kinds.split(",") if args.kinds else None, args.ib_every)
+            kinds = None if not args.kinds else (
+                list(GPU_HOST_KINDS) if args.kinds == "gpu-host" else args.kinds.split(","))
+            run_accuracy(dp, runs, args.seed, kinds, args.ib_every)
         if not args.skip_latency:
             run_latency(dp, sizes, 30 if args.quick else 40, args.seed)
     finally:

@@ -118,3 +118,47 @@ def rank_causes(causes: list[CauseDraft]) -> list[CauseDraft]:
     telemetry) never heads the answer over one it could: its lost time is only what the timings
     could not place (in the lab: time at a checkpoint barrier during a network fault)."""
     return sorted(causes, key=lambda c: (c["layer"] == "unknown", -c.get("lost_s", 0.0)))
+
+
+# -- GPU and host evidence (#17) ------------------------------------------------------------------
+
+def add_device_rows(cause: CauseDraft, rows: list[EvidenceRow], cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
+    """A straggler cause with its GPU's or host's own telemetry saying why: the rows follow the timing
+    row, and the confidence rises (the timings and the device's telemetry agree)."""
+    if not rows:
+        return cause
+    conf = cause["confidence"]
+    return {**cause, "confidence": conf + (1.0 - conf) * cfg.device_evidence_boost,
+            "evidence": cause["evidence"] + rows[:cfg.evidence_per_cause]}
+
+
+def gpu_cause(findings: dict[str, list[EvidenceRow]], cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft | None:
+    """Time lost in the collectives with no network anomaly, while one GPU of the job shows an origin
+    finding (PCIe link trained down, throttled, an XID): the ring runs at the speed of that GPU. The
+    strongest finding wins; several GPUs at once lower the confidence by the margin."""
+    if not findings:
+        return None
+    strength = sorted(((sum(r["score"] for r in rows), src) for src, rows in findings.items()), reverse=True)
+    total, src = strength[0]
+    second = strength[1][0] if len(strength) > 1 else 0.0
+    conf = cfg.gpu_scan_confidence * (cfg.net_margin_base + cfg.net_margin_span * (1.0 - second / total))
+    return {"layer": "compute", "component": src, "confidence": conf,
+            "evidence": findings[src][:cfg.evidence_per_cause]}
+
+
+def merge_same(causes: list[CauseDraft]) -> list[CauseDraft]:
+    """Causes naming the same (layer, component) — a GPU that both straggled and slowed the ring — are
+    one cause: lost time added, the higher confidence, evidence once."""
+    out: dict[tuple[str, str | None], CauseDraft] = {}
+    for c in causes:
+        key = (c["layer"], c["component"])
+        if key not in out or c["layer"] == "unknown":
+            out[key if c["layer"] != "unknown" else (f"unknown{len(out)}", None)] = c
+            continue
+        m = out[key]
+        seen = {(e["source"], e["metric"], json.dumps(e.get("labels"), sort_keys=True)) for e in m["evidence"]}
+        extra = [e for e in c["evidence"]
+                 if (e["source"], e["metric"], json.dumps(e.get("labels"), sort_keys=True)) not in seen]
+        out[key] = {**m, "confidence": max(m["confidence"], c["confidence"]), "evidence": m["evidence"] + extra,
+                    "lost_s": m.get("lost_s", 0.0) + c.get("lost_s", 0.0)}
+    return list(out.values())

@@ -188,5 +188,20 @@ class EngineConfig:
     # Steps attributed per background pass, so one backlogged job cannot starve the others.
     pending_limit: int = 5000
 
+    # -- GPU and host evidence (#17, devices.py) ---------------------------------------------------
+    # An XID this long before the step still explains it: a GPU recovering from an error (page
+    # retirement, a reset engine, a contained ECC error) runs slow for several steps after it.
+    xid_lookback_s: float = 60.0
+    # GPU/host series are sampled every few seconds and their states (link width, throttle flags)
+    # hold between samples: the window reaches this far back, so a step shorter than the sampling
+    # interval, or whose one sample was lost, still sees the state it ran in.
+    device_state_lookback_s: float = 5.0
+    # A straggler whose own GPU/host telemetry agrees with the timings closes this share of the gap
+    # to full confidence.
+    device_evidence_boost: float = 0.3
+    # Confidence of a GPU named from its telemetry alone (no straggler, no network anomaly), before
+    # the margin over other GPUs: the finding is specific, but the timings did not point at it.
+    gpu_scan_confidence: float = 0.8
+
 
 DEFAULT_CONFIG = EngineConfig()

@@ -18,9 +18,17 @@ import pandas as pd
 from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 from fabricscope.service.correlate.cache import LruCache
-from fabricscope.service.correlate.causes import combine_causes, net_cause, rank_causes, unknown_cause, work_cause
+from fabricscope.service.correlate.causes import (
+    combine_causes,
+    merge_same,
+    net_cause,
+    rank_causes,
+    unknown_cause,
+    work_cause,
+)
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, SEQ_LOOKAHEAD_STEPS, EngineConfig
 from fabricscope.service.correlate.decompose import decompose, find_straggler
+from fabricscope.service.correlate.device_probe import gpu_or_network, with_device_evidence
 from fabricscope.service.correlate.direction import follow_backpressure
 from fabricscope.service.correlate.localize import FLOORS, Topo, build_topo, candidates, finish_scores, series_groups
 from fabricscope.service.correlate.records import Attribution, StepRow
@@ -164,11 +172,15 @@ class AttributionEngine:
         if len(ev):
             ev = follow_backpressure(candidates(ev, topo), topo)
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
-        causes = combine_causes(lost, e_work / total, e_comm / total, lambda: work_cause(st, ev, topo, conf_t, cfg),
-                                lambda: net_cause(ev, coverage, cfg), cfg)
+        win = (start, start + d + pad)
+        causes = combine_causes(
+            lost, e_work / total, e_comm / total,
+            lambda: with_device_evidence(conn, work_cause(st, ev, topo, conf_t, cfg), topo, win, cfg),
+            lambda: gpu_or_network(conn, net_cause(ev, coverage, cfg), topo, win, cfg,
+                                   scan=e_comm / total >= cfg.min_share), cfg)
         if not causes:
             causes = [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}]
-        causes = rank_causes(causes)
+        causes = rank_causes(merge_same(causes))
         top = causes[0]
         out.update({
             "layer": top["layer"], "component": top["component"], "confidence": self._capped(top["confidence"]),

@@ -9,7 +9,7 @@ point at the component that caused them (the link peer that sent the pause).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -53,6 +53,12 @@ SIGNALS: dict[tuple[str, str], tuple[str, str, float]] = {
     ("switch", "link_error_recovery_total"): ("link", "link", 1.0),
     ("nic", "link_error_recovery_total"): ("link", "link", 1.0),
     ("nic", "port_xmit_wait_total"): ("fabric", "peer", 0.3),
+    # -- hosts (#17): a socket transport (gloo, NCCL over sockets) moves no RDMA counter; the host's
+    # TCP retransmissions and timeouts are then the network's only trace. They point at the host's
+    # NIC (target host_nic: the NIC the job's ranks on that host use, or the host when that is not
+    # one known NIC): loss on the host's path first shows where the host meets the network.
+    ("host", "tcp_retransmitted_segments_total"): ("nic", "host_nic", 0.8),
+    ("host", "tcp_timeouts_total"): ("nic", "host_nic", 0.6),
 }
 # Smallest excess that can matter, per metric (per second for counters, the unit for gauges):
 # keeps a quiet counter (0 errors, MAD 0) from turning one stray increment into a huge score.
@@ -66,6 +72,9 @@ FLOORS: dict[str, float] = {
     # egress queues, PFC watchdog, InfiniBand (#16): a few drops, a MB of buffer, one storm or recovery
     "queue_dropped_packets_total": 20, "queue_watermark_bytes": 1e6, "pfc_deadlock_total": 0.02,
     "link_error_recovery_total": 0.02,
+    # hosts (#17): a few retransmits per second are background (control traffic, one lost segment);
+    # a retransmission timeout is rare on a healthy host, one every two seconds is not background.
+    "tcp_retransmitted_segments_total": 50, "tcp_timeouts_total": 0.5,
 }
 
 
@@ -77,6 +86,8 @@ class Topo:
     # Volumes the job's checkpoints were written to (the hook's `checkpoint` events name the mount):
     # which volume is "the checkpoint volume" is learnt from what the job did, never from its name.
     checkpoint_volumes: frozenset[str] = frozenset()
+    # host -> the NIC its ranks use (the host itself when several or none are known) (#17)
+    host_nic: dict[str, str] = field(default_factory=dict)
 
     def link_name(self, source: str) -> str:
         """A link is named by its lower-tier switch port (leaf side)."""
@@ -115,7 +126,25 @@ def build_topo(ranks: pd.DataFrame, links: pd.DataFrame, volumes: list[str],
     for v in volumes:
         role[v] = "volume"
         host_of[v] = v.split(":", 1)[0]
-    return Topo(role, peer, host_of, frozenset(v for v in checkpoint_sources if role.get(v) == "volume"))
+    host_nic = add_rank_roles(ranks, role, host_of)
+    return Topo(role, peer, host_of, frozenset(v for v in checkpoint_sources if role.get(v) == "volume"), host_nic)
+
+
+def add_rank_roles(ranks: pd.DataFrame, role: dict[str, str], host_of: dict[str, str]) -> dict[str, str]:
+    """GPU (`host:gpuN`) and host sources of the job, with roles from the rank placement (never from
+    name patterns), and which NIC each host's ranks use (#17). Returns host -> NIC source or host."""
+    used: dict[str, set[str]] = {}
+    gpus = ranks["gpu"] if "gpu" in ranks else [None] * len(ranks)
+    for h, g, n in zip(ranks["host"], gpus, ranks["nic"], strict=False):
+        if not isinstance(h, str) or not h:
+            continue
+        role.setdefault(h, "host")
+        host_of.setdefault(h, h)
+        if isinstance(g, str) and g:
+            role.setdefault(f"{h}:{g}", "gpu")
+            host_of.setdefault(f"{h}:{g}", h)
+        used.setdefault(h, set()).add(f"{h}:{n}" if isinstance(n, str) and n else h)
+    return {h: next(iter(s)) if len(s) == 1 and s != {h} else h for h, s in used.items()}
 
 
 def series_groups(meta: pd.DataFrame, topo: Topo) -> pd.DataFrame:
@@ -166,6 +195,7 @@ def candidates(scored: pd.DataFrame, topo: Topo) -> pd.DataFrame:
     layer = []
     for src, tgt, lay in zip(df["source"], df["target"], df["layer"], strict=False):
         c = topo.peer.get(src, src) if tgt == "peer" else (topo.link_name(src) if tgt == "link" else src)
+        c = topo.host_nic.get(src, src) if tgt == "host_nic" else c
         if lay == "@peer":
             lay = "nic" if topo.role.get(c) == "nic" else "fabric"
         comp.append(c)

@@ -247,3 +247,68 @@ def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) ->
              lost_s = EXCLUDED.lost_s, evidence = EXCLUDED.evidence, causes = EXCLUDED.causes""",
         (job, a["step"], a["start"], a["slow"], a["duration_s"], a["baseline_s"], a["layer"], a["component"],
          a["confidence"], a["lost_s"], json.dumps(a["evidence"]), json.dumps(a["causes"])))
+
+
+# -- GPU and host evidence (#17) ------------------------------------------------------------------
+
+# Per series of the given sources and metrics: the window's min and max value and max rate, and the
+# median value and rate of the source's own past with the rate's MAD (scaled to sigma).
+DEVICE_SQL = """
+WITH se AS (
+  SELECT se.id, src.name AS source, m.name AS metric, m.kind, se.labels::text AS labels
+  FROM sources src JOIN series se ON se.source_id = src.id JOIN metrics m ON m.id = se.metric_id
+  WHERE src.name = ANY(%(sources)s) AND m.name = ANY(%(metrics)s)
+), w AS (
+  SELECT series_id, min(value) AS wmin, max(value) AS wmax, max(rate) AS wrate FROM samples
+  WHERE series_id IN (SELECT id FROM se) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s)
+  GROUP BY series_id
+), h AS (
+  SELECT series_id, value, rate FROM samples
+  WHERE series_id IN (SELECT series_id FROM w) AND ts > to_timestamp(%(hs)s) AND ts <= to_timestamp(%(he)s)
+), hm AS (
+  SELECT series_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY value) AS hval,
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY rate) AS hrate FROM h GROUP BY series_id
+), hs AS (
+  SELECT h.series_id, 1.4826 * percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(h.rate - hm.hrate)) AS hsig
+  FROM h JOIN hm USING (series_id) GROUP BY h.series_id
+)
+SELECT se.source, se.metric, se.kind, se.labels, w.wmin, w.wmax, w.wrate, hm.hval, hm.hrate, hs.hsig
+FROM se JOIN w ON w.series_id = se.id LEFT JOIN hm ON hm.series_id = se.id LEFT JOIN hs ON hs.series_id = se.id
+"""
+
+EVENTS_SQL = """
+SELECT source, start_ts, attrs::text AS attrs FROM events
+WHERE kind = ANY(%(kinds)s) AND source = ANY(%(sources)s)
+  AND start_ts > to_timestamp(%(es)s) AND start_ts <= to_timestamp(%(we)s)
+ORDER BY start_ts
+"""
+
+
+def device_rows(conn: Any, *, sources: list[str], metrics: list[str], ws: float, we: float, hs: float,
+                he: float) -> pd.DataFrame:
+    """Window and own-history values of the GPU/host series of `sources` (see DEVICE_SQL)."""
+    df = _frame(conn, DEVICE_SQL, {"sources": sources, "metrics": metrics, "ws": ws, "we": we, "hs": hs,
+                                   "he": he})
+    for c in ("wmin", "wmax", "wrate", "hval", "hrate", "hsig"):
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df
+
+
+def device_events(conn: Any, *, sources: list[str], kinds: list[str], es: float, we: float) -> pd.DataFrame:
+    """Events of `kinds` on `sources` that started in (es, we]."""
+    return _frame(conn, EVENTS_SQL, {"sources": sources, "kinds": kinds, "es": es, "we": we})
+
+
+PEER_SQL = """
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY mx) FROM (
+  SELECT max(s.value) AS mx FROM sources src JOIN series se ON se.source_id = src.id
+  JOIN metrics m ON m.id = se.metric_id AND m.name = %(metric)s
+  JOIN samples s ON s.series_id = se.id AND s.ts > to_timestamp(%(ws)s) AND s.ts <= to_timestamp(%(we)s)
+  WHERE src.name = ANY(%(sources)s) GROUP BY se.id) x
+"""
+
+
+def peer_median(conn: Any, *, sources: list[str], metric: str, ws: float, we: float) -> float | None:
+    """Median over `sources` of each one's highest `metric` value in the window (None without data)."""
+    r = conn.execute(PEER_SQL, {"sources": sources, "metric": metric, "ws": ws, "we": we}).fetchone()
+    return None if r is None or r[0] is None else float(r[0])

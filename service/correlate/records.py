@@ -15,10 +15,10 @@ class EvidenceRow(TypedDict):
     value: float
     baseline: float
     score: float
-    unit: str  # per_second (counter rate), value (gauge) or seconds (a timing)
+    unit: str  # per_second (counter rate), value (gauge), seconds (a timing) or events (#17: XIDs)
     labels: NotRequired[dict[str, str]]  # the series' labels, when it has any
     rank: NotRequired[int]  # timing evidence: the straggling rank
-    kind: NotRequired[str]  # "timing" for a rank's phase time
+    kind: NotRequired[str]  # "timing" for a rank's phase time, "event" for a logged event (a GPU XID, #17)
 
 
 class Cause(TypedDict):

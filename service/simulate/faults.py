@@ -27,6 +27,12 @@ FAULT_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     # spreads upstream; lossy: drops), credit congestion on one port of an InfiniBand fabric.
     "queue_incast": ("fabric", ("lossless", "lossy")),
     "ib_congestion": ("fabric", ("leaf_down", "leaf_up", "spine")),
+    # GPU and host faults (#17); their telemetry is in devices.py.
+    "gpu_thermal_throttle": ("compute", ("sw_thermal", "hw_slowdown")),  # variant: the throttle reason
+    "pcie_downtrain": ("compute", ("width", "gen")),
+    "gpu_xid": ("compute", ("",)),
+    "cpu_starved_loader": ("host", ("",)),
+    "tcp_retransmits": ("nic", ("",)),  # a socket transport (gloo, NCCL over sockets): no RDMA counter moves
 }
 # Kinds that exist on one fabric flavour only (ClusterSpec.fabric); the others happen on both.
 FABRIC_ONLY: dict[str, tuple[str, ...]] = {
@@ -108,6 +114,18 @@ def make_fault(cluster: Cluster, kind: str, *, start_step: int, steps: int, seve
         host = int(rng.integers(len(cluster.hosts)))
         target = 2 * host + (1 if variant == "ckpt" else 0)
         component = f"{cluster.hosts[host]}:{CKPT_VOLUME if variant == 'ckpt' else DATA_VOLUME}"
+    elif kind in ("gpu_thermal_throttle", "pcie_downtrain", "gpu_xid"):
+        target = int(rng.integers(cluster.ranks))
+        component = cluster.rank_source(target)
+    elif kind == "cpu_starved_loader":
+        target = int(rng.integers(len(cluster.hosts)))
+        component = cluster.hosts[target]
+    elif kind == "tcp_retransmits":
+        # TCP counters are per host: the NIC is named when the job's ranks on the host use one NIC,
+        # the host otherwise (which NIC carried the lost segments is not in the host's counters).
+        target = int(rng.integers(len(cluster.hosts)))
+        used = {cluster.rank_nic[r] for r in range(cluster.ranks) if cluster.rank_host[r] == target}
+        component = cluster.nics[used.pop()] if len(used) == 1 else cluster.hosts[target]
     else:
         raise ValueError(f"unknown fault kind {kind!r}; known: {sorted(FAULT_KINDS)}")
     return Fault(kind, layer, component, start_step, steps, float(severity), variant, target)

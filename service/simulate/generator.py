@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from fabricscope.service.simulate.counters import Streams, build_streams
+from fabricscope.service.simulate.devices import build_device_streams
 from fabricscope.service.simulate.faults import LEVEL_CHANGE, Fault, random_plan
 from fabricscope.service.simulate.model import JobSpec, Noise, Timeline, run
 from fabricscope.service.simulate.topology import CKPT_VOLUME, Cluster, ClusterSpec, build_cluster
@@ -49,6 +50,7 @@ class Scenario:
     truth: dict[int, StepTruth]
     dropped_steps: np.ndarray  # (S, R) bool
     dropped_coll: np.ndarray  # (S, R, K+1) bool
+    device_events: list[dict[str, Any]] = field(default_factory=list)  # GPU XIDs, true clock (#17)
 
     def topology_body(self) -> dict[str, Any]:
         return self.cluster.topology_body()
@@ -97,6 +99,9 @@ class Scenario:
                 out.append({"kind": "checkpoint", "source": f"{name}:{CKPT_VOLUME}", "job": self.job,
                             "start": end - float(tl.ckpt[s, r]), "end": end,
                             "attrs": {"step": int(s), "bytes": self.spec.ckpt_bytes}})
+        for e in self.device_events:  # #17: XIDs, on their host's clock
+            h = self.cluster.hosts.index(e["source"].split(":", 1)[0])
+            out.append({**e, "job": self.job, "start": e["start"] + self.t0 + float(self.host_skew[h])})
         return out
 
     def sample_batches(self, size: int = 5000) -> Iterator[list[dict[str, Any]]]:
@@ -162,8 +167,18 @@ def generate(spec: ClusterSpec | None = None, *, job: str = "sim-job", steps: in
     host_skew = rng.uniform(-skew_s, skew_s, len(cluster.hosts))
     streams = build_streams(cluster, jspec, tl, faults, rng=rng, interval=interval, host_skew=host_skew,
                             missing=missing)
+    # GPU and host streams (#17) from an rng of their own: a seed's network streams stay the same.
+    dev, device_events = build_device_streams(cluster, jspec, tl, faults, rng=np.random.default_rng([seed, 17]),
+                                              interval=interval, host_skew=host_skew, missing=missing)
+    streams = concat_streams(streams, dev)
     dropped_steps = rng.random(tl.start.shape) < missing / 2
     dropped_coll = rng.random(tl.coll_start.shape) < missing / 2
     start = t0 if t0 is not None else 1.7e9 + seed * 86400.0
     return Scenario(cluster, jspec, job, start, faults, tl, streams, host_skew, truth, dropped_steps,
-                    dropped_coll)
+                    dropped_coll, device_events)
+
+
+def concat_streams(a: Streams, b: Streams) -> Streams:
+    """Two stream sets on the same time grid as one."""
+    return Streams(a.sources + b.sources, a.metrics + b.metrics, a.labels + b.labels, a.kinds + b.kinds,
+                   np.vstack([a.ts, b.ts]), np.vstack([a.values, b.values]), np.vstack([a.keep, b.keep]))

@@ -20,6 +20,9 @@ from fabricscope.service.simulate.faults import LEVEL_CHANGE, Fault
 from fabricscope.service.simulate.topology import Cluster
 
 MiB = 1024 * 1024
+# Share of a PCIe downtrain's delay spent in the GPU's own work (host<->device copies); the rest
+# slows its hop of the ring, so every rank waits longer in the collectives (#17).
+PCIE_COMPUTE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,14 @@ def run(cluster: Cluster, spec: JobSpec, noise: Noise, faults: list[Fault]) -> T
                 data_add[host == f.target // 2] += extra
             elif f.kind == "storage_slow":
                 ckpt_mult[f.target // 2] *= 1.0 + extra / spec.ckpt_s
-            else:  # nic / link / fabric: the ring runs at the speed of its worst hop
+            elif f.kind in ("gpu_thermal_throttle", "gpu_xid"):  # #17: one GPU computes slower
+                comp_mult[f.target] *= 1.0 + extra / spec.compute_s
+            elif f.kind == "pcie_downtrain":  # #17: its copies and its hop of the ring are slower
+                comp_mult[f.target] *= 1.0 + PCIE_COMPUTE_SHARE * extra / spec.compute_s
+                comm_mult = max(comm_mult, 1.0 + (1.0 - PCIE_COMPUTE_SHARE) * extra / float(transfer.sum()))
+            elif f.kind == "cpu_starved_loader":  # #17: the host's loaders wait for CPU
+                data_add[host == f.target] += extra
+            else:  # nic / link / fabric / tcp: the ring runs at the speed of its worst hop
                 comm_mult = max(comm_mult, 1.0 + extra / float(transfer.sum()))
         comm_mults[s] = comm_mult
         first = spec.first_step_factor if s == 0 else 1.0

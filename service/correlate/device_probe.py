@@ -1,0 +1,72 @@
+"""The engine's GPU and host look-ups (#17): the straggler's own telemetry, a scan of the job's GPUs
+when collective time has no network explanation, and look-back evidence yielding to the step's own.
+The rules are devices.py's tables, the SQL queries.py's; this module only joins them to a step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabricscope.service.correlate import queries as q
+from fabricscope.service.correlate.causes import add_device_rows, gpu_cause
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
+from fabricscope.service.correlate.devices import GPU_RULES, HOST_RULES, XID_KIND, Rule, judge, rule_metrics, xid_rows
+from fabricscope.service.correlate.localize import Topo
+from fabricscope.service.correlate.records import CauseDraft, EvidenceRow
+
+Window = tuple[float, float]
+
+
+def device_findings(conn: Any, sources: list[str], rules: tuple[Rule, ...], win: Window,
+                    xid_lookback_s: float | None, peers: list[str] | None = None,
+                    cfg: EngineConfig = DEFAULT_CONFIG) -> dict[str, list[EvidenceRow]]:
+    """Rule findings per GPU/host source in the step window, strongest first, after the XIDs logged
+    since `xid_lookback_s` before the step (None: no XIDs); `peers`: the job's GPUs, for the rules
+    that compare a GPU with the others."""
+    ws, we = win
+    hs, he = ws - cfg.own_history_s, ws - cfg.device_state_lookback_s - cfg.own_history_gap_s
+    rows = q.device_rows(conn, sources=sources, metrics=rule_metrics(rules), ws=ws - cfg.device_state_lookback_s,
+                         we=we, hs=hs, he=he)
+    peer: dict[str, float] = {}
+    for rule in rules:
+        v = q.peer_median(conn, sources=peers, metric=rule.metric, ws=ws, we=we) if rule.peers and peers else None
+        if v is not None:
+            peer[rule.metric] = v
+    out = {src: [row for _, row in found] for src, found in judge(rows, rules, peer).items()}
+    if xid_lookback_s is not None:
+        events = q.device_events(conn, sources=sources, kinds=[XID_KIND], es=ws - xid_lookback_s, we=we)
+        for src, ev_rows in xid_rows(events).items():
+            out[src] = ev_rows + out.get(src, [])
+    return out
+
+
+def _gpus(topo: Topo) -> list[str]:
+    return [s for s, r in topo.role.items() if r == "gpu"]
+
+
+def with_device_evidence(conn: Any, cause: CauseDraft, topo: Topo, win: Window,
+                         cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
+    """A compute straggler gets its GPU's evidence, a host straggler its host's."""
+    comp = cause["component"]
+    role = topo.role.get(comp or "")
+    if cause["layer"] == "compute" and comp and role == "gpu":
+        found = device_findings(conn, [comp], GPU_RULES, win, cfg.xid_lookback_s, peers=_gpus(topo), cfg=cfg)
+    elif cause["layer"] == "host" and comp and role == "host":
+        found = device_findings(conn, [comp], HOST_RULES, win, None, cfg=cfg)
+    else:
+        return cause
+    return add_device_rows(cause, found.get(comp, []), cfg)
+
+
+def gpu_or_network(conn: Any, cause: CauseDraft, topo: Topo, win: Window, cfg: EngineConfig = DEFAULT_CONFIG, *,
+                   scan: bool) -> CauseDraft:
+    """Collective time with no network anomaly: a GPU whose link trained down, that throttles or
+    logged an XID slows the ring it sits in; name it when one does. `scan`: the collectives hold
+    enough of the lost time to be listed (otherwise the job's GPUs are not queried at all)."""
+    gpus = _gpus(topo)
+    if cause["layer"] != "unknown" or not scan or not gpus:
+        return cause
+    origin = tuple(r for r in GPU_RULES if r.origin)
+    # An XID long before the step may explain a GPU the timings point at (straggler path), but not
+    # one picked from all the job's GPUs: here only XIDs around the step itself count.
+    found = device_findings(conn, gpus, origin, win, cfg.device_state_lookback_s, cfg=cfg)
+    return gpu_cause(found, cfg) or cause
