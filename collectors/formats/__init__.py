@@ -19,7 +19,9 @@ from fabricscope.core.model import Event, Link, Sample
 # Modules that declare ``FORMATS``; add yours here (one line each, kept sorted).
 MODULES = (
     "fabricscope.collectors.host.nic",
+    "fabricscope.collectors.host.pressure",
     "fabricscope.collectors.host.storage",
+    "fabricscope.collectors.host.tcp",
 )
 # Bytes of a file handed to the sniffers: enough for any header we recognise a format by.
 HEAD_BYTES = 64 * 1024
