@@ -25,8 +25,10 @@ from fabricscope.collectors.events import EventDetector
 from fabricscope.collectors.host.config import AgentConfig, SinkConfig, load_config
 from fabricscope.collectors.host.ethtool_ioctl import EthtoolIoctl
 from fabricscope.collectors.host.nic import EthtoolSource, NicCollector, SubprocessEthtool
+from fabricscope.collectors.host.pressure import PressureCollector, cgroup2_root
 from fabricscope.collectors.host.rdma import RdmaCollector
 from fabricscope.collectors.host.storage import StorageCollector
+from fabricscope.collectors.host.tcp import TcpCollector
 from fabricscope.collectors.selfmetrics import observe_poll
 from fabricscope.collectors.sinks.factory import Sink, make_sink
 from fabricscope.core.errors import ConfigError, FabricscopeError
@@ -72,6 +74,17 @@ class Agent:
                 cfg.host, proc_root=cfg.proc_root, sys_root=cfg.sys_root,
                 disks_include=cfg.storage.disks_include, disks_exclude=cfg.storage.disks_exclude,
                 volumes=cfg.storage.volumes)))
+        # -- host pressure and TCP (#17) --
+        if cfg.tcp.enabled:
+            self.tasks.append((cfg.tcp.interval_s, TcpCollector(cfg.host, proc_root=cfg.proc_root,
+                                                                softnet=cfg.tcp.softnet)))
+        if cfg.pressure.enabled:
+            p = cfg.pressure
+            self.tasks.append((p.interval_s, PressureCollector(
+                cfg.host, proc_root=cfg.proc_root, cgroups=p.cgroups,
+                cgroup_root=Path(p.cgroup_root) if p.cgroup_root else cgroup2_root(cfg.proc_root, cfg.sys_root),
+                thermal_root=cfg.sys_root if p.thermal else None,
+                thermal_every=max(1, round(p.thermal_interval_s / p.interval_s)))))
 
     def run_collector(self, collector: Collector) -> list[Sample]:
         """One poll: samples and derived events go to the sink. Failures are logged, not raised."""

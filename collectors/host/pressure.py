@@ -141,6 +141,16 @@ class PressureCollector:
         return out
 
 
+def cgroup2_root(proc_root: Path, sys_root: Path) -> Path:
+    """Where cgroup v2 is mounted: ``/sys/fs/cgroup`` on unified hosts, ``/sys/fs/cgroup/unified`` on
+    hybrid ones (systemd's v1+v2 layout); under ``sys_root`` when the host's /sys is mounted elsewhere."""
+    for line in (read_text(proc_root / "mounts") or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == "cgroup2" and parts[1].startswith("/sys/"):
+            return sys_root / parts[1].removeprefix("/sys/")
+    return sys_root / "fs/cgroup"
+
+
 def _listdir(path: Path) -> list[str]:
     try:
         return os.listdir(path)
