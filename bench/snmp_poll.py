@@ -28,6 +28,8 @@ cannot serve hundreds of devices on these cores. The multi-device runs therefore
 Needs root (snmpsim runs as an unprivileged user; the netns).
 
     .venv/bin/python bench/snmp_poll.py [--recording cloud/arista-dcs-7150s-52-cl] [--rounds 3]
+    .venv/bin/python bench/snmp_poll.py --recording network/router/juniper-mx960-16-1r6-7-b --vendor juniper \
+        --no-multi   # with JUNIPER-COS-MIB queue tables (8 queues x 65 ports)
 """
 
 from __future__ import annotations
@@ -57,9 +59,10 @@ DATA = Path(str(importlib.resources.files("snmpsim_data"))) / "data"
 MODES = {"pysnmp": ("pysnmp", False), "fast full": ("auto", False), "fast planned": ("auto", True)}
 
 
-def device(name: str, port: int, community_env: str, reps: int):
+def device(name: str, port: int, community_env: str, reps: int, vendor: str | None = None):
     snmp = {"port": port, "community": {"env": community_env}, "max_repetitions": reps}
-    spec = {"name": name, "address": "127.0.0.1", "protocols": ["snmp"], "interval": 60, "timeout": 30}
+    spec = {"name": name, "address": "127.0.0.1", "protocols": ["snmp"], "interval": 60, "timeout": 30,
+            "vendor": vendor}
     return parse_inventory({"devices": [{**spec, "snmp": snmp}]}).devices[0]
 
 
@@ -259,11 +262,14 @@ def main() -> None:
     ap.add_argument("--intervals", type=int, default=2)
     ap.add_argument("--burst", type=int, default=20, help="devices polled back to back in the saturated run")
     ap.add_argument("--no-multi", action="store_true", help="only the single-device comparison")
+    ap.add_argument("--vendor", default=None, help="inventory vendor hint: its queue/PFC tables are walked too "
+                    "(e.g. --recording network/router/juniper-mx960-16-1r6-7-b --vendor juniper)")
     args = ap.parse_args()
     src = DATA / f"{args.recording}.snmprec.bz2"
     with tempfile.TemporaryDirectory() as tmp, peers.snmpsim(Path(tmp), {"dev0": src}) as port:
         os.environ["FS_BENCH_COMMUNITY"] = "dev0"
-        res, columns = single(device("dev0", port, "FS_BENCH_COMMUNITY", args.max_repetitions), args.rounds)
+        res, columns = single(device("dev0", port, "FS_BENCH_COMMUNITY", args.max_repetitions, args.vendor),
+                              args.rounds)
 
         net_wall, net_vb = [], 0
         for _ in range(args.rounds):

@@ -18,10 +18,16 @@ from fabricscope.core.model import Event, Link, Sample
 
 # Modules that declare ``FORMATS``; add yours here (one line each, kept sorted).
 MODULES = (
+    "fabricscope.collectors.host.gpu",
     "fabricscope.collectors.host.nic",
     "fabricscope.collectors.host.pressure",
+    "fabricscope.collectors.host.rdma",
     "fabricscope.collectors.host.storage",
     "fabricscope.collectors.host.tcp",
+    "fabricscope.collectors.switch.gnmi.formats",
+    "fabricscope.collectors.switch.netconf.formats",
+    "fabricscope.collectors.switch.infiniband.formats",
+    "fabricscope.collectors.switch.snmp.formats",
 )
 # Bytes of a file handed to the sniffers: enough for any header we recognise a format by.
 HEAD_BYTES = 64 * 1024

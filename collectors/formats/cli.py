@@ -84,7 +84,9 @@ def parse_command(
     for s in reading.samples:
         out.write(_line("sample", s.to_json()) + "\n")
     for e in reading.events:
-        out.write(_line("event", e.to_json()) + "\n")
+        body = e.to_json()
+        body["event"] = body.pop("kind")  # the line's own "kind" says what the line is
+        out.write(_line("event", body) + "\n")
     for link in reading.links:
         out.write(_line("link", link.to_json()) + "\n")
     out.flush()

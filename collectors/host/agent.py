@@ -24,6 +24,7 @@ from fabricscope.collectors import selfmetrics
 from fabricscope.collectors.events import EventDetector
 from fabricscope.collectors.host.config import AgentConfig, SinkConfig, load_config
 from fabricscope.collectors.host.ethtool_ioctl import EthtoolIoctl
+from fabricscope.collectors.host.gpu import make_gpu_collector
 from fabricscope.collectors.host.nic import EthtoolSource, NicCollector, SubprocessEthtool
 from fabricscope.collectors.host.pressure import PressureCollector, cgroup2_root
 from fabricscope.collectors.host.rdma import RdmaCollector
@@ -32,7 +33,7 @@ from fabricscope.collectors.host.tcp import TcpCollector
 from fabricscope.collectors.selfmetrics import observe_poll
 from fabricscope.collectors.sinks.factory import Sink, make_sink
 from fabricscope.core.errors import ConfigError, FabricscopeError
-from fabricscope.core.model import Collector, Sample, now
+from fabricscope.core.model import Collector, Event, Sample, now
 
 log = logging.getLogger("fabricscope.agent")
 
@@ -55,7 +56,7 @@ def make_ethtool(mode: str, binary: str) -> EthtoolSource | None:
 
 class Agent:
     def __init__(self, cfg: AgentConfig, sink: Sink, *, ethtool: EthtoolSource | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, nvml_lib: Any = None) -> None:
         self.cfg, self.sink, self.clock = cfg, sink, clock
         self.detector = EventDetector(cfg.events)
         self.stats = {"polls": 0, "samples": 0, "events": 0, "errors": 0, "not_queued": 0}
@@ -74,6 +75,11 @@ class Agent:
                 cfg.host, proc_root=cfg.proc_root, sys_root=cfg.sys_root,
                 disks_include=cfg.storage.disks_include, disks_exclude=cfg.storage.disks_exclude,
                 volumes=cfg.storage.volumes)))
+        if cfg.gpu.enabled:  # GPUs (#17): None where NVML is absent or has no driver (logged there)
+            gpu = make_gpu_collector(cfg.host, cfg.gpu.source, cfg.gpu.dcgm_url, timeout_s=cfg.gpu.dcgm_timeout_s,
+                                     emit=self._emit_event, lib=nvml_lib, smi_binary=cfg.gpu.smi_binary)
+            if gpu is not None:
+                self.tasks.append((cfg.gpu.interval_s, gpu))
         # -- host pressure and TCP (#17) --
         if cfg.tcp.enabled:
             self.tasks.append((cfg.tcp.interval_s, TcpCollector(cfg.host, proc_root=cfg.proc_root,
@@ -111,6 +117,11 @@ class Agent:
         self.stats["samples"] += len(samples)
         self.stats["events"] += len(events)
         return samples
+
+    def _emit_event(self, event: Event) -> None:
+        """Events a collector finds itself (GPU XIDs), as they come, outside the derived ones."""
+        self.stats["events"] += 1
+        self._submit("events", event.to_json())
 
     def _submit(self, kind: str, item: dict[str, Any]) -> None:
         if not self.sink.submit(kind, item):

@@ -109,6 +109,16 @@ class StorageConfig(_Section):
     volumes: Names = ()
 
 
+class GpuConfig(_Section):
+    """GPUs (#17): NVML in-process, or a dcgm-exporter's /metrics. Off by itself where NVML is absent."""
+    enabled: StrictBool = True
+    interval_s: PositiveSeconds = 5.0
+    source: Literal["nvml", "dcgm", "smi"] = "nvml"  # smi: run `nvidia-smi -q -x` (no Python bindings)
+    dcgm_url: StrictStr = "http://127.0.0.1:9400/metrics"
+    dcgm_timeout_s: PositiveSeconds = 5.0  # also nvidia-smi's time limit with source: smi
+    smi_binary: StrictStr = "nvidia-smi"
+
+
 # -- host pressure and TCP (#17): one block -----------------------------------------------------
 class TcpConfig(_Section):
     enabled: StrictBool = True
@@ -156,6 +166,7 @@ class AgentConfig:
     nic: NicConfig = NicConfig()
     rdma: RdmaConfig = RdmaConfig()
     storage: StorageConfig = StorageConfig()
+    gpu: GpuConfig = GpuConfig()
     events: EventConfig = EventConfig()
     sys_root: Path = Path("/sys")
     proc_root: Path = Path("/proc")
@@ -169,6 +180,7 @@ class _AgentFile(_Section):
     nic: Annotated[NicConfig, Field(default_factory=NicConfig), _EMPTY]
     rdma: Annotated[RdmaConfig, Field(default_factory=RdmaConfig), _EMPTY]
     storage: Annotated[StorageConfig, Field(default_factory=StorageConfig), _EMPTY]
+    gpu: Annotated[GpuConfig, Field(default_factory=GpuConfig), _EMPTY]
     events: Annotated[_EventsFile, Field(default_factory=_EventsFile), _EMPTY]
     paths: Annotated[_PathsFile, Field(default_factory=_PathsFile), _EMPTY]
     tcp: Annotated[TcpConfig, Field(default_factory=TcpConfig), _EMPTY]  # host pressure and TCP (#17)
@@ -195,7 +207,7 @@ def parse_config(raw: Any) -> AgentConfig:
     events = EventConfig(f.events.pfc_storm.over(defaults.pfc_storm), f.events.ecn_burst.over(defaults.ecn_burst),
                          f.events.link_flap, f.events.emit_open)
     return AgentConfig(host=f.host or default_host(), sink=sink, nic=f.nic, rdma=rdma, storage=f.storage,
-                       events=events,
+                       gpu=f.gpu, events=events,
                        sys_root=Path(f.paths.sys_root), proc_root=Path(f.paths.proc_root),
                        tcp=f.tcp, pressure=f.pressure)  # host pressure and TCP (#17)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from fabricscope.collectors.formats import Format, Reading
-from fabricscope.collectors.host.common import extra_counter, read_attr, select
+from fabricscope.collectors.host.common import extra_counter, read_attr, read_text, select
 from fabricscope.collectors.host.ethtool_maps import DRIVERS, DriverMap, driver_map
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
@@ -360,7 +360,34 @@ def _read_ethtool(path: Path, device: str, ts: float) -> Reading:
                    problems=[] if driver else ["driver not recognised: every key kept as an extra"])
 
 
+def _netdev_dirs(path: Path) -> list[Path]:
+    """Interface directories (with ``statistics/``) at ``path``: one interface, ``class/net`` or a sysfs root."""
+    if (path / "statistics").is_dir():
+        return [path]
+    for base in (path, path / "net", path / "class/net"):
+        found = sorted(d for d in base.glob("*") if (d / "statistics").is_dir()) if base.is_dir() else []
+        if found:
+            return found
+    return []
+
+
+def _read_sysfs_net(path: Path, device: str, ts: float) -> Reading:
+    out = Reading()
+    for d in _netdev_dirs(path):
+        files = {}
+        for f in [*sorted((d / "statistics").iterdir()), *(d / n for n in STATE_FILES)]:
+            text = read_text(f) if f.is_file() else None
+            if text is not None:
+                files[str(f.relative_to(d))] = text
+        out.samples.extend(parse_netdev(files, ts, f"{device}:{d.name}"))
+        out.unmapped.extend(n.removeprefix("statistics/") for n in files
+                            if n.startswith("statistics/") and n.removeprefix("statistics/") not in NETDEV_STATS)
+    return out
+
+
 FORMATS = (
+    Format("sysfs-net", "sysfs interface counters (/sys/class/net/<if>/statistics and state files)",
+           sniff=lambda p, _head: bool(_netdev_dirs(p)), read=_read_sysfs_net, directory=True),
     Format("ethtool-S", "`ethtool -S IFACE` NIC statistics (driver mapping guessed from the keys)",
            sniff=lambda _p, head: head.lstrip().startswith("NIC statistics:"), read=_read_ethtool),
 )

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_text, select
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
@@ -33,6 +34,7 @@ IB_COUNTERS: dict[str, tuple[str, float]] = {
     "port_rcv_errors": ("rx_errors_total", 1.0),
     "port_xmit_discards": ("tx_discards_total", 1.0),
     "port_xmit_wait": ("port_xmit_wait_total", 1.0),
+    "link_error_recovery": ("link_error_recovery_total", 1.0),
 }
 RDMA_HW_COUNTERS: dict[str, tuple[str, float]] = {
     "np_cnp_sent": ("cnp_sent_total", 1.0),
@@ -195,3 +197,46 @@ class RdmaCollector:
                 continue
             out.extend(map_port(counters, hw, ts, ib_source(self.host, device, port)))
         return out
+
+
+def _read_rdma_statistic(path: Path, device: str, ts: float) -> Reading:
+    ports = parse_rdma_statistic(path.read_text())
+    return Reading(samples=[s for (dev, port), hw in ports.items()
+                            for s in map_port({}, hw, ts, ib_source(device, dev, port))],
+                   unmapped=[k for hw in ports.values() for k in hw if k not in RDMA_HW_COUNTERS])
+
+
+def _port_dirs(path: Path) -> list[tuple[str, int, Path]]:
+    """(device, port, dir) of every ``<dev>/ports/<n>`` with counters under ``path`` (a sysfs root,
+    ``class/infiniband``, one device or one port directory)."""
+    found = []
+    for counters in sorted(path.glob("**/ports/*/counters"))[:4096] or (
+            [path / "counters"] if (path / "counters").is_dir() else []):
+        port_dir = counters.parent
+        if port_dir.name.isdigit() and port_dir.parent.name == "ports":
+            found.append((port_dir.parent.parent.name, int(port_dir.name), port_dir))
+        elif port_dir == path and path.name.isdigit():
+            found.append((path.parent.parent.name or "dev", int(path.name), path))
+    return found
+
+
+def _read_sysfs_ib(path: Path, device: str, ts: float) -> Reading:
+    out = Reading()
+    for dev, port, d in _port_dirs(path):
+        counters, hw = _read_counter_dir(d / "counters"), _read_counter_dir(d / "hw_counters")
+        if not counters and not hw:
+            out.problems.append(f"{dev}/{port}: no readable counters")
+            continue
+        out.samples.extend(map_port(counters, hw, ts, ib_source(device, dev, port)))
+        out.unmapped.extend(k for k in counters if k not in IB_COUNTERS)
+        out.unmapped.extend(k for k in hw if k not in RDMA_HW_COUNTERS and k not in NOT_COUNTERS)
+    return out
+
+
+FORMATS = (
+    Format("rdma-statistic", "`rdma statistic show link` (RDMA hw counters per link: CNPs, ECN, out-of-sequence)",
+           sniff=lambda _p, head: any(_RDMA_LINK.match(line) for line in head.splitlines()[:4]),
+           read=_read_rdma_statistic),
+    Format("sysfs-infiniband", "sysfs RDMA/IB counters (/sys/class/infiniband/<dev>/ports/<n>/counters, hw_counters)",
+           sniff=lambda p, _head: bool(_port_dirs(p)), read=_read_sysfs_ib, directory=True),
+)

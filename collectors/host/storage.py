@@ -294,7 +294,28 @@ def _looks_like_diskstats(_path: Path, head: str) -> bool:
     return bool(rows) and all(len(r) in (7, 14, 18, 20) and r[0].isdigit() and r[1].isdigit() for r in rows)
 
 
+def _read_mountstats(path: Path, device: str, ts: float) -> Reading:
+    mounts = parse_mountstats(path.read_text())
+    if not mounts:
+        raise ParseError("no NFS mount in it (only nfs/nfs4 mounts are read)")
+    return Reading(samples=[s for m in mounts for s in nfs_samples(m, ts, f"{device}:{m.mountpoint}")])
+
+
+def _read_lustre(path: Path, device: str, ts: float) -> Reading:
+    return Reading(samples=lustre_samples(parse_lprocfs_stats(path.read_text()), ts, device))
+
+
+def _looks_like_lustre(_path: Path, head: str) -> bool:
+    rows = [line.split() for line in head.splitlines()[:6] if line.strip()]
+    return any(len(r) >= 4 and r[2] == "samples" for r in rows) and rows[0][0] == "snapshot_time"
+
+
 FORMATS = (
     Format("diskstats", "/proc/diskstats (block device I/O counters; counters, so rates need two reads)",
            sniff=_looks_like_diskstats, read=_read_diskstats),
+    Format("nfs-mountstats", "/proc/self/mountstats (NFS client: bytes, per-op counts, RTT, retransmits)",
+           sniff=lambda _p, head: head.startswith("device ") and " mounted on " in head.split("\n", 1)[0],
+           read=_read_mountstats),
+    Format("lustre-stats", "a Lustre lprocfs `stats` file (llite, obdfilter, mdt: NAME COUNT samples [unit] ...)",
+           sniff=_looks_like_lustre, read=_read_lustre),
 )

@@ -27,7 +27,8 @@ log = logging.getLogger("fabricscope.switch")
 
 
 class LinkPublisher:
-    """POST /v1/topology/links with ``discovered: true`` (the server merges and marks them)."""
+    """POST /v1/topology/links with ``discovered: true`` (the server merges and marks them): LLDP
+    neighbours and InfiniBand cables alike."""
 
     def __init__(self, url: str, token: str | None = None, timeout: float = 10.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -82,7 +83,7 @@ def collect_command(
     log_level: str = typer.Option("INFO", help="Logging level."),
     metrics_port: int | None = typer.Option(None, help="Serve Prometheus self-metrics on 127.0.0.1:PORT."),
 ) -> None:
-    """Poll switch port counters (SNMP, NETCONF, gNMI) and LLDP neighbours."""
+    """Poll switch port counters (SNMP, NETCONF, gNMI), LLDP neighbours and InfiniBand fabric sweeps."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     selfmetrics.serve(metrics_port)
     try:

@@ -27,7 +27,7 @@ from pydantic import (
 from fabricscope.collectors.validation import config_error
 from fabricscope.core.errors import ConfigError
 
-Protocol = Literal["snmp", "netconf", "gnmi"]
+Protocol = Literal["snmp", "netconf", "gnmi", "infiniband"]
 
 
 class SecretRef(BaseModel):
@@ -108,6 +108,17 @@ class GnmiSettings(BaseModel):
     encoding: Literal["json_ietf", "json", "proto"] = "json_ietf"
 
 
+class InfinibandSettings(BaseModel):
+    """A fabric sweep from this management host (``address`` is unused; the HCA is local)."""
+
+    model_config = ConfigDict(extra="forbid")
+    ca: str | None = None  # HCA to send MADs from (-C); default: the tools' first
+    ca_port: int | None = Field(None, ge=1, le=255)  # its port (-P)
+    max_mads_per_second: float = Field(200.0, gt=0)
+    sweep_deadline: float = Field(20.0, gt=0)  # seconds; ports not reached are read next sweep
+    topology_every: int = Field(30, ge=1)  # run ibnetdiscover every N sweeps (and on the first)
+
+
 class Device(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -123,6 +134,7 @@ class Device(BaseModel):
     snmp: SnmpSettings | None = None
     netconf: NetconfSettings | None = None
     gnmi: GnmiSettings | None = None
+    infiniband: InfinibandSettings | None = None
 
     @field_validator("vendor")
     @classmethod
@@ -136,6 +148,8 @@ class Device(BaseModel):
                 raise ValueError(f"protocol {proto!r} listed but no '{proto}:' settings block")
         if self.timeout >= self.interval:
             raise ValueError("timeout must be shorter than interval")
+        if self.infiniband is not None and self.infiniband.sweep_deadline >= self.timeout:
+            raise ValueError("infiniband.sweep_deadline must be shorter than timeout")
         return self
 
     def wants(self, interface: str) -> bool:

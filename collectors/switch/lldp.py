@@ -15,7 +15,6 @@ from typing import Any
 
 from fabricscope.core.model import Link
 
-
 # LldpPortIdSubtype (802.1AB): names we can use as a port name as-is. For the others (MAC address,
 # network address, agent circuit id) the port description is the better name.
 PORT_ID_IS_NAME = {1: True, 2: True, 5: True, 7: True, 3: False, 4: False, 6: False}

@@ -31,6 +31,7 @@ from fabricscope.core.model import Sample, now
 
 from .base import PollResult, SwitchCollector
 from .gnmi.client import GnmiCollector
+from .infiniband.collector import InfinibandCollector
 from .inventory import Device
 from .lldp import Link
 from .netconf.collector import NetconfCollector
@@ -42,6 +43,7 @@ FACTORIES: dict[str, Callable[[Device], Any]] = {
     "snmp": SnmpCollector,
     "netconf": NetconfCollector,
     "gnmi": GnmiCollector,
+    "infiniband": InfinibandCollector,
 }
 
 

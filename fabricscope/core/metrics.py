@@ -50,8 +50,9 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in [
            "tx_queue_bytes_total", labels=("queue",)),
     *_rows("counter", "packets one egress queue dropped (tail drop, WRED)", "queue_dropped_packets_total",
            labels=("queue",)),
-    *_rows("gauge", "peak queue/buffer use since the last read (or the device's max watermark)",
-           "queue_watermark_bytes", labels=("queue",)),
+    *_rows("gauge", "peak queue/buffer use since the last read (or the device's max watermark); ingress "
+           "priority groups carry `priority_group` and `buffer` (shared|headroom) instead of `queue`",
+           "queue_watermark_bytes", labels=("queue", "priority_group", "buffer")),
     *_rows("counter", "PFC watchdog: storms detected (queue stopped honouring pause)", "pfc_deadlock_total",
            labels=("queue",)),
     *_rows("counter", "InfiniBand link error recoveries (retraining without going down)",

@@ -62,10 +62,11 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
             return {"layer": "storage", "component": comp, "confidence": conf,
                     "evidence": [timing] + evidence_rows(ev, layer="storage", component=comp, n=n)}
         if st.phase == "checkpoint":
-            vols = [s for s, h in topo.host_of.items() if h == st.host and topo.role.get(s) == "volume"]
-            comp = next((v for v in vols if "ckpt" in v or "checkpoint" in v), vols[0] if vols else st.host)
-            by_name = cfg.checkpoint_by_name_factor * strength * conf_t
-            return {"layer": "storage", "component": comp, "confidence": by_name, "evidence": [timing]}
+            vols = sorted(s for s, h in topo.host_of.items() if h == st.host and topo.role.get(s) == "volume")
+            written = [v for v in vols if v in topo.checkpoint_volumes]
+            comp = written[0] if written else (vols[0] if len(vols) == 1 else st.host)
+            unobserved = cfg.checkpoint_without_telemetry_factor * strength * conf_t
+            return {"layer": "storage", "component": comp, "confidence": unobserved, "evidence": [timing]}
         return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing]}
     if st.host_level:
         return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing]}

@@ -116,8 +116,9 @@ class EngineConfig:
     straggler_base: float = 0.55
     straggler_span: float = 0.4
     straggler_z_scale: float = 20.0
-    # A checkpoint straggler pinned on a volume by name only (no anomalous volume telemetry).
-    checkpoint_by_name_factor: float = 0.6
+    # A checkpoint straggler pinned on the volume its checkpoints go to (from the hook's checkpoint
+    # events) with no anomalous telemetry of that volume: the timing alone says which host, not why.
+    checkpoint_without_telemetry_factor: float = 0.6
     # Network confidence = (base + span * margin over the runner-up) * (1 - exp(-total / scale))
     # * (origin_base + origin_span * strongest weight): a clear, strong, origin signal nears 1, a
     # symptom-only one (weight 0.2-0.4) stays near 0.6 of that.

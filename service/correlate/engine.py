@@ -65,7 +65,8 @@ class AttributionEngine:
             return hit
         ranks = q.job_ranks(conn, job=job)
         hosts = sorted(set(ranks["host"])) if len(ranks) else []
-        topo = build_topo(ranks, q.links(conn), q.host_volumes(conn, hosts=hosts))
+        topo = build_topo(ranks, q.links(conn), q.host_volumes(conn, hosts=hosts),
+                          q.checkpoint_sources(conn, job=job))
         meta = series_groups(q.series_meta(conn, sources=topo.sources, metrics=list(FLOORS)), topo)
         self._topo.put(key, (ranks, topo, meta))
         return ranks, topo, meta

@@ -63,6 +63,9 @@ class Topo:
     role: dict[str, str]  # source -> nic | leaf_down | leaf_up | spine | volume
     peer: dict[str, str]  # source -> the other end of its link
     host_of: dict[str, str]  # NIC/volume source -> host
+    # Volumes the job's checkpoints were written to (the hook's `checkpoint` events name the mount):
+    # which volume is "the checkpoint volume" is learnt from what the job did, never from its name.
+    checkpoint_volumes: frozenset[str] = frozenset()
 
     def link_name(self, source: str) -> str:
         """A link is named by its lower-tier switch port (leaf side)."""
@@ -76,9 +79,11 @@ class Topo:
         return list(self.role)
 
 
-def build_topo(ranks: pd.DataFrame, links: pd.DataFrame, volumes: list[str]) -> Topo:
+def build_topo(ranks: pd.DataFrame, links: pd.DataFrame, volumes: list[str],
+               checkpoint_sources: frozenset[str] = frozenset()) -> Topo:
     """`ranks`: host, nic; `links`: a, b. Candidates: the job's NICs, the ports they plug into,
-    those leaves' uplinks and the spine ports at their other end, and the job hosts' volumes."""
+    those leaves' uplinks and the spine ports at their other end, and the job hosts' volumes.
+    `checkpoint_sources`: sources of the job's `checkpoint` events (`host:/mount`)."""
     nics = {f"{h}:{n}" for h, n in zip(ranks["host"], ranks["nic"], strict=False) if isinstance(n, str) and n}
     peer: dict[str, str] = {}
     for a, b in zip(links["a"], links["b"], strict=False):
@@ -99,7 +104,7 @@ def build_topo(ranks: pd.DataFrame, links: pd.DataFrame, volumes: list[str]) -> 
     for v in volumes:
         role[v] = "volume"
         host_of[v] = v.split(":", 1)[0]
-    return Topo(role, peer, host_of)
+    return Topo(role, peer, host_of, frozenset(v for v in checkpoint_sources if role.get(v) == "volume"))
 
 
 def series_groups(meta: pd.DataFrame, topo: Topo) -> pd.DataFrame:

@@ -165,6 +165,13 @@ def host_volumes(conn: Any, *, hosts: list[str]) -> list[str]:
     return [r[0] for r in cur.fetchall()]
 
 
+def checkpoint_sources(conn: Any, *, job: str) -> frozenset[str]:
+    """Where the job wrote its checkpoints: the sources (`host:/mount`) of its `checkpoint` events."""
+    cur = conn.execute("SELECT DISTINCT source FROM events WHERE job = %(job)s AND kind = 'checkpoint'",
+                       {"job": job})
+    return frozenset(r[0] for r in cur.fetchall())
+
+
 # -- steps, attributions and jobs ---------------------------------------------------------------
 
 def step_range(conn: Any, *, job: str, from_ts: datetime | None, to_ts: datetime | None) -> tuple[int, int] | None:

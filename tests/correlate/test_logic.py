@@ -128,3 +128,22 @@ def test_a_named_work_cause_or_a_quiet_network_keeps_the_split() -> None:
     assert [(c["layer"], round(c["lost_s"], 6)) for c in out] == [("unknown", 0.6), ("unknown", 0.4)]
     out = combine_causes(1.0, 0.9, 0.1, lambda: _c("storage", "h1:/ckpt"), lambda: _c("link", "leaf1:swp2"))
     assert [(c["layer"], round(c["lost_s"], 6)) for c in out] == [("storage", 0.9)]
+
+
+def test_the_checkpoint_volume_is_the_one_the_job_wrote_to_whatever_its_name() -> None:
+    from fabricscope.service.correlate.causes import work_cause
+    from fabricscope.service.correlate.decompose import Straggler
+
+    ranks = pd.DataFrame({"host": ["node01", "node02"], "nic": ["mlx5_0", "mlx5_0"]})
+    volumes = ["node01:/mnt/ckpt-old", "node01:/lustre/scratch", "node01:/mnt/weka", "node02:/mnt/weka"]
+    st = Straggler("checkpoint", True, 0, "node01", None, 4.0, 1.0, 3.0, 40.0, [0])
+    no_ev = pd.DataFrame()
+    # the hook's checkpoint events say where the job writes: a neutral name, not the one saying "ckpt"
+    topo = build_topo(ranks, pd.DataFrame({"a": [], "b": []}), volumes,
+                      frozenset({"node01:/lustre/scratch", "node02:/lustre/scratch", "elsewhere:/x"}))
+    assert topo.checkpoint_volumes == {"node01:/lustre/scratch"}  # only volumes the job's hosts have
+    cause = work_cause(st, no_ev, topo, 1.0)
+    assert (cause["layer"], cause["component"]) == ("storage", "node01:/lustre/scratch")
+    # without events and with several volumes, no volume is guessed (least of all by its name)
+    cause = work_cause(st, no_ev, build_topo(ranks, pd.DataFrame({"a": [], "b": []}), volumes), 1.0)
+    assert (cause["layer"], cause["component"]) == ("storage", "node01")

@@ -35,7 +35,8 @@ def test_config_errors_name_the_field(raw: dict, message: str) -> None:
 
 def test_agent_schedules_the_collectors_as_configured() -> None:
     cfg = parse_config({"sink": SINK, "nic": {"enabled": False}, "rdma": {"enabled": False},
-                        "storage": {"enabled": False}, "tcp": {"interval_s": 2, "softnet": False},
+                        "storage": {"enabled": False}, "gpu": {"enabled": False},
+                        "tcp": {"interval_s": 2, "softnet": False},
                         "pressure": {"interval_s": 0.5, "cgroups": ["job_*"], "cgroup_root": "/x",
                                      "thermal_interval_s": 10}})
     agent = Agent(cfg, sink_from_config(cfg.sink))
@@ -43,7 +44,8 @@ def test_agent_schedules_the_collectors_as_configured() -> None:
     assert isinstance(tcp, TcpCollector) and ti == 2 and not tcp.softnet
     assert isinstance(pressure, PressureCollector) and pi == 0.5
     assert pressure.thermal_every == 20 and pressure.cgroup_root == Path("/x") and pressure.cgroups == ("job_*",)
-    off = parse_config({"sink": SINK, "tcp": {"enabled": False}, "pressure": {"enabled": False, "thermal": False}})
+    off = parse_config({"sink": SINK, "gpu": {"enabled": False}, "tcp": {"enabled": False},
+                        "pressure": {"enabled": False, "thermal": False}})
     assert {c.name for _, c in Agent(off, sink_from_config(off.sink)).tasks} == {"nic", "rdma", "storage"}
 
 
@@ -64,6 +66,7 @@ def test_agent_ships_tcp_and_pressure_samples() -> None:
     try:
         cfg = parse_config({"host": "node07", "sink": {"url": recv.url, "flush_interval_s": 0.05},
                             "nic": {"enabled": False}, "rdma": {"enabled": False}, "storage": {"enabled": False},
+                            "gpu": {"enabled": False},
                             "paths": {"proc_root": str(case / "proc"), "sys_root": str(case / "sys")}})
         sink = sink_from_config(cfg.sink)
         try:

@@ -16,8 +16,12 @@ from fabricscope.collectors.switch.gnmi.proto import gnmi_pb2, gnmi_pb2_grpc
 
 
 class ReplayTarget(gnmi_pb2_grpc.gNMIServicer):
-    def __init__(self, responses: list[gnmi_pb2.SubscribeResponse], hold_open: bool = True) -> None:
+    def __init__(self, responses: list[gnmi_pb2.SubscribeResponse], hold_open: bool = True,
+                 models: tuple[str, ...] = ("openconfig-interfaces",),
+                 by_target: dict[str, list[gnmi_pb2.SubscribeResponse]] | None = None) -> None:  # fmt: skip
         self.responses = responses
+        self.models = models  # advertised in Capabilities
+        self.by_target = by_target or {}  # a Subscribe whose prefix target is a key gets these instead
         self.hold_open = hold_open
         self.requests: list[gnmi_pb2.SubscribeRequest] = []
         self.metadata: list[dict[str, str]] = []
@@ -26,16 +30,18 @@ class ReplayTarget(gnmi_pb2_grpc.gNMIServicer):
     async def Capabilities(self, request, context):  # noqa: N802 (gRPC method name)
         return gnmi_pb2.CapabilityResponse(
             supported_encodings=[gnmi_pb2.JSON_IETF, gnmi_pb2.PROTO], gNMI_version="0.8.0",
-            supported_models=[gnmi_pb2.ModelData(name="openconfig-interfaces", organization="OpenConfig")],
+            supported_models=[gnmi_pb2.ModelData(name=m, organization="test") for m in self.models],
         )  # fmt: skip
 
     async def Subscribe(self, request_iterator, context) -> AsyncIterator[gnmi_pb2.SubscribeResponse]:  # noqa: N802
         self.connections += 1
         self.metadata.append({k: v for k, v in context.invocation_metadata()})
+        target = ""
         async for req in request_iterator:
             self.requests.append(req)
+            target = req.subscribe.prefix.target
             break
-        for r in self.responses:
+        for r in self.by_target.get(target, self.responses):
             yield r
         yield gnmi_pb2.SubscribeResponse(sync_response=True)
         if self.hold_open:

@@ -48,3 +48,32 @@ def test_netconfd_counters_into_the_database(tmp_path, monkeypatch, service_url:
                            "'rx_bytes_total' ORDER BY ts").fetchall()
     assert len(rows) == 2 and rows[0][1] is None
     assert rows[1][0] - rows[0][0] >= 50_000 and rows[1][1] > 0  # the server's rate of the real traffic
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_snmp_queue_counters_into_the_database(tmp_path, monkeypatch, service_url: str,  # type: ignore[no-untyped-def]
+                                               db_conn: psycopg.Connection) -> None:
+    """snmpsim replays the recorded Junos 12.3 walk; a vendor: juniper poll's per-queue samples land
+    in the database with their ``queue`` label (queue 3: 3308 tail + 1 RED drops)."""
+    from fabricscope.collectors.switch.snmp.collector import SnmpCollector
+    from tests.switch.test_snmp_fast import _device
+
+    monkeypatch.setenv("FS_QREC", "qrec")
+    case = FIXTURES / "snmp" / "juniper-mx960-12-cos-drops"
+    with peers.snmpsim(tmp_path / "sim", {"qrec": case / "input.snmprec"}) as port:
+        col = SnmpCollector(_device("mxq1", port, "FS_QREC", "juniper"))
+
+        async def go():  # type: ignore[no-untyped-def]
+            try:
+                return await col.poll()
+            finally:
+                await col.aclose()
+
+        result = asyncio.run(go())
+    queued = [s for s in result.samples if s.labels and "queue" in s.labels]
+    assert len(queued) == 8 * 3  # tx packets, tx bytes, drops for 8 queues; no depth on this Junos
+    _ship(service_url, result.samples)
+    rows = db_conn.execute("SELECT labels->>'queue', value FROM sample_view WHERE source = 'mxq1:xe-0/2/1' "
+                           "AND metric = 'queue_dropped_packets_total'").fetchall()
+    assert dict(rows) == {str(q): v for q, v in zip(range(8), [210944541, 0, 0, 3309, 0, 0, 0, 0], strict=True)}

@@ -19,7 +19,7 @@ from .. import lldp
 from ..base import PollResult, speeds_of
 from ..inventory import Device
 from ..resets import ResetTracker
-from . import paths
+from . import paths, sonic
 from .parse import parse
 from .proto import gnmi_pb2, gnmi_pb2_grpc
 
@@ -41,6 +41,8 @@ class GnmiCollector:
         self.name = f"{device.name}/gnmi"
         self.resets = ResetTracker()
         self.encodings: list[int] = []
+        self.models: set[str] = set()  # model names from Capabilities: choose the extra paths
+        self.sonic_names: dict[str, str] = {}  # SONiC object id → name, from the name maps seen
 
     def _channel(self) -> grpc.aio.Channel:
         target = f"{self.device.address}:{self.settings.port}"
@@ -58,7 +60,7 @@ class GnmiCollector:
             return [("username", self.settings.username), ("password", password.get_secret_value())]
         return []
 
-    def request(self) -> gnmi_pb2.SubscribeRequest:
+    def _subscribe(self, pairs: list[tuple[str, str]], target: str = "") -> gnmi_pb2.SubscribeRequest:
         interval_ns = int(self.device.interval * 1e9)
         subs = [
             gnmi_pb2.Subscription(
@@ -66,19 +68,33 @@ class GnmiCollector:
                 mode=gnmi_pb2.SAMPLE if mode == "SAMPLE" else gnmi_pb2.ON_CHANGE,
                 sample_interval=interval_ns if mode == "SAMPLE" else 0,
             )
-            for p, mode in paths.SUBSCRIPTIONS
-            if self.device.lldp or not p.startswith("/lldp")
+            for p, mode in pairs
         ]
         wanted = _ENCODING[self.settings.encoding]
         encoding = wanted if not self.encodings or wanted in self.encodings else self.encodings[0]
         return gnmi_pb2.SubscribeRequest(
             subscribe=gnmi_pb2.SubscriptionList(
-                subscription=subs, mode=gnmi_pb2.SubscriptionList.STREAM, encoding=encoding
+                prefix=gnmi_pb2.Path(target=target) if target else None,
+                subscription=subs, mode=gnmi_pb2.SubscriptionList.STREAM, encoding=encoding,
             )
         )
 
+    def request(self) -> gnmi_pb2.SubscribeRequest:
+        pairs = [(p, m) for p, m in paths.SUBSCRIPTIONS if self.device.lldp or not p.startswith("/lldp")]
+        for model, extra in paths.MODEL_SUBSCRIPTIONS.items():
+            if model in self.models:
+                pairs.extend(extra)
+        return self._subscribe(pairs)
+
+    def requests(self) -> list[gnmi_pb2.SubscribeRequest]:
+        """The OpenConfig subscription, plus SONiC's COUNTERS_DB one when the target is SONiC."""
+        out = [self.request()]
+        if paths.SONIC_MODEL in self.models:
+            out.append(self._subscribe(list(paths.SONIC_SUBSCRIPTIONS), target=sonic.TARGET))
+        return out
+
     def _result(self, notification: gnmi_pb2.Notification) -> PollResult:
-        batch = parse(self.device.name, [notification], self.device.wants)
+        batch = parse(self.device.name, [notification], self.device.wants, self.sonic_names)
         samples = self.resets.mark(batch.samples, epochs=batch.counter_epoch)
         rows = [(itf, state) for (itf, _), state in batch.lldp.items()]
         links = lldp.links_from_openconfig(self.device.name, rows, speeds_of(samples)) if rows else []
@@ -114,20 +130,38 @@ class GnmiCollector:
                     gnmi_pb2.CapabilityRequest(), metadata=metadata, timeout=self.device.timeout
                 )
                 self.encodings = list(caps.supported_encodings)
-                call = stub.Subscribe(iter([self.request()]), metadata=metadata)
+                self.models = {m.name for m in caps.supported_models}
+                calls = [stub.Subscribe(iter([r]), metadata=metadata) for r in self.requests()]
                 if on_connected:
                     on_connected()
-                async for resp in call:
-                    if resp.HasField("update"):
-                        await emit(self._result(resp.update))
-                    elif resp.sync_response and until_sync:
-                        call.cancel()
+                try:
+                    # one task per Subscribe; the first to end (or fail) ends the stream
+                    tasks = [asyncio.ensure_future(self._consume(c, emit, until_sync)) for c in calls]
+                    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+                    for task in pending:
+                        task.cancel()
+                    for task in done:
+                        task.result()
+                    if until_sync:
                         return
-                    elif resp.HasField("error"):
-                        raise CollectionError(f"{self.device.name}: gNMI error {resp.error.message}")
+                finally:
+                    for c in calls:
+                        c.cancel()
             except grpc.aio.AioRpcError as exc:
                 raise CollectionError(f"{self.device.name}: gNMI {exc.code().name}: {exc.details()}") from exc
         raise CollectionError(f"{self.device.name}: gNMI stream ended")
+
+    async def _consume(self, call: grpc.aio.StreamStreamCall, emit: Callable[[PollResult], Awaitable[None]],
+                       until_sync: bool) -> None:
+        async for resp in call:
+            if resp.HasField("update"):
+                await emit(self._result(resp.update))
+            elif resp.sync_response and until_sync:
+                return
+            elif resp.HasField("error"):
+                raise CollectionError(f"{self.device.name}: gNMI error {resp.error.message}")
+        if not until_sync:
+            raise CollectionError(f"{self.device.name}: gNMI stream ended")
 
     async def run(
         self,

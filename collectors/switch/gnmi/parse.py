@@ -8,14 +8,14 @@ recorded in ``problems`` and skipped.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fabricscope.core.model import Sample
 
 from ..netconf.models import OC_SPEEDS
-from . import paths
+from . import paths, sonic
 from .proto import gnmi_pb2
 
 Key = tuple[str, ...]
@@ -27,6 +27,7 @@ class GnmiBatch:
     counter_epoch: dict[str, int] = field(default_factory=dict)
     lldp: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # (if, neighbor id)
     problems: list[str] = field(default_factory=list)
+    unmapped: set[str] = field(default_factory=set)  # SONiC stat fields seen but not mapped
 
 
 def _elems(path: gnmi_pb2.Path) -> list[tuple[str, dict[str, str]]]:
@@ -42,6 +43,9 @@ def _typed(v: gnmi_pb2.TypedValue) -> Any:
     return getattr(v, kind)
 
 
+_LIST_KEYS = ("name", "id", "index", "interface-id")
+
+
 def _flatten(elems: list[tuple[str, dict[str, str]]], value: Any) -> Iterator[tuple[list[Any], Any]]:
     """Expand a JSON subtree into (elems, leaf value); list entries take their ``name``/``id`` key."""
     if isinstance(value, dict):
@@ -49,7 +53,7 @@ def _flatten(elems: list[tuple[str, dict[str, str]]], value: Any) -> Iterator[tu
             name = k.rpartition(":")[2]
             if isinstance(v, list):
                 for item in v:
-                    key = {kk: str(item[kk]) for kk in ("name", "id", "index") if isinstance(item, dict) and kk in item}
+                    key = {kk: str(item[kk]) for kk in _LIST_KEYS if isinstance(item, dict) and kk in item}
                     yield from _flatten([*elems, (name, key)], item)
             else:
                 yield from _flatten([*elems, (name, {})], v)
@@ -63,11 +67,38 @@ def _number(value: Any) -> float:
     return float(int(value)) if isinstance(value, str) else float(value)
 
 
+def _sonic(device: str, n: gnmi_pb2.Notification, names: MutableMapping[str, str], out: GnmiBatch,
+           wants: Callable[[str], bool] | None) -> None:
+    rows = sonic.SonicRows()
+    prefix = [e.name for e in n.prefix.elem]  # SONiC names hold colons ("Ethernet68:3"): keep them whole
+    for u in n.update:
+        try:
+            value = _typed(u.val)
+        except ValueError as exc:
+            out.problems.append(f"{'/'.join(prefix + [e.name for e in u.path.elem])}: {exc}")
+            continue
+        sonic.update(rows, prefix + [e.name for e in u.path.elem], value, names)
+    ts = n.timestamp / 1e9
+    for (port, metric, labels), (_, v) in sorted(rows.best.items()):
+        if wants is None or wants(port):
+            out.samples.append(Sample(ts, f"{device}:{port}", metric, v, dict(labels) if labels else None))
+    out.unmapped |= rows.unmapped
+    out.problems.extend(rows.problems)
+
+
 def parse(
-    device: str, notifications: Iterable[gnmi_pb2.Notification], wants: Callable[[str], bool] | None = None
+    device: str,
+    notifications: Iterable[gnmi_pb2.Notification],
+    wants: Callable[[str], bool] | None = None,
+    names: MutableMapping[str, str] | None = None,
 ) -> GnmiBatch:
+    """``names``: SONiC object id → name, kept by the caller across notifications of one stream."""
     out = GnmiBatch()
+    names = {} if names is None else names
     for n in notifications:
+        if n.prefix.target == sonic.TARGET:
+            _sonic(device, n, names, out, wants)
+            continue
         ts = n.timestamp / 1e9
         prefix = _elems(n.prefix)
         leaves: list[tuple[list[Any], Any]] = []
@@ -76,23 +107,26 @@ def parse(
         # an interface name is a key on the `interface` element, or (Ciena) a `name` leaf beside
         # the counters of the same notification
         fallback = next((str(v).strip('"') for e, v in leaves if tuple(x[0] for x in e) == paths.NAME_LEAF), "")
-        best: dict[tuple[str, str], tuple[int, float]] = {}
+        best: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[int, float]] = {}
         for elems, value in leaves:
             key: Key = tuple(e[0] for e in elems)
-            itf = next((k.get("name", "") for name, k in elems if name == "interface"), "") or fallback
+            itf = next((k.get(ik, "") for name, k in elems if name == "interface" for ik in paths.INTERFACE_KEYS
+                        if k.get(ik)), "") or fallback  # fmt: skip
             if not itf or (wants is not None and not wants(itf)):
                 continue
             source = f"{device}:{itf}"
+            labels = tuple((paths.LABEL_ELEMENTS[name], k["name"]) for name, k in elems
+                           if name in paths.LABEL_ELEMENTS and "name" in k)  # fmt: skip
             try:
                 if key in paths.COUNTERS:
                     metric, rank = paths.COUNTERS[key]
                     v = _number(value)
-                    if (source, metric) not in best or rank < best[(source, metric)][0]:
-                        best[(source, metric)] = (rank, v)
+                    if (source, metric, labels) not in best or rank < best[(source, metric, labels)][0]:
+                        best[(source, metric, labels)] = (rank, v)
                 elif key == paths.OPER_STATUS:
-                    best[(source, "oper_up")] = (0, 1.0 if str(value).upper() == "UP" else 0.0)
+                    best[(source, "oper_up", ())] = (0, 1.0 if str(value).upper() == "UP" else 0.0)
                 elif key == paths.PORT_SPEED and str(value).rpartition(":")[2] in OC_SPEEDS:
-                    best[(source, "speed_bps")] = (0, OC_SPEEDS[str(value).rpartition(":")[2]])
+                    best[(source, "speed_bps", ())] = (0, OC_SPEEDS[str(value).rpartition(":")[2]])
                 elif key == paths.LAST_CLEAR:
                     out.counter_epoch[source] = int(value)  # ns since epoch: keep every digit
                 elif key[:1] == ("lldp",) and len(elems) >= 2 and elems[-2][0] == "state":
@@ -100,6 +134,6 @@ def parse(
                     out.lldp.setdefault((itf, nbr), {})[key[-1]] = str(value)
             except ValueError as exc:
                 out.problems.append(f"{itf} {'/'.join(key)}: {exc}")
-        for (source, metric), (_, v) in sorted(best.items()):
-            out.samples.append(Sample(ts, source, metric, v))
+        for (source, metric, labels), (_, v) in sorted(best.items()):
+            out.samples.append(Sample(ts, source, metric, v, dict(labels) if labels else None))
     return out

@@ -29,6 +29,21 @@ COUNTERS: dict[tuple[str, ...], tuple[str, int]] = {
     (*_C, "carrier-transitions"): ("carrier_transitions_total", 0),
     (*_C, "link-flap-events"): ("link_down_total", 0),  # Ciena: one event per down/up cycle
 }
+# openconfig-qos egress queues: /qos/interfaces/interface[interface-id]/output/queues/queue[name]/state.
+# ``ecn-marked-pkts`` is not in the OpenConfig model; SONiC's management framework augments it there.
+# ``max-queue-len`` is the model's peak queue length (octets); dropped-octets has no canonical name.
+_Q = ("qos", "interfaces", "interface", "output", "queues", "queue", "state")
+COUNTERS.update({
+    (*_Q, "transmit-pkts"): ("tx_queue_packets_total", 0),
+    (*_Q, "transmit-octets"): ("tx_queue_bytes_total", 0),
+    (*_Q, "dropped-pkts"): ("queue_dropped_packets_total", 0),
+    (*_Q, "ecn-marked-pkts"): ("ecn_marked_packets_total", 0),
+    (*_Q, "max-queue-len"): ("queue_watermark_bytes", 0),
+})
+# a list element whose ``name`` key becomes a sample label: element → label
+LABEL_ELEMENTS: dict[str, str] = {"queue": "queue"}
+INTERFACE_KEYS = ("name", "interface-id")  # the interface list's key: openconfig-interfaces, openconfig-qos
+
 OPER_STATUS = (*_IF, "state", "oper-status")
 LAST_CLEAR = (*_C, "last-clear")
 NAME_LEAF = (*_C, "name")  # Ciena puts the interface name as a leaf next to the counters
@@ -41,4 +56,20 @@ SUBSCRIPTIONS: tuple[tuple[str, str], ...] = (
     ("/interfaces/interface/state/oper-status", "ON_CHANGE"),
     ("/interfaces/interface/ethernet/state/port-speed", "ON_CHANGE"),
     ("/lldp/interfaces/interface/neighbors/neighbor/state", "ON_CHANGE"),
+)
+# Asked for only when the target's Capabilities name the model (an unknown path can fail a whole
+# Subscribe on some targets): model name → (path, mode) pairs.
+MODEL_SUBSCRIPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "openconfig-qos": (("/qos/interfaces/interface/output/queues/queue/state", "SAMPLE"),),
+}
+
+# SONiC: the server advertises the model "sonic-db"; its COUNTERS_DB virtual paths (sonic-gnmi
+# virtual_db) name ports and queues already, so no oid map is needed for these. Sent as a second
+# Subscribe with prefix target COUNTERS_DB (one prefix per SubscriptionList).
+SONIC_MODEL = "sonic-db"
+SONIC_SUBSCRIPTIONS: tuple[tuple[str, str], ...] = (
+    ("COUNTERS/Ethernet*", "SAMPLE"),  # port stats incl. SAI_PORT_STAT_PFC_<n>_RX/TX_PKTS
+    ("COUNTERS/Ethernet*/Queues", "SAMPLE"),  # queue stats, watermarks, PFC watchdog
+    ("COUNTERS/Ethernet*/Pfcwd", "SAMPLE"),
+    ("PERIODIC_WATERMARKS/Ethernet*/PriorityGroups", "SAMPLE"),
 )

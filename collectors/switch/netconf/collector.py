@@ -25,6 +25,10 @@ from . import models
 from .parse import LLDP_FILTER, OC_LLDP, lldp_rows, parse
 
 
+class RpcRefused(CollectionError):
+    """The device answered a vendor RPC with <rpc-error>: the session itself is fine."""
+
+
 class NetconfCollector:
     def __init__(self, device: Device) -> None:
         if device.netconf is None:
@@ -35,6 +39,7 @@ class NetconfCollector:
         self._mgr: Any = None
         self._lock = threading.Lock()
         self.model: models.Model | None = None
+        self.extra_models: list[models.Model] = []  # e.g. openconfig-qos, when advertised
         self.has_lldp = False
         self.resets = ResetTracker()
 
@@ -59,6 +64,7 @@ class NetconfCollector:
             raise CollectionError(f"{self.device.name}: NETCONF connect failed: {why}") from exc
         caps = list(mgr.server_capabilities)
         self.model = models.choose(caps)
+        self.extra_models = models.extras(caps)
         self.has_lldp = any(OC_LLDP in c or "openconfig-lldp" in c for c in caps)
         if self.model is None:
             mgr.close_session()
@@ -75,33 +81,69 @@ class NetconfCollector:
             why = f"{type(exc).__name__}: {exc}"
             raise CollectionError(f"{self.device.name}: NETCONF session lost: {why}") from exc
 
+    def _rpc(self, rpc_xml: str) -> str:
+        try:
+            return str(self._mgr.dispatch(rpc_xml).xml)
+        except RPCError as exc:
+            raise RpcRefused(f"{self.device.name}: RPC {rpc_xml} refused: {exc}") from exc
+        except Exception as exc:
+            self._drop()
+            why = f"{type(exc).__name__}: {exc}"
+            raise CollectionError(f"{self.device.name}: NETCONF session lost: {why}") from exc
+
+    def _replies(self, model: models.Model, problems: list[str]) -> list[tuple[models.Model, str]]:
+        if not model.rpcs:
+            return [(model, self._get(model.filter))]
+        out = [(model, self._rpc(model.rpcs[0]))]
+        for rpc in model.rpcs[1:]:  # optional detail (queue RPC): a platform without it keeps the rest
+            try:
+                out.append((model, self._rpc(rpc)))
+            except RpcRefused as exc:
+                problems.append(str(exc))
+        return out
+
     def _drop(self) -> None:
         mgr, self._mgr = self._mgr, None
         if mgr is not None:
             with contextlib.suppress(Exception):  # the session is already broken; nothing to tidy
                 mgr.close_session()
 
-    def fetch(self) -> tuple[str, str | None]:
+    def fetch(self) -> tuple[list[tuple[models.Model, str]], str | None, list[str]]:
+        """(model, reply) for the interfaces model and each extra one, the LLDP reply, and the
+        optional requests the device refused."""
         with self._lock:
             if self._mgr is None or not self._mgr.connected:
                 self._mgr = self._connect()
             assert self.model is not None
-            reply = self._get(self.model.filter)
+            problems: list[str] = []
+            replies = self._replies(self.model, problems)
+            for extra in self.extra_models:  # an extra model refused: the interfaces are still good
+                try:
+                    replies.extend(self._replies(extra, problems))
+                except CollectionError as exc:
+                    if self._mgr is None:  # the session is gone, not just this request
+                        raise
+                    problems.append(str(exc))
             lldp_reply = self._get(LLDP_FILTER) if self.device.lldp and self.has_lldp else None
-            return reply, lldp_reply
+            return replies, lldp_reply, problems
 
     async def poll(self) -> PollResult:
         ts = now()
-        reply, lldp_reply = await asyncio.to_thread(self.fetch)
-        assert self.model is not None
-        try:
-            parsed = parse(self.device.name, reply, self.model, ts, self.device.wants)
-        except ParseError as exc:  # the interfaces reply is unusable; the LLDP one may still be fine
-            result = PollResult(problems=[str(exc)])
-            samples: list[Sample] = []
-        else:
-            samples = self.resets.mark(parsed.samples, epochs=parsed.counter_epoch)
-            result = PollResult(samples, problems=parsed.problems)
+        replies, lldp_reply, problems = await asyncio.to_thread(self.fetch)
+        result = PollResult(problems=problems)
+        samples: list[Sample] = []
+        epochs: dict[str, str] = {}
+        for model, reply in replies:
+            try:
+                parsed = parse(self.device.name, reply, model, ts, self.device.wants)
+            except ParseError as exc:  # this reply is unusable; the others may still be fine
+                result.problems.append(str(exc))
+                continue
+            samples.extend(parsed.samples)
+            epochs.update(parsed.counter_epoch)
+            result.problems.extend(parsed.problems)
+        samples = self.resets.mark(samples, epochs=epochs)
+        result.samples = samples
         if lldp_reply is not None:
             try:
                 rows = lldp_rows(lldp_reply)

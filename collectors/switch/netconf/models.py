@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Transform = Literal["up", "speed_bps", "oc_speed", "epoch"] | None
+Transform = Literal["up", "speed_bps", "oc_speed", "epoch", "junos_speed"] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +21,17 @@ class Leaf:
 
 
 @dataclass(frozen=True, slots=True)
+class SubList:
+    """A list inside each interface entry (egress queues, PFC priorities): every entry gives its
+    leaves' samples with the entry's key as the label ``label``."""
+
+    entries: str
+    key_path: str
+    label: str
+    leaves: tuple[Leaf, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Model:
     name: str
     namespace: str
@@ -30,6 +41,9 @@ class Model:
     name_path: str
     leaves: tuple[Leaf, ...]
     epoch_path: str | None = None  # last-clear / discontinuity-time: a change means a reset
+    lists: tuple[SubList, ...] = ()
+    # vendor RPCs sent instead of <get>; their replies carry the entries without <data>
+    rpcs: tuple[str, ...] = ()
 
 
 OC_IF = "http://openconfig.net/yang/interfaces"
@@ -123,8 +137,75 @@ IOSXR = Model(
     ),
 )
 
+# Junos native: `show interfaces extensive` and `show interfaces queue` as RPCs. The reply namespace
+# carries the release (junos/22.4R0/junos-interface), so paths match any namespace ("{*}").
+JUNOS_CAPABILITY = "xml.juniper.net/netconf/junos"
+_JQ = (
+    Leaf("{ns}queue-counters-trans-packets", "tx_queue_packets_total"),
+    Leaf("{ns}queue-counters-trans-bytes", "tx_queue_bytes_total"),  # queue RPC only; extensive is brief
+    Leaf("{ns}queue-counters-total-drop-packets", "queue_dropped_packets_total"),
+)
+JUNOS = Model(
+    name="junos-interface-information",
+    namespace="*",
+    capability=JUNOS_CAPABILITY,
+    filter="",
+    entries="{ns}interface-information/{ns}physical-interface",
+    name_path="{ns}name",
+    leaves=(
+        Leaf("{ns}traffic-statistics/{ns}input-bytes", "rx_bytes_total"),
+        Leaf("{ns}traffic-statistics/{ns}output-bytes", "tx_bytes_total"),
+        Leaf("{ns}traffic-statistics/{ns}input-packets", "rx_packets_total"),
+        Leaf("{ns}traffic-statistics/{ns}output-packets", "tx_packets_total"),
+        Leaf("{ns}input-error-list/{ns}input-errors", "rx_errors_total"),
+        Leaf("{ns}input-error-list/{ns}input-drops", "rx_discards_total"),
+        Leaf("{ns}output-error-list/{ns}output-errors", "tx_errors_total"),
+        Leaf("{ns}output-error-list/{ns}output-drops", "tx_discards_total"),
+        Leaf("{ns}output-error-list/{ns}carrier-transitions", "carrier_transitions_total"),
+        Leaf("{ns}ethernet-mac-statistics/{ns}input-crc-errors", "rx_fcs_errors_total"),
+        Leaf("{ns}ethernet-mac-statistics/{ns}input-mac-pause-frames", "rx_pause_frames_total"),
+        Leaf("{ns}ethernet-mac-statistics/{ns}output-mac-pause-frames", "tx_pause_frames_total"),
+        Leaf("{ns}oper-status", "oper_up", transform="up"),
+        Leaf("{ns}speed", "speed_bps", transform="junos_speed"),
+    ),
+    lists=(
+        SubList("{ns}queue-counters/{ns}queue", "{ns}queue-number", "queue", _JQ),
+        SubList("{ns}ethernet-mac-pfc-statistics", "{ns}mac-pfc-dot1p", "priority", (
+            Leaf("{ns}input-mac-pfc-frames", "rx_pause_frames_total"),
+            Leaf("{ns}output-mac-pfc-frames", "tx_pause_frames_total"),
+        )),
+    ),
+    rpcs=(
+        "<get-interface-information><extensive/></get-interface-information>",
+        "<get-interface-queue-information/>",
+    ),
+)
+
+# openconfig-qos egress queues, fetched beside the interfaces model when the server advertises it.
+OC_QOS_NS = "http://openconfig.net/yang/qos"
+_OQ = "{ns}state/{ns}"
+OPENCONFIG_QOS = Model(
+    name="openconfig-qos",
+    namespace=OC_QOS_NS,
+    capability="openconfig-qos",
+    filter=f'<qos xmlns="{OC_QOS_NS}"><interfaces><interface><interface-id/><output><queues/></output>'
+           "</interface></interfaces></qos>",
+    entries="{ns}qos/{ns}interfaces/{ns}interface",
+    name_path="{ns}interface-id",
+    leaves=(),
+    lists=(SubList("{ns}output/{ns}queues/{ns}queue", "{ns}name", "queue", (
+        Leaf(_OQ + "transmit-pkts", "tx_queue_packets_total"),
+        Leaf(_OQ + "transmit-octets", "tx_queue_bytes_total"),
+        Leaf(_OQ + "dropped-pkts", "queue_dropped_packets_total"),
+        Leaf(_OQ + "ecn-marked-pkts", "ecn_marked_packets_total"),  # vendor augment (SONiC mgmt)
+        Leaf(_OQ + "max-queue-len", "queue_watermark_bytes"),
+    )),),
+)
+
 # Preference order: the vendor-neutral model with the most detail first.
-MODELS: tuple[Model, ...] = (OPENCONFIG, IOSXR, IETF_STATE)
+MODELS: tuple[Model, ...] = (OPENCONFIG, IOSXR, JUNOS, IETF_STATE)
+# Fetched in addition to the chosen interfaces model, each when its capability is advertised.
+EXTRA_MODELS: tuple[Model, ...] = (OPENCONFIG_QOS,)
 
 # openconfig-if-ethernet ETHERNET_SPEED identities → bits per second
 OC_SPEEDS: dict[str, float] = {
@@ -142,6 +223,10 @@ OC_SPEEDS: dict[str, float] = {
     "SPEED_400GB": 400e9,
     "SPEED_800GB": 800e9,
 }
+
+
+def extras(capabilities: list[str]) -> list[Model]:
+    return [m for m in EXTRA_MODELS if any(m.capability in cap for cap in capabilities)]
 
 
 def choose(capabilities: list[str]) -> Model | None:

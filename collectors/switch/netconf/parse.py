@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,11 +11,13 @@ from xml.etree import ElementTree as ET
 from fabricscope.core.errors import ParseError
 from fabricscope.core.model import Sample
 
-from .models import OC_ETH, OC_SPEEDS, Leaf, Model
+from .models import OC_ETH, OC_SPEEDS, Leaf, Model, SubList
 
 _NC = "urn:ietf:params:xml:ns:netconf:base:1.0"
 # a leaf of type "speed" above this is a sentinel for "unknown" (yuma123 reports 2**64 - 10**6)
 _MAX_SPEED = 1.6e13
+_JUNOS_SPEED = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)bps", re.IGNORECASE)  # "40Gbps", "800mbps"
+_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
 @dataclass
@@ -34,6 +37,9 @@ def _value(leaf: Leaf, raw: str) -> float | None:
         return 1.0 if raw.lower() == "up" else 0.0
     if leaf.transform == "oc_speed":
         return OC_SPEEDS.get(raw.rpartition(":")[2])
+    if leaf.transform == "junos_speed":  # "Unlimited", "Auto" and the like: no speed
+        m = _JUNOS_SPEED.fullmatch(raw)
+        return float(m[1]) * _SCALE[m[2].lower()] if m else None
     value = float(int(raw))  # counters are uint64: a float or text here is a malformed reply
     if leaf.transform == "speed_bps" and value > _MAX_SPEED:
         return None
@@ -47,7 +53,8 @@ def parse(
         root = ET.fromstring(reply_xml)
     except ET.ParseError as exc:
         raise ParseError(f"{device}: reply is not XML: {exc}") from exc
-    data = root.find(f"{{{_NC}}}data")
+    # a vendor RPC's reply holds its entries directly; a <get> reply holds them in <data>
+    data = root if model.rpcs else root.find(f"{{{_NC}}}data")
     if data is None:
         raise ParseError(f"{device}: rpc-reply without <data>")
     out = NetconfPoll()
@@ -85,11 +92,33 @@ def parse(
                 best[metric] = (rank, sum(values))
         for metric, (_, value) in sorted(best.items()):
             out.samples.append(Sample(ts, source, metric, value))
+        for sub in model.lists:
+            _sublist(out, entry, sub, model, source, name, ts)
         if model.epoch_path:
             epoch = entry.findtext(_path(model.epoch_path, model))
             if epoch is not None:
                 out.counter_epoch[source] = epoch.strip()
     return out
+
+
+def _sublist(out: NetconfPoll, entry: ET.Element, sub: SubList, model: Model, source: str, name: str,
+             ts: float) -> None:
+    for item in entry.iterfind(_path(sub.entries, model)):
+        key = (item.findtext(_path(sub.key_path, model)) or "").strip()
+        if not key:
+            out.problems.append(f"{name}: {sub.label} entry without a key, skipped")
+            continue
+        for leaf in sub.leaves:
+            raw = item.findtext(_path(leaf.path, model))
+            if raw is None:
+                continue
+            try:
+                value = _value(leaf, raw)
+            except ValueError:
+                out.problems.append(f"{name} {sub.label} {key}: {leaf.path.rpartition('}')[2]}={raw!r} is not a number")
+                continue
+            if value is not None:
+                out.samples.append(Sample(ts, source, leaf.metric, value, {sub.label: key}))
 
 
 OC_LLDP = "http://openconfig.net/yang/lldp"

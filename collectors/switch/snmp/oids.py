@@ -3,16 +3,29 @@
 A :class:`Column` is one table column. Several columns may feed one metric: the lowest ``rank``
 present for an interface wins (64-bit HC columns are rank 0, their 32-bit fallbacks rank 1), and
 columns sharing metric and rank are summed (unicast + multicast + broadcast packets). ``index``
-says how the row index reads: ``if`` = ifIndex, ``if.prio`` = ifIndex then a PFC priority (which
-becomes the ``priority`` label). Vendor tables are data selected by the inventory's vendor hint.
+says how the row index reads (:data:`INDEXES`): ``if`` = ifIndex, ``if.prio`` = ifIndex then a PFC
+priority (the ``priority`` label), ``if.queue`` = ifIndex then an egress queue number (the ``queue``
+label), ``if.queue.sum`` = ifIndex, queue, then one more component whose rows are summed (Arista
+splits each queue by packet type). Vendor tables are data selected by the inventory's vendor hint.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 Transform = Literal["oper_up", "speed32"] | None
+Index = Literal["if", "if.prio", "if.queue", "if.queue.sum"]
+
+# Row index layout → (components after the column OID, label the second component becomes).
+# A third component (``if.queue.sum``) is summed over: it is not a label.
+INDEXES: dict[str, tuple[int, str | None]] = {
+    "if": (1, None),
+    "if.prio": (2, "priority"),
+    "if.queue": (2, "queue"),
+    "if.queue.sum": (3, "queue"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +34,7 @@ class Column:
     metric: str
     rank: int = 0
     scale: float = 1.0
-    index: Literal["if", "if.prio"] = "if"
+    index: Index = "if"
     transform: Transform = None
     labels: tuple[tuple[str, str], ...] = ()
 
@@ -79,14 +92,56 @@ CISCO_PFC: tuple[Column, ...] = (
     Column("1.3.6.1.4.1.9.9.813.1.2.1.3", "rx_pause_frames_total", index="if.prio"),
 )
 
+# JUNIPER-COS-MIB jnxCosQstatTable, index ifIndex.queueNr (0..63; the forwarding class → queue map is
+# jnxCosFcTable). QedBytes counts bytes ever queued, not depth: depth is DepthCurrent (Junos ≥ 15.1).
+# TotalDropPkts (col 53) is newer than TailDrop + TotalRedDrop, which it equals; older Junos (the
+# recorded MX960 on 16.1) answer only the two parts, hence the rank-1 pair.
+_JNX_Q = "1.3.6.1.4.1.2636.3.15.4.1."
+JUNIPER_COS: tuple[Column, ...] = (
+    Column(_JNX_Q + "7", "tx_queue_packets_total", index="if.queue"),  # jnxCosQstatTxedPkts
+    Column(_JNX_Q + "9", "tx_queue_bytes_total", index="if.queue"),  # jnxCosQstatTxedBytes
+    Column(_JNX_Q + "53", "queue_dropped_packets_total", index="if.queue"),  # jnxCosQstatTotalDropPkts
+    Column(_JNX_Q + "11", "queue_dropped_packets_total", rank=1, index="if.queue"),  # jnxCosQstatTailDropPkts
+    Column(_JNX_Q + "13", "queue_dropped_packets_total", rank=1, index="if.queue"),  # jnxCosQstatTotalRedDropPkts
+    Column(_JNX_Q + "58", "queue_occupancy_bytes", index="if.queue"),  # jnxCosQstatDepthCurrent
+    Column(_JNX_Q + "59", "queue_watermark_bytes", index="if.queue"),  # jnxCosQstatDepthPeak
+)
+
+# ARISTA-QUEUE-MIB aristaEgressQueueTable (aristaMibs 6), index ifIndex.queue.packetType (unicast 0,
+# multicast 1, mixed 2): the packet types of one queue are summed into that queue's counter.
+_ARISTA_EQ = "1.3.6.1.4.1.30065.3.6.1.2.1."
+ARISTA_QUEUE: tuple[Column, ...] = (
+    Column(_ARISTA_EQ + "4", "tx_queue_packets_total", index="if.queue.sum"),  # aristaEgressQueuePkts
+    Column(_ARISTA_EQ + "5", "tx_queue_bytes_total", index="if.queue.sum"),  # aristaEgressQueueBytes
+    Column(_ARISTA_EQ + "6", "queue_dropped_packets_total", index="if.queue.sum"),  # aristaEgressQueuePktsDropped
+)
+
 # Vendor hint (inventory ``vendor:``) → extra tables polled on top of STANDARD and IEEE_PFC.
 VENDOR_TABLES: dict[str, tuple[Column, ...]] = {
     "cisco": CISCO_PFC,
+    "juniper": JUNIPER_COS,
+    "arista": ARISTA_QUEUE,
 }
 
 
 def columns_for(vendor: str | None) -> tuple[Column, ...]:
     return STANDARD + IEEE_PFC + VENDOR_TABLES.get(vendor or "", ())
+
+
+def vendor_in(oid_list: Iterable[str]) -> str | None:
+    """The vendor whose tables a recorded walk answers most (tables are not merged: columns of one
+    metric in one table are summed, so two vendors' columns for a metric would never be complete)."""
+    prefixes = {c.oid + ".": vendor for vendor, cols in VENDOR_TABLES.items() for c in cols}
+    hits: dict[str, int] = {}
+    for oid in oid_list:
+        head = oid.lstrip(".")
+        for _ in range(3):
+            head = head.rpartition(".")[0]
+            vendor = prefixes.get(head + ".")
+            if vendor:
+                hits[vendor] = hits.get(vendor, 0) + 1
+                break
+    return max(hits, key=lambda v: hits[v]) if hits else None
 
 
 # LLDP-MIB (IEEE 802.1AB-2005). lldpRemTable index: TimeMark.LocalPortNum.RemIndex.

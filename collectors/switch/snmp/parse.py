@@ -39,16 +39,15 @@ def text(value: Value) -> str:
     return str(value).strip()
 
 
-def _column_index(oid: str, table: Mapping[str, Column]) -> tuple[Column, str] | None:
-    """Split an instance OID into its column and index; one- then two-component indexes."""
-    head, _, idx = oid.rpartition(".")
-    col = table.get(head)
-    if col is not None and col.index == "if":
-        return col, idx
-    head2, _, idx2 = head.rpartition(".")
-    col = table.get(head2)
-    if col is not None and col.index == "if.prio":
-        return col, f"{idx2}.{idx}"
+def _column_index(oid: str, table: Mapping[str, Column]) -> tuple[Column, list[str]] | None:
+    """Split an instance OID into its column and index components (1 to 3, per the column's layout)."""
+    head, idx = oid, list[str]()
+    for n in range(1, 4):
+        head, _, last = head.rpartition(".")
+        idx.insert(0, last)
+        col = table.get(head)
+        if col is not None and oids.INDEXES[col.index][0] == n:
+            return col, idx
     return None
 
 
@@ -78,6 +77,7 @@ def parse(
     # (ifIndex, metric, labels, column labels, rank) → part values; parts of one rank are summed
     Key = tuple[int, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], int]
     parts: dict[Key, list[float]] = defaultdict(list)
+    summed: dict[tuple[Key, str], float] = {}  # (key, column) → sum over the summed index component
     ncols: dict[tuple[str, tuple[tuple[str, str], ...], int], int] = defaultdict(int)
     for c in table.values():
         ncols[(c.metric, c.labels, c.rank)] += 1
@@ -112,16 +112,19 @@ def parse(
             value = _value(col, raw)
             if value is None:
                 continue
-            if col.index == "if.prio":
-                if_s, prio = idx.split(".")
-                labels = (*col.labels, ("priority", str(int(prio))))
-                if_index = int(if_s)
+            if_index, label = int(idx[0]), oids.INDEXES[col.index][1]
+            labels = (*col.labels, (label, str(int(idx[1])))) if label else col.labels
+            part = (if_index, col.metric, labels, col.labels, col.rank)
+            if len(idx) == 3:  # rows differing only in the last component add up to one part
+                _ = int(idx[2])  # validates: a non-numeric component is a malformed varbind
+                summed[(part, col.oid)] = summed.get((part, col.oid), 0.0) + value
             else:
-                labels, if_index = col.labels, int(idx)
-            parts[(if_index, col.metric, labels, col.labels, col.rank)].append(value)
+                parts[part].append(value)
         except (TypeError, ValueError) as exc:
             out.problems.append(f"{oid}: {exc}")
 
+    for (part, _), total in summed.items():
+        parts[part].append(total)
     out.if_names = {i: names.get(i) or descr[i] for i in descr} | names
     best: dict[tuple[int, str, tuple[tuple[str, str], ...]], tuple[int, float]] = {}
     for (if_index, metric, labels, col_labels, rank), values in parts.items():

@@ -1,0 +1,1 @@
+"""InfiniBand fabric sweep from a management host with an HCA: ibnetdiscover → links, perfquery → counters."""
