@@ -147,10 +147,17 @@ def pressure_run(seconds: float, baseline_ref: str | None, sys_root: Path, nic_c
     with tempfile.TemporaryDirectory() as tmp:
         base = (f"nic: {{interval_s: 1, {nic_cfg}}}\nstorage: {{interval_s: 5, volumes: ['{tmp}']}}\n"
                 f"paths: {{sys_root: '{sys_root}'}}")
-        off = base + "\ntcp: {enabled: false}\npressure: {enabled: false}"
+        off = base + "\ntcp: {enabled: false}\npressure: {enabled: false}\ngpu: {enabled: false}"
         on = base + ("\ntcp: {interval_s: 1}\npressure: {interval_s: 1, cgroups: ['*', '*/*'], "
                      "thermal_interval_s: 10}")
-        variants = [("this tree, nic+storage", ROOT, off), ("this tree, nic+storage+tcp+pressure", ROOT, on)]
+        # D's GPU collector with `source: smi`, fed by a stand-in nvidia-smi printing the recorded H200
+        # XML (the real binary's own CPU is not the agent's and is not counted here).
+        smi = Path(tmp) / "nvidia-smi"
+        smi.write_text(f"#!/bin/sh\nexec cat {FIX / 'gpu/h200-device/nvidia-smi-q-x.xml'}\n")
+        smi.chmod(0o755)
+        gpu = on + f"\ngpu: {{source: smi, smi_binary: '{smi}', interval_s: 5}}"
+        variants = [("this tree, nic+storage", ROOT, off), ("this tree, +tcp+pressure", ROOT,
+                     on + "\ngpu: {enabled: false}"), ("this tree, +tcp+pressure+gpu(smi XML, 5 s)", ROOT, gpu)]
         if baseline_ref:
             old = baseline_tree(baseline_ref, Path(tmp) / "baseline")
             variants.insert(0, (f"{baseline_ref}, nic+storage", old, base))
