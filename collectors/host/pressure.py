@@ -159,22 +159,43 @@ def _listdir(path: Path) -> list[str]:
 
 
 # -- `fabricscope parse` format: one PSI file; the resource is the file's name (cpu, io, memory,
-#    or cgroup v2's cpu.pressure ...), or the device argument's suffix when the name says nothing.
+#    or cgroup v2's cpu.pressure ...). A dump of all three (`cat /proc/pressure/{cpu,io,memory}`, as
+#    recorded on the H200 machine) is read in that order, and says so in `problems`.
+def _groups(text: str) -> list[str]:
+    """The PSI files in ``text``: each starts at a ``some`` line (``full`` is absent for cpu before 5.13)."""
+    groups: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("some "):
+            groups.append([])
+        if line.strip():
+            if not groups:
+                raise ParseError("a PSI file starts with its 'some' line")
+            groups[-1].append(line)
+    return ["\n".join(g) for g in groups]
+
+
 def _read_psi(path: Path, device: str, ts: float) -> Reading:
-    resource = path.name.removesuffix(".pressure").removesuffix(".txt")
+    groups = _groups(path.read_text())
+    resource = path.name.removesuffix(".txt").removesuffix(".pressure")
+    if len(groups) == len(RESOURCES) and resource not in RESOURCES:
+        samples = [s for r, g in zip(RESOURCES, groups, strict=True) for s in psi_samples(r, parse_psi(g), ts, device)]
+        return Reading(samples=samples, problems=["three PSI files in one: read as cpu, io, memory in that order"])
+    if len(groups) != 1:
+        raise ParseError(f"{len(groups)} PSI files in one input; expected 1, or cpu, io and memory in that order")
     problems = []
     if resource not in RESOURCES:
         problems.append(f"resource not named by the file name {path.name!r}: read as cpu")
         resource = "cpu"
-    return Reading(samples=psi_samples(resource, parse_psi(path.read_text()), ts, device), problems=problems)
+    return Reading(samples=psi_samples(resource, parse_psi(groups[0]), ts, device), problems=problems)
 
 
 def _looks_like_psi(_path: Path, head: str) -> bool:
     lines = [line for line in head.splitlines() if line.strip()]
-    return 1 <= len(lines) <= 2 and all(line.split(" ", 1)[0] in LEVELS and "total=" in line for line in lines)
+    return 1 <= len(lines) <= 6 and all(line.split(" ", 1)[0] in LEVELS and "total=" in line for line in lines)
 
 
 FORMATS = (
     Format("proc-pressure", "/proc/pressure/{cpu,io,memory} or a cgroup's <resource>.pressure (PSI stall "
-           "time, counters; the resource is taken from the file name)", sniff=_looks_like_psi, read=_read_psi),
+           "time, counters; the resource is taken from the file name; a dump of all three in that order)",
+           sniff=_looks_like_psi, read=_read_psi),
 )

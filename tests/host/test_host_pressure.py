@@ -136,6 +136,8 @@ PARSE_CASES = [
     ("thisvm-6.18/proc/pressure/io", "proc-pressure", {"io_pressure_seconds_total"}),
     ("procfs-fixtures/proc/pressure/cpu", "proc-pressure", {"cpu_pressure_seconds_total"}),
     ("thisvm-6.18/sys/fs/cgroup/fabricscope-rec/cpu.pressure", "proc-pressure", {"cpu_pressure_seconds_total"}),
+    ("../gpu/h200-device/proc-pressure.txt", "proc-pressure",  # `cat /proc/pressure/{cpu,io,memory}`
+     {"cpu_pressure_seconds_total", "io_pressure_seconds_total", "memory_pressure_seconds_total"}),
     ("thisvm-6.18/proc/net/softnet_stat", "softnet-stat", {"softnet_dropped_total", "softnet_time_squeeze_total"}),
     ("procfs-fixtures/proc/net/softnet_stat", "softnet-stat", {"softnet_dropped_total", "softnet_time_squeeze_total"}),
 ]
@@ -157,6 +159,21 @@ def test_fabricscope_parse_sniffs_and_reads(rel: str, fmt: str, metrics: set[str
     lines = [json.loads(line) for line in res.stdout.splitlines()]
     assert {ln["metric"] for ln in lines} == metrics
     assert all(ln["source"] == "node07" and ln["ts"] == 1700000000.0 for ln in lines)
+
+
+def test_parse_psi_dump_of_three_files_matches_the_split_files() -> None:
+    """The H200 recording is the three PSI files in one; read in the order cpu, io, memory it gives
+    what the three split files give, and the reading says which order it assumed."""
+    from fabricscope.collectors.host.pressure import FORMATS
+
+    fmt = FORMATS[0]
+    dump = fmt.read(FIXTURES / "../gpu/h200-device/proc-pressure.txt", "n", 0.0)
+    split = [s for r in ("cpu", "io", "memory") for s in fmt.read(FIXTURES / "h200-gvisor/proc/pressure" / r, "n",
+                                                                      0.0).samples]
+    assert dump.samples == split and len(split) == 6
+    assert dump.problems == ["three PSI files in one: read as cpu, io, memory in that order"]
+    with pytest.raises(ParseError):
+        fmt.read(FIXTURES / "../gpu/h200-device/proc-net-netstat.txt", "n", 0.0)
 
 
 def test_parse_values_match_the_collector() -> None:
