@@ -94,7 +94,11 @@ def agent_share(sys_root: Path, seconds: float, nic_cfg: str) -> tuple[float, in
         proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT), "--config", str(cfg),
                                  "--log-level", "warning"])
         try:
-            time.sleep(3.0)  # imports and first polls are start-up, not steady state
+            deadline = time.monotonic() + 60.0  # imports and first polls are start-up, not steady state
+            while not recv.items("samples"):
+                assert time.monotonic() < deadline, "the agent shipped nothing in 60 s"
+                time.sleep(0.5)
+            time.sleep(2.0)
             c0, w0 = proc_cpu_s(proc.pid), time.monotonic()
             time.sleep(seconds)
             c1, w1 = proc_cpu_s(proc.pid), time.monotonic()
@@ -119,7 +123,13 @@ def agent_shares(root: Path, seconds: float, variants: list[tuple[str, Path, str
                 cfg.write_text(f"host: v{i}\nsink: {{url: '{recv.url}'}}\n{yaml_body}\n")
                 procs.append((label, subprocess.Popen([sys.executable, "-c", code, str(src), "--config", str(cfg),
                                                        "--log-level", "warning"])))
-            time.sleep(3.0)  # imports and first polls are start-up, not steady state
+            # Imports and first polls are start-up, not steady state: wait until every agent has
+            # shipped (8 processes importing at once on a busy 2-core VM take far more than 3 s).
+            deadline = time.monotonic() + 60.0
+            while {f"v{i}" for i in range(len(procs))} - {s["source"].split(":", 1)[0] for s in recv.items("samples")}:
+                assert time.monotonic() < deadline, "an agent shipped nothing in 60 s"
+                time.sleep(0.5)
+            time.sleep(2.0)
             c0, w0 = [proc_cpu_s(p.pid) for _, p in procs], time.monotonic()
             time.sleep(seconds)
             c1, w1 = [proc_cpu_s(p.pid) for _, p in procs], time.monotonic()
