@@ -19,7 +19,8 @@ from fabricscope.collectors.host.pressure import PressureCollector, cgroup2_root
 from fabricscope.collectors.host.tcp import TcpCollector
 
 pytestmark = [pytest.mark.slow, pytest.mark.root,
-              pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("nft"), reason="needs root and nft")]
+              pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("nft") and shutil.which("ethtool")),
+                                 reason="needs root, nft and ethtool")]
 
 SERVER = """
 import socket
@@ -67,6 +68,9 @@ def two_netns() -> Iterator[tuple[str, str]]:
         _sh("ip", "-n", a, "addr", "add", "10.231.8.1/24", "dev", "va")
         _sh("ip", "-n", b, "addr", "add", "10.231.8.2/24", "dev", "vb")
         for ns, dev in ((a, "va"), (b, "vb")):
+            # One packet per MSS segment: with TSO/GSO a 64 KiB super-packet is one nft verdict, so
+            # "5 % of packets" would be a couple of drops per run and the retransmit count a lottery.
+            _sh("ip", "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off")
             _sh("ip", "-n", ns, "link", "set", dev, "up")
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
         yield a, b
@@ -114,9 +118,12 @@ def test_retransmits_rise_under_loss_in_that_namespace(two_netns: tuple[str, str
         for p in (client, server):
             p.kill()
             p.wait(10)
-    assert sent_clean > 0 and sent_loss > 0
-    assert retrans_loss >= 3, (sent_loss, retrans_loss)
-    assert retrans_loss / sent_loss > 5 * (retrans_clean / sent_clean) and retrans_loss / sent_loss > 0.005
+    seen = f"clean {retrans_clean:.0f}/{sent_clean:.0f}, loss {retrans_loss:.0f}/{sent_loss:.0f} retransmitted/sent"
+    assert sent_clean > 0 and sent_loss > 0, seen
+    # A clean veth can still retransmit a little on a starved VM (tail-loss probes, a spurious RTO);
+    # 5 % of data packets dropped retransmits about 5 % of segments (measured 72-130 of ~1,470).
+    assert retrans_loss >= 10, seen
+    assert retrans_loss / sent_loss > max(0.01, 3 * retrans_clean / sent_clean), seen
     # The test's own namespace did not carry that stream: its counters moved by far less.
     assert host_after["tcp_out_segments_total"] - host_before["tcp_out_segments_total"] < sent_clean / 10
 
