@@ -40,7 +40,7 @@ NETDEV_STATS: dict[str, str] = {
 }
 # Files outside statistics/ that the collector reads.
 STATE_FILES: tuple[str, ...] = ("operstate", "carrier", "speed", "carrier_changes", "carrier_down_count")
-LEAN_STATE_FILES: tuple[str, ...] = ("operstate", "carrier_down_count")  # carrier only when operstate says nothing
+LEAN_STATE_FILES: tuple[str, ...] = ("operstate", "carrier", "carrier_down_count")
 OPER_UP = {"up": 1.0, "down": 0.0, "lowerlayerdown": 0.0, "dormant": 0.0, "notpresent": 0.0, "testing": 0.0}
 UNSUPPORTED_RETRY_S = 300.0
 REFRESH_POLLS = 600  # the per-interface file lists are rebuilt this often (10 min at 1 s)
@@ -127,9 +127,13 @@ def parse_netdev(files: Mapping[str, str], ts: float, source: str, extras: bool 
             out.append(Sample(ts, source, metric, float(int(text))))
         except ValueError:
             continue
-    oper = OPER_UP.get(files.get("operstate", ""))
-    if oper is None and files.get("carrier") in ("0", "1"):  # "unknown" (lo, tun): trust carrier
-        oper = float(files["carrier"])
+    oper, carrier = OPER_UP.get(files.get("operstate", "")), files.get("carrier")
+    if oper is None and carrier in ("0", "1"):  # "unknown" (lo, tun): trust carrier
+        oper = float(carrier)
+    elif oper == 1.0 and carrier == "0":
+        # operstate follows the carrier asynchronously (linkwatch work): right after a loss of
+        # carrier it may still say "up" for a while; the carrier bit is already down.
+        oper = 0.0
     if oper is not None:
         out.append(Sample(ts, source, "oper_up", oper))
     speed = _int(files.get("speed"))
@@ -270,10 +274,6 @@ class NicCollector:
                 elif name.startswith("statistics/"):
                     self._files.pop((iface, lean), None)  # a statistics file went away: list them again
             if files:
-                if lean and files.get("operstate") not in OPER_UP:  # "unknown" (lo, tun): carrier decides
-                    carrier = read_attr("carrier", fd)
-                    if carrier is not None:
-                        files["carrier"] = carrier
                 return files
             self.forget(iface)
         return {}
