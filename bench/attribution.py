@@ -17,6 +17,7 @@ of 64, 256 and 1,024 ranks (with the cost per rank+port, to show the growth is l
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fabricscope.service.correlate import AttributionEngine  # noqa: E402
 from fabricscope.service.correlate.baseline import CHANGE_RUN  # noqa: E402
-from fabricscope.service.simulate.faults import FAULT_KINDS, LEVEL_CHANGE, make_fault, random_plan  # noqa: E402
+from fabricscope.service.simulate.faults import FAULT_KINDS, LEVEL_CHANGE, kinds_for, make_fault, random_plan  # noqa: E402
 from fabricscope.service.simulate.generator import Scenario, generate  # noqa: E402
 from fabricscope.service.simulate.send import DirectSink, HttpSink, ScenarioSink, send_scenario  # noqa: E402
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster  # noqa: E402
@@ -75,13 +76,24 @@ class DataPath:
             f()
 
 
-def accuracy_runs(n_runs: int, seed: int) -> list[Scenario]:
-    cluster = build_cluster(ACCURACY_CLUSTER)
-    kinds = list(FAULT_KINDS)
+def run_spec(i: int, rng: np.random.Generator, ib_every: int = 5) -> ClusterSpec:
+    """The accuracy cluster of run `i`: every `ib_every`th (from the third) an InfiniBand fabric; port names,
+    the lossless priority and the lossy queue drawn per run (#16), so nothing in the engine can
+    depend on them."""
+    return dataclasses.replace(
+        ACCURACY_CLUSTER, fabric="ib" if ib_every and i % ib_every == min(2, ib_every - 1) else "roce",
+        port_prefix=str(rng.choice(["Ethernet", "swp", "Eth1/", "p"])),
+        lossless_priority=int(rng.choice([3, 4])), lossy_queue=int(rng.choice([0, 1])))
+
+
+def accuracy_runs(n_runs: int, seed: int, only: list[str] | None = None, ib_every: int = 5) -> list[Scenario]:
     out = []
     t0 = 1.75e9
     for i in range(n_runs):
         rng = np.random.default_rng(seed * 1000 + i)
+        spec = run_spec(i, rng, ib_every)
+        cluster = build_cluster(spec)
+        kinds = kinds_for(spec.fabric, only or []) or kinds_for(spec.fabric, list(FAULT_KINDS))
         steps = 80
         if i % 10 == 9:
             faults = []  # fault-free run
@@ -94,7 +106,7 @@ def accuracy_runs(n_runs: int, seed: int) -> list[Scenario]:
                 f = next((x for x in faults if x.layer in ("fabric", "nic", "link")), faults[0])
                 faults.append(make_fault(cluster, "gpu_straggler", start_step=f.start_step, steps=f.steps,
                                          severity=float(rng.uniform(0.1, 0.4)), rng=rng))
-        sc = generate(ACCURACY_CLUSTER, job=f"bench-acc-{seed}-{i}", steps=steps, faults=faults,
+        sc = generate(spec, job=f"bench-acc-{seed}-{i}", steps=steps, faults=faults,
                       seed=seed * 1000 + i, t0=t0)
         t0 += float(sc.timeline.end.max()) + 120.0
         out.append(sc)
@@ -104,6 +116,7 @@ def accuracy_runs(n_runs: int, seed: int) -> list[Scenario]:
 def score(results: list[tuple[Scenario, dict[int, Any]]]) -> dict[str, Any]:
     c: dict[str, float] = defaultdict(float)
     per_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # steps, detected, layer ok, comp ok
+    per_fk: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # same, per (fabric, kind)
     faults_ok: list[float] = []
     misses: list[str] = []
     for sc, got in results:
@@ -123,18 +136,23 @@ def score(results: list[tuple[Scenario, dict[int, Any]]]) -> dict[str, Any]:
                 continue
             kind = tr.causes[0]["kind"] if tr.causes else "?"
             k = per_kind[kind]
+            fk = per_fk[(sc.cluster.spec.fabric, kind)]
             c["faulty"] += 1
             k[0] += 1
+            fk[0] += 1
             if not a["slow"]:
                 misses.append(f"{sc.job} step {s}: missed {kind} {tr.component} delay {tr.delay_s:.3f}s")
                 continue
             c["detected"] += 1
             k[1] += 1
+            fk[1] += 1
             lay, comp = a["layer"] == tr.layer, a["component"] == tr.component
             c["layer_ok"] += lay
             c["comp_ok"] += lay and comp
             k[2] += lay
             k[3] += lay and comp
+            fk[2] += lay
+            fk[3] += lay and comp
             if len(tr.causes) > 1:
                 c["multi"] += 1
                 want = {(x["layer"], x["component"]) for x in tr.causes[:2]}
@@ -147,16 +165,16 @@ def score(results: list[tuple[Scenario, dict[int, Any]]]) -> dict[str, Any]:
                 if f.active(s) and f.component == tr.component:
                     fault_steps[id(f)].append(int(lay and comp))
         faults_ok += [float(np.mean(v)) for v in fault_steps.values()]
-    return {"c": c, "per_kind": per_kind, "faults_ok": faults_ok, "misses": misses}
+    return {"c": c, "per_kind": per_kind, "per_fabric_kind": per_fk, "faults_ok": faults_ok, "misses": misses}
 
 
 def pct(a: float, b: float) -> str:
     return f"{100.0 * a / b:6.2f}%" if b else "   n/a"
 
 
-def run_accuracy(dp: DataPath, n_runs: int, seed: int) -> None:
+def run_accuracy(dp: DataPath, n_runs: int, seed: int, only: list[str] | None = None, ib_every: int = 5) -> None:
     t = time.perf_counter()
-    scs = accuracy_runs(n_runs, seed)
+    scs = accuracy_runs(n_runs, seed, only, ib_every)
     n_faults = sum(1 for sc in scs for f in sc.faults if f.kind != LEVEL_CHANGE)
     print(f"accuracy: {n_runs} runs of {scs[0].cluster.ranks} ranks x 80 steps, {n_faults} injected faults "
           f"(generated in {time.perf_counter() - t:.1f}s)", flush=True)
@@ -164,7 +182,7 @@ def run_accuracy(dp: DataPath, n_runs: int, seed: int) -> None:
     t_send = t_attr = 0.0
     for i, sc in enumerate(scs):
         t = time.perf_counter()
-        send_scenario(dp.sink, sc, topology=(i == 0))
+        send_scenario(dp.sink, sc, topology=(i == 0 or sc.cluster.spec != scs[i - 1].cluster.spec))
         t_send += time.perf_counter() - t
         t = time.perf_counter()
         got = {s: dp.engine.attribute_step(dp.conn, job=sc.job, step=s) for s in sorted(sc.truth)}
@@ -187,6 +205,9 @@ def run_accuracy(dp: DataPath, n_runs: int, seed: int) -> None:
     print("  per kind (faulty steps: detected / layer / component):")
     for kind, (n, d, lay, comp) in sorted(r["per_kind"].items()):
         print(f"    {kind:18s} {n:4d}: {pct(d, n)} {pct(lay, d)} {pct(comp, d)}")
+    print("  per fabric and kind:")
+    for (fab, kind), (n, d, lay, comp) in sorted(r["per_fabric_kind"].items()):
+        print(f"    {fab:4s} {kind:18s} {n:4d}: {pct(d, n)} {pct(lay, d)} {pct(comp, d)}")
     for m in r["misses"][:15]:
         print("   miss:", m)
 
@@ -238,6 +259,9 @@ def main() -> None:
     ap.add_argument("--direct", metavar="DATABASE_URL")
     ap.add_argument("--sizes", default=None, help="comma list of 64,256,1024")
     ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--ib-every", type=int, default=5, help="every Nth accuracy run is an InfiniBand fabric (0: none)")
+    ap.add_argument("--kinds", help="comma list: draw the accuracy runs' faults from these kinds only "
+                    "(per fabric; a fabric none of them fits gets all its kinds)")
     ap.add_argument("--skip-latency", action="store_true")
     args = ap.parse_args()
     if args.url and not args.database_url:
@@ -249,7 +273,7 @@ def main() -> None:
     t = time.perf_counter()
     try:
         if not args.skip_accuracy:
-            run_accuracy(dp, runs, args.seed)
+            run_accuracy(dp, runs, args.seed, args.kinds.split(",") if args.kinds else None, args.ib_every)
         if not args.skip_latency:
             run_latency(dp, sizes, 30 if args.quick else 40, args.seed)
     finally:

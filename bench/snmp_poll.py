@@ -30,6 +30,8 @@ Needs root (snmpsim runs as an unprivileged user; the netns).
     .venv/bin/python bench/snmp_poll.py [--recording cloud/arista-dcs-7150s-52-cl] [--rounds 3]
     .venv/bin/python bench/snmp_poll.py --recording network/router/juniper-mx960-16-1r6-7-b --vendor juniper \
         --no-multi   # with JUNIPER-COS-MIB queue tables (8 queues x 65 ports)
+    .venv/bin/python bench/snmp_poll.py --recording network/switch/cisco-c3750 --vendor cisco \
+        --no-multi   # with CISCO-PORT-QOS-MIB egress queues (4 queues x 3 thresholds) and CISCO-PFC-EXT-MIB
 """
 
 from __future__ import annotations

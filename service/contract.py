@@ -82,3 +82,18 @@ MAX_ITEM_ERRORS = 100
 # server's two paths, not by the static pydantic models.
 MIN_TS = 946_684_800.0  # 2000-01-01T00:00:00Z
 MAX_FUTURE_S = 86_400.0
+
+# Rank locality (PUT /v1/jobs/{job} ranks[].locality, issue #17): PCI addresses as sysfs names them
+# (domain:bus:device.function, the domain 4 or 8 hex digits), PCIe paths of host bridges and
+# bridges, NUMA node numbers below Linux's largest MAX_NUMNODES (1024), PCIe generations up to 7
+# and lane counts up to 32 (the widest the specification defines).
+PCI_ADDRESS_BODY = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
+PCIE_PATH_ITEM_BODY = rf"(?:pci[0-9a-fA-F]{{4,8}}:[0-9a-fA-F]{{2}}|{PCI_ADDRESS_BODY})"
+MAX_PCIE_PATH = 32
+MAX_NUMA_NODE = 1023
+MAX_PCIE_GEN = 7
+MAX_PCIE_WIDTH = 32
+CPULIST_BODY = r"[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*"
+CPULIST_MAX_LEN = 8192
+MAX_NODE_LIST = 1024
+NCCL_ENV_MAX_LEN = 1024

@@ -165,12 +165,50 @@ class LinksMerge(BaseModel):
     discovered: bool = True
 
 
+# -- rank locality (issue #17: the GPU-to-NIC placement audit, GET /v1/jobs/{job}/placement) --------
+PciAddress = Annotated[StrictStr, Field(pattern=contract.schema_pattern(contract.PCI_ADDRESS_BODY))]
+PciePath = Annotated[list[Annotated[StrictStr, Field(pattern=contract.schema_pattern(contract.PCIE_PATH_ITEM_BODY))]],
+                     Field(max_length=contract.MAX_PCIE_PATH)]
+NumaNode = Annotated[StrictInt, Field(ge=0, le=contract.MAX_NUMA_NODE)]
+NodeList = Annotated[list[NumaNode], Field(max_length=contract.MAX_NODE_LIST)]
+NcclEnv = Annotated[StrictStr, Field(max_length=contract.NCCL_ENV_MAX_LEN, pattern=NO_NUL)]
+
+
+class PcieLinkState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gen: Annotated[StrictInt, Field(ge=1, le=contract.MAX_PCIE_GEN)] | None = None
+    width: Annotated[StrictInt, Field(ge=1, le=contract.MAX_PCIE_WIDTH)] | None = None
+    max_gen: Annotated[StrictInt, Field(ge=1, le=contract.MAX_PCIE_GEN)] | None = None
+    max_width: Annotated[StrictInt, Field(ge=1, le=contract.MAX_PCIE_WIDTH)] | None = None
+
+
+class Locality(_WithAttributes):
+    """Where a rank's GPU and NIC sit on the host (collectors/host/pcie.py reads it from sysfs)."""
+
+    gpu_pci: PciAddress | None = None
+    gpu_numa: NumaNode | None = None
+    gpu_pcie_path: PciePath | None = None
+    gpu_link: PcieLinkState | None = None
+    nic_pci: PciAddress | None = None
+    nic_numa: NumaNode | None = None
+    nic_pcie_path: PciePath | None = None
+    nic_link: PcieLinkState | None = None
+    nic_nearest: Optional256 | None = Field(default=None, description="The NIC nearest the GPU on the PCIe tree")
+    cpus: Annotated[StrictStr, Field(max_length=contract.CPULIST_MAX_LEN,
+                                     pattern=contract.schema_pattern(contract.CPULIST_BODY))] | None = None
+    cpu_numa: NodeList | None = None
+    mem_nodes: NodeList | None = None
+    nccl_ib_hca: NcclEnv | None = None
+    nccl_socket_ifname: NcclEnv | None = None
+
+
 class RankPlacement(_WithAttributes):
     rank: int = Field(ge=0, le=contract.MAX_INT32)
     host: Inventory
     local_rank: int | None = Field(default=None, ge=0, le=contract.MAX_INT32)
     gpu: Optional256 | None = None
     nic: Optional256 | None = None
+    locality: Locality | None = None
 
 
 class JobIn(BaseModel):

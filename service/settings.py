@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     # after as many consecutive steps at or above it. The job report warns below the same fraction.
     alert_busbw_fraction: float = Field(default=0.8, gt=0, le=10)
     alert_busbw_steps: int = Field(default=20, ge=1)
+    # --- GPU-to-NIC placement audit (#17): GPUs a NIC is meant to serve before the audit flags
+    # shared_nic (a job label gpus_per_nic overrides it per job).
+    placement_gpus_per_nic: int = Field(default=1, ge=1, le=1024)
     # Webhook delivery: its own background job, never in the ingest or attribution path.
     delivery_interval_s: float = Field(default=5.0, ge=0)
     delivery_timeout_s: float = Field(default=5.0, gt=0)  # per HTTP attempt

@@ -307,6 +307,7 @@ ORDER BY step DESC LIMIT 500""", w=24, h=10,
                          by_name("duration_s", ("unit", "s")), by_name("baseline_s", ("unit", "s")),
                          by_name("lost_s", ("unit", "s")), by_name("confidence", ("unit", "percentunit")),
                          by_name("device", ("custom.hidden", True)), by_name("interface", ("custom.hidden", True))]),
+        *_placement_panels(lay),  # #17: GPU-to-NIC locality flags (tools/dashboard_placement.py)
     ]
     variables = [JOB_VAR, textbox("api", "API URL", "http://localhost:8000",
                                   "fabricscope API base URL as the browser reaches it (attribution links)")]
@@ -526,6 +527,14 @@ ORDER BY 1 LIMIT 1000""", "blue")]
     return dashboard("fabricscope-storage", "fabricscope / Storage",
                      "Per-volume latency, throughput and operations, with checkpoints as annotations.",
                      panels, variables, annotations)
+
+
+def _placement_panels(lay: Layout) -> list[dict[str, Any]]:
+    """#17: in tools/dashboard_placement.py (imported here, as it imports the constructors above)."""
+    sys.path.insert(0, str(OUT.parent.parent))
+    from tools.dashboard_placement import placement_panels
+
+    return placement_panels(lay)
 
 
 def capacity() -> dict[str, Any]:

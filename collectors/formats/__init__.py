@@ -20,13 +20,14 @@ from fabricscope.core.model import Event, Link, Sample
 MODULES = (
     "fabricscope.collectors.host.gpu",
     "fabricscope.collectors.host.nic",
+    "fabricscope.collectors.host.pcie_formats",
     "fabricscope.collectors.host.pressure",
     "fabricscope.collectors.host.rdma",
     "fabricscope.collectors.host.storage",
     "fabricscope.collectors.host.tcp",
     "fabricscope.collectors.switch.gnmi.formats",
-    "fabricscope.collectors.switch.netconf.formats",
     "fabricscope.collectors.switch.infiniband.formats",
+    "fabricscope.collectors.switch.netconf.formats",
     "fabricscope.collectors.switch.snmp.formats",
 )
 # Bytes of a file handed to the sniffers: enough for any header we recognise a format by.

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fabricscope.collectors.host import pcie
+
 
 def _name_list(value: str | None) -> list[str]:
     """Device names from an NCCL-style list: ``=mlx5_0:1,mlx5_1`` -> [mlx5_0, mlx5_1].
@@ -156,3 +158,26 @@ def gpu_of_this_process(env: Mapping[str, str] | None = None) -> tuple[str | Non
         return name, pci
     except Exception:  # placement is best effort; it must never break training
         return None, None
+
+
+def locality(entry: Mapping[str, Any], *, gpu_pci: str | None = None, env: Mapping[str, str] | None = None,
+             sysfs_root: str | Path = "/sys", proc_root: str | Path = "/proc") -> dict[str, Any]:
+    """The ``locality`` of a ``ranks[]`` entry (docs/API.md): the rank's GPU and NIC on the PCIe tree,
+    its CPU affinity and memory nodes, and what NCCL was told (``NCCL_IB_HCA``, ``NCCL_SOCKET_IFNAME``).
+
+    Best effort: {} on any failure, so placement is still registered without it."""
+    env = os.environ if env is None else env
+    try:
+        out = pcie.locality(gpu_pci=gpu_pci, nic=entry.get("nic"), sysfs_root=sysfs_root, proc_root=proc_root)
+        if gpu_pci and out.get("gpu_pcie_path") is not None:
+            # The NIC NCCL would pick by itself among those NCCL_IB_HCA leaves it (none listed: all).
+            near = nearest_rdma_device(gpu_pci, sysfs_root)
+            if near:
+                out["nic_nearest"] = near
+        for var, key in (("NCCL_IB_HCA", "nccl_ib_hca"), ("NCCL_SOCKET_IFNAME", "nccl_socket_ifname")):
+            value = (env.get(var) or "").strip()
+            if value:
+                out[key] = value[:1024]
+        return out
+    except Exception:  # never into training: a rank without locality is only not audited
+        return {}

@@ -431,6 +431,9 @@ class Recorder:
             entry = placement.detect(self.rank, local_rank=self._local_rank, host=self._host,
                                      gpu=self._gpu or gpu_name, gpu_pci=gpu_pci, nic=self._nic,
                                      env=self._env, sysfs_root=self._sysfs_root)
+            loc = placement.locality(entry, gpu_pci=gpu_pci, env=self._env, sysfs_root=self._sysfs_root)
+            if loc:  # #17: GPU-to-NIC locality for GET /v1/jobs/{job}/placement
+                entry["locality"] = loc
             body: dict[str, Any] = {"ranks": [entry]}
             labels = joblabels.merged(joblabels.detect(self._env) if self._job_labels else {}, self._labels)
             if labels:

@@ -30,6 +30,7 @@ from fabricscope.service.api.routes import (
     steps,
     topology,
 )
+from fabricscope.service.api.routes import placement as placement_routes  # (#17 item 4)
 from fabricscope.service.api.routes import trends as trends_routes  # (#19)
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
 from fabricscope.service.db.database import database_url, make_pool, pool_full
@@ -105,6 +106,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
     app.include_router(acceptance.router)  # #19: acceptance runs and baselines
     app.include_router(efficiency.router)  # #19: GET /v1/jobs/{job}/efficiency
     app.include_router(trends_routes.router)  # (#19)
+    app.include_router(placement_routes.router)  # #17: GET /v1/jobs/{job}/placement
 
     app.add_middleware(RequestGuard, settings=settings, tokens=app.state.token_scopes)
     app.add_middleware(AccessLog)  # added before request_id below, so it runs inside it and logs the id

@@ -20,8 +20,11 @@ _PHASE_METRIC = {"compute": "compute_seconds", "data": "data_seconds", "checkpoi
 
 
 def evidence_rows(ev: pd.DataFrame, *, layer: str, component: str, n: int) -> list[EvidenceRow]:
-    """The `n` strongest telemetry rows pointing at (layer, component)."""
-    sub = ev[(ev["layer"] == layer) & (ev["component"] == component)].nlargest(n, "score")
+    """The `n` strongest telemetry rows pointing at (layer, component), the component's own first: a
+    congested queue's occupancy must show even when its victims' received pause scores higher."""
+    sub = ev[(ev["layer"] == layer) & (ev["component"] == component)]
+    own = sub["source"] == component
+    sub = pd.concat([sub[own].nlargest(n, "score"), sub[~own].nlargest(n, "score")]).head(n)
     out = []
     for r in sub.itertuples(index=False):
         row: EvidenceRow = {"source": r.source, "metric": r.metric, "value": round(float(r.cur), 6),
@@ -29,7 +32,8 @@ def evidence_rows(ev: pd.DataFrame, *, layer: str, component: str, n: int) -> li
         labels = json.loads(r.labels) if isinstance(r.labels, str) else {}
         if labels:
             row["labels"] = labels
-        row["unit"] = "value" if r.metric.endswith("_seconds") else "per_second"
+        # counters (`_total`, docs/API.md) are compared as rates; gauges (queue bytes, latency) as values
+        row["unit"] = "per_second" if r.metric.endswith("_total") else "value"
         out.append(row)
     return out
 

@@ -58,6 +58,10 @@ HOST_LEVEL_SHARE = 0.5
 # leaves the transports on it backing off (TCP RTO doubling, RoCE retry timers, collective
 # reconnects): the step that stalls can start seconds after the counter moved.
 AFTERMATH_S: dict[str, float] = {"link_down_total": 10.0}
+# ...but evidence seen only in those seconds before the step counts at this share of evidence in its
+# window: it explains a step when nothing present does (the lab's flap), not over a fault that is on
+# now (congestion on the link that flapped a few seconds earlier).
+AFTERMATH_WEIGHT = 0.3
 # Score a series needs to count as anomalous (3 robust sigmas: rare by chance, common under a fault).
 MIN_SCORE = 3.0
 # Peer z-score a series needs to come back from the database at all: the same bar as MIN_SCORE.

@@ -21,6 +21,7 @@ from fabricscope.service.correlate.cache import LruCache
 from fabricscope.service.correlate.causes import combine_causes, net_cause, rank_causes, unknown_cause, work_cause
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
 from fabricscope.service.correlate.decompose import decompose, find_straggler
+from fabricscope.service.correlate.direction import follow_backpressure
 from fabricscope.service.correlate.localize import FLOORS, Topo, build_topo, candidates, finish_scores, series_groups
 from fabricscope.service.correlate.records import Attribution, StepRow
 from fabricscope.service.correlate.report import summarize
@@ -158,7 +159,7 @@ class AttributionEngine:
         pad = min(max(cfg.window_pad_share * d, cfg.window_pad_min_s), cfg.window_pad_max_s)
         ev, coverage = self._telemetry(conn, meta, start, start + d + pad)
         if len(ev):
-            ev = candidates(ev, topo)
+            ev = follow_backpressure(candidates(ev, topo), topo)
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
         causes = combine_causes(lost, e_work / total, e_comm / total, lambda: work_cause(st, ev, topo, conf_t, cfg),
                                 lambda: net_cause(ev, coverage, cfg), cfg)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fabricscope.service.correlate.constants import AFTERMATH_S, MIN_SCORE, NO_HISTORY_DISCOUNT
+from fabricscope.service.correlate.constants import AFTERMATH_S, AFTERMATH_WEIGHT, MIN_SCORE, NO_HISTORY_DISCOUNT
 
 SWITCH_ROLES = ("leaf_down", "leaf_up", "spine")
 # (role class, metric) -> (layer, target, weight). target: self | peer | link. Layer "@peer" = the
@@ -45,6 +45,14 @@ SIGNALS: dict[tuple[str, str], tuple[str, str, float]] = {
     ("switch", "link_down_total"): ("link", "link", 1.0),
     ("volume", "read_latency_seconds"): ("storage", "self", 1.0),
     ("volume", "write_latency_seconds"): ("storage", "self", 1.0),
+    # -- egress queues, PFC watchdog, InfiniBand (#16; direction.py moves pause and credit-wait rows
+    # of victims onto the congested port). Queue series carry `queue`, so each queue is its own peer group.
+    ("switch", "queue_dropped_packets_total"): ("fabric", "self", 0.9),
+    ("switch", "queue_watermark_bytes"): ("fabric", "self", 0.8),
+    ("switch", "pfc_deadlock_total"): ("@peer", "peer", 0.6),  # the watchdog fires on the paused side
+    ("switch", "link_error_recovery_total"): ("link", "link", 1.0),
+    ("nic", "link_error_recovery_total"): ("link", "link", 1.0),
+    ("nic", "port_xmit_wait_total"): ("fabric", "peer", 0.3),
 }
 # Smallest excess that can matter, per metric (per second for counters, the unit for gauges):
 # keeps a quiet counter (0 errors, MAD 0) from turning one stray increment into a huge score.
@@ -55,6 +63,9 @@ FLOORS: dict[str, float] = {
     "rx_errors_total": 5, "link_down_total": 0.02, "rdma_retransmits_total": 50, "rdma_timeouts_total": 5,
     "queue_occupancy_bytes": 1e6, "port_xmit_wait_total": 1e5,
     "read_latency_seconds": 0.002, "write_latency_seconds": 0.002,
+    # egress queues, PFC watchdog, InfiniBand (#16): a few drops, a MB of buffer, one storm or recovery
+    "queue_dropped_packets_total": 20, "queue_watermark_bytes": 1e6, "pfc_deadlock_total": 0.02,
+    "link_error_recovery_total": 0.02,
 }
 
 
@@ -134,6 +145,9 @@ def finish_scores(out: pd.DataFrame, meta: pd.DataFrame, hist: pd.DataFrame) -> 
     own = (df["cur"] - df["hist_med"]) / np.maximum(df["hist_sigma"].fillna(0), df["floor"])
     df["baseline"] = df["hist_med"].where(df["hist_med"].notna(), df["peer_med"])
     df["score"] = np.where(own.notna(), np.minimum(df["peer_z"], own), NO_HISTORY_DISCOUNT * df["peer_z"])
+    if "cur_w" in df.columns:  # anomalous only through the seconds before the window (AFTERMATH_S)?
+        z_now = (df["cur_w"] - df["peer_med"]) / np.maximum(df["peer_mad"].fillna(0), df["floor"])
+        df["aftermath"] = df["metric"].isin(AFTERMATH_S.keys()) & ~(z_now >= MIN_SCORE)
     return df
 
 
@@ -159,6 +173,8 @@ def candidates(scored: pd.DataFrame, topo: Topo) -> pd.DataFrame:
     df["component"] = comp
     df["layer"] = layer
     df["contrib"] = df["weight"] * np.log2(1.0 + df["score"])
+    if "aftermath" in df.columns:
+        df["contrib"] = np.where(df["aftermath"].fillna(False).astype(bool), AFTERMATH_WEIGHT, 1.0) * df["contrib"]
     return df
 
 

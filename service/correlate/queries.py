@@ -55,19 +55,21 @@ WITH meta AS (
   SELECT * FROM unnest(%(ids)s::int[], %(grp)s::int[], %(gauge)s::bool[], %(floor)s::float8[], %(net)s::bool[])
     AS t(series_id, grp, gauge, floor, net)
 ), w AS MATERIALIZED (
-  SELECT series_id, max(mr) AS mr, max(mv) AS mv FROM (
-    SELECT series_id, max(rate) AS mr, max(value) AS mv FROM samples
+  SELECT series_id, max(mr) AS mr, max(mv) AS mv,
+         max(mr) FILTER (WHERE in_window) AS mr_w, max(mv) FILTER (WHERE in_window) AS mv_w FROM (
+    SELECT series_id, max(rate) AS mr, max(value) AS mv, true AS in_window FROM samples
     WHERE series_id = ANY(%(ids)s) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s)
     GROUP BY series_id
     UNION ALL  -- the seconds before the window that some signals still explain: one index probe each
-    SELECT u.series_id, x.mr, x.mv FROM unnest(%(lb_ids)s::int[], %(lb_s)s::float8[]) AS u(series_id, lb)
+    SELECT u.series_id, x.mr, x.mv, false FROM unnest(%(lb_ids)s::int[], %(lb_s)s::float8[]) AS u(series_id, lb)
     CROSS JOIN LATERAL (SELECT max(rate) AS mr, max(value) AS mv FROM samples
                         WHERE series_id = u.series_id AND ts > to_timestamp(%(ws)s - u.lb)
                           AND ts <= to_timestamp(%(ws)s)) x
     WHERE x.mv IS NOT NULL
   ) parts GROUP BY series_id
 ), v AS (
-  SELECT meta.series_id, meta.grp, meta.floor, CASE WHEN meta.gauge THEN w.mv ELSE w.mr END AS cur
+  SELECT meta.series_id, meta.grp, meta.floor, CASE WHEN meta.gauge THEN w.mv ELSE w.mr END AS cur,
+         CASE WHEN meta.gauge THEN w.mv_w ELSE w.mr_w END AS cur_w  -- the window alone, without lookback
   FROM meta JOIN w USING (series_id)
 ), g AS (
   SELECT grp, percentile_cont(0.5) WITHIN GROUP (ORDER BY cur) AS med FROM v WHERE cur IS NOT NULL GROUP BY grp
@@ -76,12 +78,12 @@ WITH meta AS (
 ), m AS (
   SELECT grp, 1.4826 * percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(cur - med)) AS mad FROM d GROUP BY grp
 ), z AS (
-  SELECT d.series_id, d.cur, d.med, m.mad, (d.cur - d.med) / greatest(m.mad, d.floor) AS peer_z
+  SELECT d.series_id, d.cur, d.med, m.mad, (d.cur - d.med) / greatest(m.mad, d.floor) AS peer_z, d.cur_w
   FROM d JOIN m USING (grp)
 )
 (SELECT * FROM z WHERE peer_z >= %(min_z)s ORDER BY peer_z DESC LIMIT %(limit)s)
 UNION ALL
-SELECT -1, (SELECT count(*) FROM w JOIN meta USING (series_id) WHERE meta.net)::float8, NULL, NULL, NULL
+SELECT -1, (SELECT count(*) FROM w JOIN meta USING (series_id) WHERE meta.net)::float8, NULL, NULL, NULL, NULL
 """
 
 # A source's own past: median and MAD (scaled to sigma). MAD rather than the interquartile range: a
@@ -138,7 +140,8 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     df = _frame(conn, OUTLIERS_SQL, params)
     have = df[df["series_id"] == -1]
     n = int(have["cur"].iloc[0]) if len(have) else 0
-    df = df[df["series_id"] != -1].astype({"cur": float, "med": float, "mad": float, "peer_z": float})
+    df = df[df["series_id"] != -1].astype({"cur": float, "med": float, "mad": float, "peer_z": float,
+                                           "cur_w": float})
     return df.rename(columns={"med": "peer_med", "mad": "peer_mad"}), n
 
 

@@ -91,12 +91,15 @@ def put_job(conn: psycopg.Connection, *, job: str, ranks: list[dict[str, Any]], 
             raise JobLabelsTooLarge(f"the job's labels, merged with those already stored, would be {row[0]} bytes "
                                     f"as JSON; at most {contract.MAX_OBJECT_BYTES}")
         for r in ranks:
-            attrs = {k: v for k, v in r.items() if k not in ("rank", "host", "local_rank", "gpu", "nic")}
+            attrs = {k: v for k, v in r.items() if k not in ("rank", "host", "local_rank", "gpu", "nic", "locality")}
+            locality = r.get("locality")  # its own column (migration 0006), read by the placement audit
             conn.execute(
-                "INSERT INTO job_ranks (job, rank, host, local_rank, gpu, nic, attrs) VALUES (%s,%s,%s,%s,%s,%s,%s)"
+                "INSERT INTO job_ranks (job, rank, host, local_rank, gpu, nic, attrs, locality)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s)"
                 " ON CONFLICT (job, rank) DO UPDATE SET host = EXCLUDED.host, local_rank = EXCLUDED.local_rank,"
-                " gpu = EXCLUDED.gpu, nic = EXCLUDED.nic, attrs = EXCLUDED.attrs",
-                (job, r["rank"], r["host"], r.get("local_rank"), r.get("gpu"), r.get("nic"), Jsonb(attrs)),
+                " gpu = EXCLUDED.gpu, nic = EXCLUDED.nic, attrs = EXCLUDED.attrs, locality = EXCLUDED.locality",
+                (job, r["rank"], r["host"], r.get("local_rank"), r.get("gpu"), r.get("nic"), Jsonb(attrs),
+                 Jsonb(locality) if locality is not None else None),
             )
 
 
@@ -106,7 +109,7 @@ def get_job(conn: psycopg.Connection, *, job: str) -> dict[str, Any] | None:
     if row is None:
         return None
     ranks = cur.execute(
-        "SELECT rank, host, local_rank, gpu, nic, attrs FROM job_ranks WHERE job = %s ORDER BY rank", (job,)
+        "SELECT rank, host, local_rank, gpu, nic, attrs, locality FROM job_ranks WHERE job = %s ORDER BY rank", (job,)
     ).fetchall()
     out_ranks = []
     for r in ranks:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from fabricscope.service.simulate.faults import FAULT_KINDS
+from fabricscope.service.simulate.faults import FAULT_KINDS, kinds_for
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.send import HttpSink, send_scenario
 from fabricscope.service.simulate.topology import ClusterSpec
@@ -32,6 +32,7 @@ def simulate_command(
     live: bool = typer.Option(True, help="Place the run so it ends now (otherwise a fixed past time)"),
     token: str = typer.Option("", envvar="FABRICSCOPE_TOKEN", help="Bearer token with the ingest scope"),
     truth: Path | None = typer.Option(None, help="Write the injected faults and per-step ground truth here"),
+    fabric: str = typer.Option("roce", help="roce (PFC, ECN, egress queues) or ib (InfiniBand: credits, HCAs)"),
 ) -> None:
     """Simulate a cluster and a training job with faults, sending it all through the ingest API."""
     kind_list = [k.strip() for k in kinds.split(",") if k.strip()] or None
@@ -40,9 +41,11 @@ def simulate_command(
             raise typer.BadParameter(f"unknown fault kind {k!r}; known: {', '.join(FAULT_KINDS)}", param_hint="--kinds")
     try:
         spec = ClusterSpec(hosts=hosts, gpus_per_host=gpus_per_host, nics_per_host=nics_per_host,
-                           leaves=leaves, spines=spines)
+                           leaves=leaves, spines=spines, fabric=fabric)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    if kind_list and faults and not kinds_for(fabric, kind_list):
+        raise typer.BadParameter(f"none of these kinds happens on a {fabric} fabric", param_hint="--kinds")
     sc = generate(spec, job=job, steps=steps, faults=faults, seed=seed, interval=interval, skew_s=skew,
                   kinds=kind_list)
     if live:  # shift so the last step ends now

@@ -13,6 +13,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fabricscope.service.simulate.fabric_signals import (
+    PACKET_BYTES,
+    TRAFFIC_PACKETS,
+    ib_congestion,
+    ib_link_recovery,
+    nic_table,
+    port_table,
+    queue_incast,
+    roce_queue_extras,
+)
 from fabricscope.service.simulate.faults import Fault
 from fabricscope.service.simulate.model import JobSpec, Timeline
 from fabricscope.service.simulate.topology import Cluster
@@ -71,16 +81,23 @@ class _Builder:
         self.kinds: list[str] = []
         self.base: list[float | str] = []
         self.index: dict[tuple[str, str], int] = {}
+        self.labelled: dict[tuple[str, str, str], int] = {}
         self.n_times = n_times
 
     def add(self, source: str, table: Sequence[tuple[str, dict[str, str] | None, float | str, str]]) -> None:
         for metric, labels, base, kind in table:
-            self.index[(source, metric)] = len(self.sources)
+            # (source, metric) is the first (unlabelled) series; a queue's is keyed by its labels too
+            self.index.setdefault((source, metric), len(self.sources))
+            self.labelled[(source, metric, _key(labels))] = len(self.sources)
             self.sources.append(source)
             self.metrics.append(metric)
             self.labels.append(labels)
             self.kinds.append(kind)
             self.base.append(base)
+
+
+def _key(labels: dict[str, str] | None) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted((labels or {}).items()))
 
 
 def _overlap(edges: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -98,10 +115,11 @@ def build_streams(cluster: Cluster, spec: JobSpec, tl: Timeline, faults: list[Fa
     t_mid = edges[1:]
     nt = len(t_mid)
     b = _Builder(nt)
+    nic_metrics, port_metrics = nic_table(NIC_METRICS, cluster.spec), port_table(PORT_METRICS, cluster.spec)
     for n in cluster.nics:
-        b.add(n, NIC_METRICS)
+        b.add(n, nic_metrics)
     for p in cluster.switch_ports:
-        b.add(p, PORT_METRICS)
+        b.add(p, port_metrics)
     for i, v in enumerate(cluster.volumes):
         b.add(v, DATA_METRICS if i % 2 == 0 else CKPT_METRICS)
     n_series = len(b.sources)
@@ -117,9 +135,11 @@ def build_streams(cluster: Cluster, spec: JobSpec, tl: Timeline, faults: list[Fa
 
     rate = np.zeros((n_series, nt))
     is_traffic = np.array([x == "traffic" for x in b.base])
-    base = np.array([0.0 if x == "traffic" else float(x) for x in b.base])
+    base = np.array([0.0 if isinstance(x, str) else float(x) for x in b.base])
     rate[is_traffic] = traffic * rng.normal(1.0, 0.02, (int(is_traffic.sum()), nt))
     rate[~is_traffic] = base[~is_traffic, None] * (0.3 + 0.7 * busy)
+    is_pk = np.array([x == TRAFFIC_PACKETS for x in b.base])
+    rate[is_pk] = traffic / PACKET_BYTES * rng.normal(1.0, 0.02, (int(is_pk.sum()), nt))
     gauge = np.array([k == "gauge" for k in b.kinds])
     rate[gauge] = base[gauge, None] * rng.normal(1.0, 0.1, (int(gauge.sum()), nt)).clip(0.5)
 
@@ -143,8 +163,11 @@ def build_streams(cluster: Cluster, spec: JobSpec, tl: Timeline, faults: list[Fa
         last = min(f.start_step + f.steps, tl.start.shape[0]) - 1
         return float(step_start[f.start_step]), float(step_end[last])
 
-    def bump(source: str, metric: str, amount: float, frac: np.ndarray) -> None:
-        rate[b.index[(source, metric)]] += amount * frac
+    def bump(source: str, metric: str, amount: float, frac: np.ndarray, labels: dict[str, str] | None = None) -> None:
+        # a metric the fabric does not have (FCS on InfiniBand) is simply not reported
+        ix = b.index.get((source, metric)) if labels is None else b.labelled.get((source, metric, _key(labels)))
+        if ix is not None:
+            rate[ix] += amount * frac
 
     peer: dict[str, str] = {}
     for x, y in ((cluster.nics, cluster.leaf_down), (cluster.leaf_up, cluster.spine_ports)):
@@ -192,6 +215,10 @@ def build_streams(cluster: Cluster, spec: JobSpec, tl: Timeline, faults: list[Fa
                         bump(up, "tx_pause_frames_total", sev * 2e4, frac)
             for nic in cluster.nics:  # senders slow down on CNPs: uniform, not a localizer
                 bump(nic, "cnp_handled_total", sev * 800, frac)
+        elif f.kind == "queue_incast":
+            queue_incast(cluster, f, sev, frac, bump, peer, rng)
+        elif f.kind == "ib_congestion":
+            ib_congestion(cluster, f, sev, frac, bump, peer, rng)
         elif f.kind == "storage_slow":
             vol = cluster.volumes[f.target]
             metric = "write_latency_seconds" if f.variant == "ckpt" else "read_latency_seconds"
@@ -202,6 +229,11 @@ def build_streams(cluster: Cluster, spec: JobSpec, tl: Timeline, faults: list[Fa
                 rate[ix] = np.where((frac > 0) & writing, lat * (1 + 40 * sev), lat)
             else:
                 rate[ix] = rate[ix] * (1 + 200 * sev * frac)
+
+        if cluster.spec.fabric == "ib" and f.kind in ("link_errors", "link_flap"):
+            ib_link_recovery(f, sev, frac, bump, peer, rng)
+        elif cluster.spec.fabric == "roce" and f.kind in ("fabric_congestion", "nic_degradation"):
+            roce_queue_extras(cluster, f, sev, frac, bump, peer, rng)
 
     dt = np.diff(edges)
     counter = ~gauge

@@ -23,7 +23,23 @@ FAULT_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "link_flap": ("link", ("host_link", "uplink")),
     "fabric_congestion": ("fabric", ("leaf_down_pfc", "leaf_down_ecn", "leaf_up_ecn", "spine_pfc")),
     "storage_slow": ("storage", ("ckpt", "data")),
+    # -- egress queues and InfiniBand (#16): an incast on one leaf downlink's queue (lossless: PFC pause
+    # spreads upstream; lossy: drops), credit congestion on one port of an InfiniBand fabric.
+    "queue_incast": ("fabric", ("lossless", "lossy")),
+    "ib_congestion": ("fabric", ("leaf_down", "leaf_up", "spine")),
 }
+# Kinds that exist on one fabric flavour only (ClusterSpec.fabric); the others happen on both.
+FABRIC_ONLY: dict[str, tuple[str, ...]] = {
+    "nic_degradation": ("roce",),  # a NIC out of buffer sends pause: RoCE's signature
+    "fabric_congestion": ("roce",),
+    "queue_incast": ("roce",),
+    "ib_congestion": ("ib",),
+}
+
+
+def kinds_for(fabric: str, kinds: list[str]) -> list[str]:
+    """The kinds of `kinds` that can happen on a `fabric` (roce | ib) cluster."""
+    return [k for k in kinds if fabric in FABRIC_ONLY.get(k, (fabric,))]
 # A legitimate change of the job's step time (new training phase): not a fault, the baseline adapts.
 LEVEL_CHANGE = "level_change"
 
@@ -81,6 +97,13 @@ def make_fault(cluster: Cluster, kind: str, *, start_step: int, steps: int, seve
         else:
             target = int(rng.integers(len(cluster.spine_ports)))
             component = cluster.spine_ports[target]
+    elif kind == "queue_incast":  # the egress queue toward one receiver NIC
+        target = int(rng.integers(len(cluster.leaf_down)))
+        component = cluster.leaf_down[target]
+    elif kind == "ib_congestion":
+        ports = {"leaf_down": cluster.leaf_down, "leaf_up": cluster.leaf_up, "spine": cluster.spine_ports}[variant]
+        target = cluster.switch_ports.index(ports[int(rng.integers(len(ports)))])
+        component = cluster.switch_ports[target]
     elif kind == "storage_slow":
         host = int(rng.integers(len(cluster.hosts)))
         target = 2 * host + (1 if variant == "ckpt" else 0)
@@ -94,7 +117,9 @@ def random_plan(cluster: Cluster, rng: np.random.Generator, *, n_steps: int, n_f
                 kinds: list[str] | None = None, warmup: int = 16, gap: int = 3, ckpt_every: int = 10,
                 severity: tuple[float, float] = (0.08, 0.8), max_len: int = 6) -> list[Fault]:
     """Non-overlapping faults of varied kind, size, start and length, with healthy gaps between."""
-    kinds = kinds or list(FAULT_KINDS)
+    kinds = kinds_for(cluster.spec.fabric, kinds or list(FAULT_KINDS))
+    if not kinds and n_faults:
+        raise ValueError(f"none of the fault kinds asked for happens on a {cluster.spec.fabric} fabric")
     faults: list[Fault] = []
     step = warmup
     for i in range(n_faults):

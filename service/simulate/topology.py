@@ -24,8 +24,18 @@ class ClusterSpec:
     spines: int = 2
     link_speed_bps: float = 400e9
     uplink_speed_bps: float = 800e9
+    # -- fabric flavour (#16): RoCE (PFC pause, ECN, egress queues per traffic class) or InfiniBand
+    # (credits: port_xmit_wait, no pause or ECN; NICs are HCAs), and how its ports and queues are named.
+    fabric: str = "roce"  # roce | ib
+    lossless_priority: int = 3  # the RoCE traffic class: its queue and PFC priority
+    lossy_queue: int = 0  # the queue of everything else (TCP, storage)
+    port_prefix: str = "Ethernet"  # Ethernet12, swp12, Eth1/12, p12
 
     def __post_init__(self) -> None:
+        if self.fabric not in ("roce", "ib"):
+            raise ValueError("fabric must be roce or ib")
+        if self.lossless_priority == self.lossy_queue or not 0 <= self.lossless_priority <= 7:
+            raise ValueError("lossless_priority must be 0-7 and differ from lossy_queue")
         for name in ("hosts", "gpus_per_host", "nics_per_host", "leaves", "spines"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -93,11 +103,12 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         for n in range(spec.nics_per_host):
             nics.append(f"{host}:mlx5_{n}")
             nic_host.append(h)
-            leaf_down.append(f"leaf{leaf + 1}:Ethernet{next_port[leaf]}")
+            leaf_down.append(f"leaf{leaf + 1}:{spec.port_prefix}{next_port[leaf]}")
             next_port[leaf] += 1
     first_up = max(next_port)  # uplinks numbered after the largest leaf's downlinks
-    leaf_up = [f"leaf{lf + 1}:Ethernet{first_up + s}" for lf in range(spec.leaves) for s in range(spec.spines)]
-    spine_ports = [f"spine{s + 1}:Ethernet{lf + 1}" for lf in range(spec.leaves) for s in range(spec.spines)]
+    pp = spec.port_prefix
+    leaf_up = [f"leaf{lf + 1}:{pp}{first_up + s}" for lf in range(spec.leaves) for s in range(spec.spines)]
+    spine_ports = [f"spine{s + 1}:{pp}{lf + 1}" for lf in range(spec.leaves) for s in range(spec.spines)]
     volumes = [f"{h}:{v}" for h in hosts for v in (DATA_VOLUME, CKPT_VOLUME)]
     rank_host, rank_gpu, rank_nic = [], [], []
     for h in range(spec.hosts):

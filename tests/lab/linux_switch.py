@@ -16,6 +16,12 @@ Samples per port (source ``switch:port``):
 - ``ecn_marked_packets_total``: CE marks by nftables rules of that port plus the ``ecn_mark``
   statistic of marking qdiscs (red, fq_codel, pie) where present.
 - whatever other counter kinds ``COUNTER_METRICS`` maps, and ``link_down_total`` from sysfs.
+- per egress queue (#16), where the root qdisc splits the port into queues (``mq``, ``mqprio``,
+  ``prio``, ``ets``, ``multiq``, ``taprio``: class ``<root>:<n>`` is queue/band ``n - 1``), from the
+  qdisc attached to that class (its numbers include whatever is nested under it), labelled
+  ``{"queue": "<n - 1>"}``: ``tx_queue_bytes_total``, ``tx_queue_packets_total``,
+  ``queue_dropped_packets_total``, ``queue_occupancy_bytes`` (backlog), and
+  ``ecn_marked_packets_total`` summed over the marking qdiscs in that queue's subtree.
 """
 
 from __future__ import annotations
@@ -48,6 +54,17 @@ QDISC_STATS: dict[str, str] = {
     "requeues": "qdisc_requeues_total",
 }
 ROOT = {"qdisc": "root"}
+# Root qdiscs whose classes are the port's queues (bands), numbered from 1.
+QUEUE_ROOTS = frozenset({"mq", "mqprio", "prio", "ets", "multiq", "taprio"})
+# qdisc JSON statistic of the qdisc on a queue's class -> queue metric (label `queue`).
+QUEUE_STATS: dict[str, str] = {
+    "bytes": "tx_queue_bytes_total",
+    "packets": "tx_queue_packets_total",
+    "drops": "queue_dropped_packets_total",
+    "backlog": "queue_occupancy_bytes",
+}
+# Where marking qdiscs count CE marks: fq_codel and pie "ecn_mark", red/choke/sfb "marked" (iproute2).
+ECN_KEYS = ("ecn_mark", "marked")
 # nftables-derived counters that a standard MIB also names (rx_fcs_errors_total <- EtherLike-MIB over
 # SNMP) must not share a series with it: two writers of one counter would look like resets.
 NFT = {"via": "nft"}
@@ -65,6 +82,7 @@ def parse_qdiscs(text: str, switch: str, ts: float,
         raise ParseError(f"{switch}: tc -j qdisc: expected a list")
     out: list[Sample] = []
     ecn: dict[str, float] = {}
+    out += _queue_samples(rows, switch, ts, ports)
     for row in rows:
         dev = row.get("dev") if isinstance(row, dict) else None
         if not isinstance(dev, str) or not _want(dev, ports):
@@ -83,12 +101,72 @@ def parse_qdiscs(text: str, switch: str, ts: float,
 
 
 def _ecn_mark(row: Mapping[str, Any]) -> float | None:
-    # red/pie report "ecn_mark" (tc JSON: xstats), fq_codel "ecn_mark" in its xstats
+    # fq_codel/pie report "ecn_mark", red/choke/sfb "marked", at the top level or in "xstats"
     for holder in (row, row.get("xstats") or {}):
-        v = holder.get("ecn_mark") if isinstance(holder, Mapping) else None
-        if isinstance(v, int | float):
-            return float(v)
+        for key in ECN_KEYS:
+            v = holder.get(key) if isinstance(holder, Mapping) else None
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                return float(v)
     return None
+
+
+def _major(handle: object) -> str | None:
+    # iproute2 prints a handle with major 0 as ":1" (the default mq root is "0:", its classes ":1"...)
+    if not isinstance(handle, str) or ":" not in handle:
+        return None
+    return handle.split(":", 1)[0].lstrip("0") or "0"
+
+
+def _queue_samples(rows: list[Any], switch: str, ts: float, ports: Sequence[str]) -> list[Sample]:
+    """Per-queue samples of ports whose root qdisc splits them into queues (see the module doc)."""
+    devs: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if isinstance(row, Mapping) and isinstance(row.get("dev"), str) and _want(row["dev"], ports):
+            devs.setdefault(row["dev"], []).append(row)
+    out: list[Sample] = []
+    for dev, dev_rows in sorted(devs.items()):
+        root = next((r for r in dev_rows if r.get("root")), None)
+        if root is None or root.get("kind") not in QUEUE_ROOTS or _major(root.get("handle")) is None:
+            continue
+        by_major = {_major(r.get("handle")): r for r in dev_rows if not r.get("root")}
+        queues: dict[str, Mapping[str, Any]] = {}
+        marks: dict[str, float] = {}
+        for r in dev_rows:
+            q = _queue_of(r, _major(root.get("handle")), by_major)
+            if q is None:
+                continue
+            if _major(r.get("parent")) == _major(root.get("handle")):
+                queues[q] = r
+            mark = _ecn_mark(r)
+            if mark is not None:
+                marks[q] = marks.get(q, 0.0) + mark
+        src = f"{switch}:{dev}"
+        for q, r in sorted(queues.items(), key=lambda kv: int(kv[0])):
+            labels = {"queue": q}
+            for key, metric in QUEUE_STATS.items():
+                v = r.get(key)
+                if isinstance(v, int | float) and not isinstance(v, bool):
+                    out.append(Sample(ts, src, metric, float(v), labels))
+            if q in marks:
+                out.append(Sample(ts, src, "ecn_marked_packets_total", marks[q], labels))
+    return out
+
+
+def _queue_of(row: Mapping[str, Any], root: str | None, by_major: Mapping[str | None, Mapping[str, Any]],
+              depth: int = 16) -> str | None:
+    """The queue (class minor - 1 under the root) a qdisc sits in, walking up its parents."""
+    parent = row.get("parent")
+    if not isinstance(parent, str) or ":" not in parent or depth == 0:
+        return None
+    major, minor = _major(parent), parent.split(":", 1)[1]
+    if major == root:
+        try:
+            n = int(minor, 16)
+        except ValueError:
+            return None
+        return str(n - 1) if n >= 1 else None
+    up = by_major.get(major)
+    return None if up is None or up is row else _queue_of(up, root, by_major, depth - 1)
 
 
 def parse_counters(text: str, switch: str, ts: float, ports: Sequence[str] = ("*",),

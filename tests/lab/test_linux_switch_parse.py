@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fabricscope.core.errors import ParseError
-from tests.lab.linux_switch import merge, parse_counters, parse_qdiscs
+from tests.lab.linux_switch import ROOT, merge, parse_counters, parse_qdiscs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "linux_switch"
 CASES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.exists() else []
@@ -74,3 +75,49 @@ def test_gso_super_packets_count_as_wire_frames() -> None:
     doc = {"nftables": [{"counter": {"name": "fcs_swp1", "packets": 50, "bytes": 50 * 66}}]}
     got = parse_counters(json.dumps(doc), "leaf1", 1.0, wire_frame_bytes=1514)
     assert got == {("swp1", "rx_fcs_errors_total"): 50.0}
+
+
+# -- egress queues (#16): the qdisc on each class of a queue-splitting root is that queue --------------
+
+def _by_queue(samples: list[dict[str, Any]], source: str) -> dict[tuple[str, str], float]:
+    return {(s["metric"], s["labels"]["queue"]): float(s["value"]) for s in samples
+            if s["source"] == source and "queue" in (s.get("labels") or {})}
+
+
+def test_recorded_mq_queues_map_onto_queue_metrics() -> None:
+    """Recorded on this kernel: swp2's mq root with a tbf+pfifo per transmit queue; flows on queues 2, 3."""
+    samples = _poll(FIXTURES / "shaped_queues")
+    q = _by_queue(samples, "leaf1:swp2")
+    assert {k[1] for k in q} == {"0", "1", "2", "3"}
+    assert q[("queue_occupancy_bytes", "3")] == 54504 and q[("queue_occupancy_bytes", "2")] == 0
+    assert q[("queue_dropped_packets_total", "2")] == 210 and q[("queue_dropped_packets_total", "3")] == 240
+    root = {s["metric"]: s["value"] for s in samples if s["source"] == "leaf1:swp2" and s.get("labels") == ROOT}
+    # the queues add up to the port's root qdisc (drops, backlog)
+    assert sum(v for (m, _), v in q.items() if m == "queue_dropped_packets_total") == root["tx_discards_total"]
+    assert sum(v for (m, _), v in q.items() if m == "queue_occupancy_bytes") == root["queue_occupancy_bytes"]
+    assert q[("tx_queue_bytes_total", "3")] == 1230820 and q[("tx_queue_packets_total", "3")] == 826
+    assert not _by_queue(samples, "leaf1:swp1")  # noqueue: no queues
+
+
+def test_queue_ecn_marks_sum_the_marking_qdiscs_under_each_queue() -> None:
+    """iproute2's JSON: a default mq root is handle "0:" and its classes ":1", ":2"; fq_codel counts
+    "ecn_mark", red "marked". A marking qdisc nested under a shaper counts for the shaper's queue."""
+    rows = [{"kind": "mq", "handle": "0:", "dev": "swp5", "root": True, "bytes": 9, "drops": 0, "backlog": 0},
+            {"kind": "fq_codel", "handle": "0:", "dev": "swp5", "parent": ":1", "bytes": 5, "packets": 1,
+             "drops": 0, "backlog": 0, "ecn_mark": 7},
+            {"kind": "tbf", "handle": "20:", "dev": "swp5", "parent": ":2", "bytes": 4, "packets": 1, "drops": 2,
+             "backlog": 100},
+            {"kind": "red", "handle": "21:", "dev": "swp5", "parent": "20:1", "bytes": 4, "packets": 1,
+             "xstats": {"marked": 3, "early": 1}},
+            {"kind": "prio", "handle": "1:", "dev": "swp6", "root": True},
+            {"kind": "pfifo", "handle": "10:", "dev": "swp6", "parent": "1:3", "drops": 4, "backlog": 0},
+            {"kind": "tbf", "handle": "1:", "dev": "swp7", "root": True},
+            {"kind": "pfifo", "handle": "10:", "dev": "swp7", "parent": "1:1", "drops": 4}]
+    samples, ecn = parse_qdiscs(json.dumps(rows), "leaf1", 1.0)
+    got = _by_queue([s.to_json() for s in samples], "leaf1:swp5")
+    assert got[("ecn_marked_packets_total", "0")] == 7 and got[("ecn_marked_packets_total", "1")] == 3
+    assert got[("queue_occupancy_bytes", "1")] == 100 and got[("queue_dropped_packets_total", "1")] == 2
+    assert _by_queue([s.to_json() for s in samples], "leaf1:swp6") == {
+        ("queue_dropped_packets_total", "2"): 4.0, ("queue_occupancy_bytes", "2"): 0.0}  # prio band 3 -> "2"
+    assert not _by_queue([s.to_json() for s in samples], "leaf1:swp7")  # a shaper's class is not a queue
+    assert ecn == {"swp5": 10.0}  # the port's total ECN marks, as before

@@ -69,3 +69,47 @@ def test_plan_keeps_tail_and_red_columns_when_total_drops_are_missing():
     full_poll = parse("mx1", raw, TS, cols)
     assert {(s.source, s.metric, tuple(sorted((s.labels or {}).items())), s.value) for s in planned.samples} == \
         {(s.source, s.metric, tuple(sorted((s.labels or {}).items())), s.value) for s in full_poll.samples}
+
+
+# --- Cisco Catalyst: CISCO-PORT-QOS-MIB cportQosEgressQueueStatsTable (recorded 3750, IOS 12.2) ---
+
+CPORT = "1.3.6.1.4.1.9.9.189.1.3.5.1."
+CATALYST_CASE = FIXTURES / "snmp" / "cisco-c3750-egress-queues"
+
+
+def test_catalyst_queue_counters_are_summed_over_drop_thresholds():
+    raw = dict(read_snmprec(CATALYST_CASE / "input.snmprec"))
+    got = parse("c3750", raw.items(), TS, oids.columns_for("cisco"))
+    assert not got.problems
+    assert raw["1.3.6.1.2.1.31.1.1.1.1.10109"] == b"Gi1/0/9"
+    for q in range(1, 5):  # IOS numbers the queues 1..4: the label keeps the device's numbering
+        for metric, col in (("tx_queue_packets_total", "3"), ("queue_dropped_packets_total", "4")):
+            want = sum(raw[f"{CPORT}{col}.10109.{q}.{t}"] for t in (1, 2, 3))
+            assert _value(got.samples, "c3750:Gi1/0/9", metric, str(q)) == want
+    assert _value(got.samples, "c3750:Gi1/0/9", "tx_queue_packets_total", "2") == 2159210421
+    assert _value(got.samples, "c3750:Gi1/0/9", "queue_dropped_packets_total", "4") == 595304
+    assert _value(got.samples, "c3750:Gi1/0/12", "queue_dropped_packets_total", "2") == 149
+    assert {s.labels["queue"] for s in got.samples if s.labels and "queue" in s.labels} == {"1", "2", "3", "4"}
+
+
+def test_catalyst_walk_is_recognised_as_cisco_and_its_plan_keeps_the_queue_table():
+    raw = read_snmprec(CATALYST_CASE / "input.snmprec")
+    assert oids.vendor_in(oid for oid, _ in raw) == "cisco"
+    plan = WalkPlan(oids.columns_for("cisco"), [oids.IF_NAME, oids.IF_DESCR])
+    walk, _ = plan.next_walk()
+    plan.observe([(o, v) for o, v in raw if any(o.startswith(c + ".") for c in walk)], True,
+                 if_indexes=frozenset({10109, 10112}))
+    walk, full = plan.next_walk()
+    assert not full
+    assert f"{CPORT}3" in walk and f"{CPORT}4" in walk
+    assert not [c for c in oids.CISCO_PFC if c.oid in walk]  # a 3750 has no PFC table: planned out
+
+
+def test_fabricscope_parse_reads_the_catalyst_walk():
+    from tests.switch.test_parse_formats import parse_cli
+
+    summary, rows = parse_cli(CATALYST_CASE / "input.snmprec")
+    assert summary["format"] == "snmprec" and summary["problems"] == []
+    drops = {r["labels"]["queue"]: r["value"] for r in rows
+             if r["source"] == "sw1:Gi1/0/12" and r["metric"] == "queue_dropped_packets_total"}
+    assert drops == {"1": 0, "2": 149, "3": 0, "4": 129787}

@@ -130,7 +130,10 @@ def test_rank_placement_is_registered_once(recv: Receiver, tmp_path: Path) -> No
     puts = [r for r in recv.requests if r.method == "PUT"]
     assert len(puts) == 1 and puts[0].path == "/v1/jobs/place"
     assert "Content-Encoding" not in puts[0].headers
+    entry = puts[0].body["ranks"][0]
+    locality = entry.pop("locality")  # #17: this machine's facts (tests/placement has them on recorded trees)
     assert puts[0].body == {"ranks": [{"rank": 3, "host": "node07", "local_rank": 1, "gpu": "gpu1", "nic": "mlx5_2"}]}
+    assert locality["nccl_ib_hca"] == "=mlx5_2:1"
     rec.close()
 
 

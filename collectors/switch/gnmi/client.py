@@ -131,12 +131,17 @@ class GnmiCollector:
                 )
                 self.encodings = list(caps.supported_encodings)
                 self.models = {m.name for m in caps.supported_models}
-                calls = [stub.Subscribe(iter([r]), metadata=metadata) for r in self.requests()]
+                requests = self.requests()
+                calls = [stub.Subscribe(iter([r]), metadata=metadata) for r in requests]
                 if on_connected:
                     on_connected()
                 try:
-                    # one task per Subscribe; the first to end (or fail) ends the stream
-                    tasks = [asyncio.ensure_future(self._consume(c, emit, until_sync)) for c in calls]
+                    # one task per Subscribe; the first (OpenConfig) one ending or failing ends the stream,
+                    # an extra one (SONiC COUNTERS_DB) failing only loses its own samples
+                    first, *extras = calls
+                    tasks = [asyncio.ensure_future(self._consume(first, emit, until_sync)),
+                             *(asyncio.ensure_future(self._optional(c, r.subscribe.prefix.target, emit, until_sync))
+                               for c, r in zip(extras, requests[1:], strict=True))]
                     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
                     for task in pending:
                         task.cancel()
@@ -150,6 +155,18 @@ class GnmiCollector:
             except grpc.aio.AioRpcError as exc:
                 raise CollectionError(f"{self.device.name}: gNMI {exc.code().name}: {exc.details()}") from exc
         raise CollectionError(f"{self.device.name}: gNMI stream ended")
+
+    async def _optional(self, call: grpc.aio.StreamStreamCall, target: str,
+                        emit: Callable[[PollResult], Awaitable[None]], until_sync: bool) -> None:
+        """An extra Subscribe: a refusal or a broken stream is logged and reported, the poll goes on."""
+        try:
+            await self._consume(call, emit, until_sync)
+        except (grpc.aio.AioRpcError, CollectionError) as exc:
+            why = (f"gNMI {exc.code().name}: {exc.details()}" if isinstance(exc, grpc.aio.AioRpcError)
+                   else str(exc).removeprefix(f"{self.device.name}: "))  # fmt: skip
+            what = f"subscription with target {target} failed, interface counters kept: {why}"
+            log.warning("%s: %s", self.device.name, what)
+            await emit(PollResult(problems=[what]))
 
     async def _consume(self, call: grpc.aio.StreamStreamCall, emit: Callable[[PollResult], Awaitable[None]],
                        until_sync: bool) -> None:

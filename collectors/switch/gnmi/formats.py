@@ -13,6 +13,7 @@ from google.protobuf.json_format import ParseError as ProtoParseError
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.core.errors import ParseError
 
+from . import gnmic
 from .parse import parse
 from .proto import gnmi_pb2
 
@@ -45,4 +46,5 @@ def _sniff(_path: Path, head: str) -> bool:
 FORMATS = (
     Format("gnmi-json", "gNMI SubscribeResponse/Notification list, protobuf JSON (OpenConfig, SONiC COUNTERS_DB)",
            sniff=_sniff, read=read_gnmi_json, priority=50),
+    gnmic.FORMAT,
 )

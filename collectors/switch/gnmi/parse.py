@@ -43,7 +43,7 @@ def _typed(v: gnmi_pb2.TypedValue) -> Any:
     return getattr(v, kind)
 
 
-_LIST_KEYS = ("name", "id", "index", "interface-id")
+_LIST_KEYS = ("name", "id", "index", "interface-id", "priority")
 
 
 def _flatten(elems: list[tuple[str, dict[str, str]]], value: Any) -> Iterator[tuple[list[Any], Any]]:
@@ -108,6 +108,7 @@ def parse(
         # the counters of the same notification
         fallback = next((str(v).strip('"') for e, v in leaves if tuple(x[0] for x in e) == paths.NAME_LEAF), "")
         best: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[int, float]] = {}
+        parts: dict[tuple[str, str, tuple[tuple[str, str], ...]], dict[Key, float]] = {}
         for elems, value in leaves:
             key: Key = tuple(e[0] for e in elems)
             itf = next((k.get(ik, "") for name, k in elems if name == "interface" for ik in paths.INTERFACE_KEYS
@@ -115,14 +116,21 @@ def parse(
             if not itf or (wants is not None and not wants(itf)):
                 continue
             source = f"{device}:{itf}"
-            labels = tuple((paths.LABEL_ELEMENTS[name], k["name"]) for name, k in elems
-                           if name in paths.LABEL_ELEMENTS and "name" in k)  # fmt: skip
+            labels = tuple((paths.LABEL_ELEMENTS[name][0], k[paths.LABEL_ELEMENTS[name][1]]) for name, k in elems
+                           if name in paths.LABEL_ELEMENTS and paths.LABEL_ELEMENTS[name][1] in k)  # fmt: skip
             try:
                 if key in paths.COUNTERS:
                     metric, rank = paths.COUNTERS[key]
                     v = _number(value)
-                    if (source, metric, labels) not in best or rank < best[(source, metric, labels)][0]:
-                        best[(source, metric, labels)] = (rank, v)
+                    at = (source, metric, labels)
+                    if at not in best or rank < best[at][0]:
+                        best[at] = (rank, v)
+                        parts[at] = {key: v}
+                    elif rank == best[at][0]:
+                        # two leaves of one rank are parts of one count (WRED + no-buffer drops);
+                        # the same leaf again replaces its own part
+                        parts[at][key] = v
+                        best[at] = (rank, sum(parts[at].values()))
                 elif key == paths.OPER_STATUS:
                     best[(source, "oper_up", ())] = (0, 1.0 if str(value).upper() == "UP" else 0.0)
                 elif key == paths.PORT_SPEED and str(value).rpartition(":")[2] in OC_SPEEDS:

@@ -30,8 +30,9 @@ COUNTERS: dict[tuple[str, ...], tuple[str, int]] = {
     (*_C, "link-flap-events"): ("link_down_total", 0),  # Ciena: one event per down/up cycle
 }
 # openconfig-qos egress queues: /qos/interfaces/interface[interface-id]/output/queues/queue[name]/state.
-# ``ecn-marked-pkts`` is not in the OpenConfig model; SONiC's management framework augments it there.
-# ``max-queue-len`` is the model's peak queue length (octets); dropped-octets has no canonical name.
+# ``ecn-marked-pkts`` is not in the OpenConfig model; SONiC's management framework and NVIDIA Cumulus
+# Linux (its gNMI metric list) augment it there. ``max-queue-len`` is the model's peak queue length
+# (octets); dropped-octets has no canonical name.
 _Q = ("qos", "interfaces", "interface", "output", "queues", "queue", "state")
 COUNTERS.update({
     (*_Q, "transmit-pkts"): ("tx_queue_packets_total", 0),
@@ -40,8 +41,19 @@ COUNTERS.update({
     (*_Q, "ecn-marked-pkts"): ("ecn_marked_packets_total", 0),
     (*_Q, "max-queue-len"): ("queue_watermark_bytes", 0),
 })
-# a list element whose ``name`` key becomes a sample label: element → label
-LABEL_ELEMENTS: dict[str, str] = {"queue": "queue"}
+# NVIDIA Cumulus Linux 5.13+ gNMI (documented metric list, CumulusNetworks/docs "gNMI Streaming"):
+# no ``dropped-pkts``; WRED and no-buffer drops of a queue come as two leaves, which rows of one
+# metric and one rank add up (see ``parse``). Per-priority PFC frames sit under
+# state/switch-priority[priority]. Its ``watermark-max`` leaves count buffer cells, not bytes: left out.
+_NV_PRIO = ("qos", "interfaces", "interface", "state", "switch-priority", "counters")
+COUNTERS.update({
+    (*_Q, "wred-dropped-pkts"): ("queue_dropped_packets_total", 1),
+    (*_Q, "no-buffer-uc-dropped-pkts"): ("queue_dropped_packets_total", 1),
+    (*_NV_PRIO, "in-pause-pkts"): ("rx_pause_frames_total", 0),
+    (*_NV_PRIO, "out-pause-pkts"): ("tx_pause_frames_total", 0),
+})
+# a list element whose key becomes a sample label: element → (label, key of that list)
+LABEL_ELEMENTS: dict[str, tuple[str, str]] = {"queue": ("queue", "name"), "switch-priority": ("priority", "priority")}
 INTERFACE_KEYS = ("name", "interface-id")  # the interface list's key: openconfig-interfaces, openconfig-qos
 
 OPER_STATUS = (*_IF, "state", "oper-status")

@@ -6,7 +6,8 @@ columns sharing metric and rank are summed (unicast + multicast + broadcast pack
 says how the row index reads (:data:`INDEXES`): ``if`` = ifIndex, ``if.prio`` = ifIndex then a PFC
 priority (the ``priority`` label), ``if.queue`` = ifIndex then an egress queue number (the ``queue``
 label), ``if.queue.sum`` = ifIndex, queue, then one more component whose rows are summed (Arista
-splits each queue by packet type). Vendor tables are data selected by the inventory's vendor hint.
+splits each queue by packet type, Catalyst by drop threshold). Vendor tables are data selected by
+the inventory's vendor hint.
 """
 
 from __future__ import annotations
@@ -116,9 +117,19 @@ ARISTA_QUEUE: tuple[Column, ...] = (
     Column(_ARISTA_EQ + "6", "queue_dropped_packets_total", index="if.queue.sum"),  # aristaEgressQueuePktsDropped
 )
 
+# CISCO-PORT-QOS-MIB cportQosEgressQueueStatsTable (Catalyst 3750/3560 "show mls qos interface
+# statistics"), index ifIndex.cportQosQueueId.cportQosQueueThreshold: each queue (1-based, as IOS
+# numbers them) is split by drop threshold (1..3), so the thresholds of one queue are summed.
+# Enqueued packets were admitted to the queue, i.e. sent from it: drops happen before enqueueing.
+_CPORT_EQ = "1.3.6.1.4.1.9.9.189.1.3.5.1."
+CISCO_PORT_QOS: tuple[Column, ...] = (
+    Column(_CPORT_EQ + "3", "tx_queue_packets_total", index="if.queue.sum"),  # cportQosQueueEnqueuePkts
+    Column(_CPORT_EQ + "4", "queue_dropped_packets_total", index="if.queue.sum"),  # cportQosQueueDropPkts
+)
+
 # Vendor hint (inventory ``vendor:``) → extra tables polled on top of STANDARD and IEEE_PFC.
 VENDOR_TABLES: dict[str, tuple[Column, ...]] = {
-    "cisco": CISCO_PFC,
+    "cisco": CISCO_PFC + CISCO_PORT_QOS,
     "juniper": JUNIPER_COS,
     "arista": ARISTA_QUEUE,
 }

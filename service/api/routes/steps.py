@@ -10,6 +10,8 @@ from fastapi import APIRouter, HTTPException, Path, Query
 from fabricscope.service.acceptance.efficiency import report_section
 from fabricscope.service.api.deps import ConnDep, EngineDep, HeavyRead, ReadAuth, SettingsDep
 from fabricscope.service.api.params import JobName, known_job, window
+from fabricscope.service.placement.audit import warnings as placement_warnings
+from fabricscope.service.placement.store import job_audit
 from fabricscope.service.schemas import Attribution, StepRow
 
 router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
@@ -57,4 +59,7 @@ def report(
     # #19: bus bandwidth against the fabric's acceptance baseline (one query)
     out["efficiency"] = report_section(conn, job=job, from_ts=start, to_ts=end,
                                        threshold=settings.alert_busbw_fraction)
+    # #17: GPU-to-NIC locality flags of the job's ranks (GET /v1/jobs/{job}/placement has the detail)
+    placed = job_audit(conn, job=job, gpus_per_nic=settings.placement_gpus_per_nic)
+    out["placement_warnings"] = placement_warnings(placed) if placed is not None else []
     return out

@@ -1,0 +1,107 @@
+"""PCIe link state of a host's NICs and GPUs as samples, from the two recordings that carry it:
+a sysfs tree (``fabricscope parse /sys`` or a copy of one) and an NCCL topology dump
+(``NCCL_TOPO_DUMP_FILE``). Registered with ``fabricscope parse`` (collectors/formats).
+
+Canonical metrics (docs/API.md): ``pcie_link_generation``, ``pcie_link_width`` (the link now) and
+``pcie_link_generation_max``, ``pcie_link_width_max``. Sources: ``device:<nic>`` (RDMA device, else
+interface name) and, from an NCCL dump, ``device:gpu<N>`` with N NCCL's CUDA device index. A
+width of 0 (virtual functions) or an unknown speed is left out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from fabricscope.collectors.formats import Format, Reading
+from fabricscope.collectors.host import pcie
+from fabricscope.core.errors import ParseError
+from fabricscope.core.model import Sample, now
+
+# PcieLink field -> canonical metric (a table, so both formats name them the same way).
+LINK_METRICS = (("gen", "pcie_link_generation"), ("width", "pcie_link_width"),
+                ("max_gen", "pcie_link_generation_max"), ("max_width", "pcie_link_width_max"))
+
+
+def link_samples(link: pcie.PcieLink, source: str, ts: float) -> list[Sample]:
+    return [Sample(ts, source, metric, float(getattr(link, field)))
+            for field, metric in LINK_METRICS if getattr(link, field) is not None]
+
+
+def _read_sysfs(path: Path, device: str, ts: float) -> Reading:
+    out = Reading()
+    seen: set[str] = set()  # an RDMA device and its netdev share a PCI function: report it once
+    names = [("infiniband", n) for n in pcie.rdma_devices(path)]
+    with contextlib.suppress(OSError):  # no class/net: the RDMA devices alone
+        names += [("net", p.name) for p in sorted((path / "class" / "net").iterdir())]
+    for cls, name in names:
+        dev = pcie.device_at(path, path / "class" / cls / name / "device")
+        if dev is None or dev.pci in seen:
+            continue
+        seen.add(dev.pci)
+        out.samples.extend(link_samples(dev.link, f"{device}:{name}", ts))
+    return out
+
+
+def _looks_like_sysfs(path: Path, _head: str) -> bool:
+    return (path / "class" / "net").is_dir() and (path / "devices").is_dir()
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _read_nccl_topo(path: Path, device: str, ts: float) -> Reading:
+    try:
+        root = ET.parse(path).getroot()
+    except (ET.ParseError, OSError) as exc:
+        raise ParseError(f"{path}: not an NCCL topology XML: {exc}") from exc
+    if root.tag != "system":
+        raise ParseError(f"{path}: not an NCCL topology XML (root <{root.tag}>, expected <system>)")
+    out = Reading()
+    for el in root.iter("pci"):
+        # NCCL writes max_link_speed / max_link_width there (src/graph/xml.cc, ncclTopoGetXmlFromSys).
+        width = _int_or_none(el.get("link_width"))
+        link = pcie.PcieLink(max_gen=pcie.gen_of(el.get("link_speed")), max_width=width if width else None)
+        gpu = el.find("gpu")
+        sources = [f"{device}:gpu{gpu.get('dev')}"] if gpu is not None and gpu.get("dev") else []
+        nic = el.find("nic")
+        if nic is not None:
+            sources += [f"{device}:{n.get('name')}" for n in nic.findall("net") if n.get("name")]
+        if el.get("link_speed") and link.max_gen is None and (sources or gpu is not None):
+            out.problems.append(f"pci {el.get('busid')}: link_speed {el.get('link_speed')!r} not understood")
+        for source in sources:
+            out.samples.extend(link_samples(link, source, ts))
+    return out
+
+
+def _looks_like_nccl_topo(_path: Path, head: str) -> bool:
+    return re.match(r"\s*(<\?xml[^>]*>\s*)?<system version=", head) is not None
+
+
+class PcieLinkCollector:
+    """The host agent's view of the same facts: every NIC's PCIe link now and at most, from sysfs.
+
+    Not wired into the agent's configuration here (collectors/host/agent.py builds its collectors):
+    a link trains once, so a slow interval (minutes) is plenty."""
+
+    name = "pcie"
+
+    def __init__(self, host: str, *, sys_root: str | Path = "/sys") -> None:
+        self.host, self.sys_root = host, Path(sys_root)
+
+    def poll(self) -> list[Sample]:
+        return _read_sysfs(self.sys_root, self.host, now()).samples
+
+
+FORMATS = (
+    Format("sysfs-pcie", "a /sys tree: PCIe link now and at most of every NIC (class/infiniband, class/net)",
+           sniff=_looks_like_sysfs, read=_read_sysfs, directory=True, priority=200),
+    Format("nccl-topo", "NCCL topology dump (NCCL_TOPO_DUMP_FILE): PCIe link maximum of its GPUs and NICs",
+           sniff=_looks_like_nccl_topo, read=_read_nccl_topo),
+)
