@@ -9,6 +9,10 @@ of one core at a 1 s NIC interval. Target: under 1% of one core.
    SIOCETHTOOL ioctl vs by forking ``ethtool -S`` (the ratio is the reason ioctl is the default).
 3. The agent process itself (``agent_command``) polling the fixture tree for N seconds and shipping
    to a local HTTP receiver: its CPU share of one core, measured from /proc/<pid>/stat.
+4. The agent with the host pressure and TCP collectors (``tcp:``, ``pressure:`` with a cgroup glob)
+   on as well, and, with ``--baseline-ref REV``, the agent of git revision REV (unpacked with
+   ``git archive``) on the same interfaces: all of them run AT THE SAME TIME over the same window, so
+   a busy machine slows each alike and the ratios hold (the absolute shares move with the load).
 """
 
 from __future__ import annotations
@@ -90,7 +94,11 @@ def agent_share(sys_root: Path, seconds: float, nic_cfg: str) -> tuple[float, in
         proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT), "--config", str(cfg),
                                  "--log-level", "warning"])
         try:
-            time.sleep(3.0)  # imports and first polls are start-up, not steady state
+            deadline = time.monotonic() + 60.0  # imports and first polls are start-up, not steady state
+            while not recv.items("samples"):
+                assert time.monotonic() < deadline, "the agent shipped nothing in 60 s"
+                time.sleep(0.5)
+            time.sleep(2.0)
             c0, w0 = proc_cpu_s(proc.pid), time.monotonic()
             time.sleep(seconds)
             c1, w1 = proc_cpu_s(proc.pid), time.monotonic()
@@ -101,11 +109,89 @@ def agent_share(sys_root: Path, seconds: float, nic_cfg: str) -> tuple[float, in
     return (c1 - c0) / (w1 - w0), len(recv.items("samples"))
 
 
+def agent_shares(root: Path, seconds: float, variants: list[tuple[str, Path, str]]) -> dict[str, tuple[float, int]]:
+    """CPU share of one core of several agent processes run side by side: (label, code root, YAML)."""
+    recv = Receiver().start()
+    procs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); import typer;"
+                "from fabricscope.collectors.host.agent import agent_command; app=typer.Typer();"
+                "app.command()(agent_command); app(sys.argv[2:])")
+        try:
+            for i, (label, src, yaml_body) in enumerate(variants):
+                cfg = Path(tmp) / f"agent{i}.yaml"
+                cfg.write_text(f"host: v{i}\nsink: {{url: '{recv.url}'}}\n{yaml_body}\n")
+                procs.append((label, subprocess.Popen([sys.executable, "-c", code, str(src), "--config", str(cfg),
+                                                       "--log-level", "warning"])))
+            # Imports and first polls are start-up, not steady state: wait until every agent has
+            # shipped (8 processes importing at once on a busy 2-core VM take far more than 3 s).
+            deadline = time.monotonic() + 60.0
+            while {f"v{i}" for i in range(len(procs))} - {s["source"].split(":", 1)[0] for s in recv.items("samples")}:
+                assert time.monotonic() < deadline, "an agent shipped nothing in 60 s"
+                time.sleep(0.5)
+            time.sleep(2.0)
+            c0, w0 = [proc_cpu_s(p.pid) for _, p in procs], time.monotonic()
+            time.sleep(seconds)
+            c1, w1 = [proc_cpu_s(p.pid) for _, p in procs], time.monotonic()
+        finally:
+            for _, p in procs:
+                p.terminate()
+                p.wait(10)
+            recv.stop()
+    shipped = {f"v{i}": 0 for i in range(len(variants))}
+    for item in recv.items("samples"):
+        shipped[item["source"].split(":", 1)[0]] = shipped.get(item["source"].split(":", 1)[0], 0) + 1
+    return {label: ((c1[i] - c0[i]) / (w1 - w0), shipped[f"v{i}"]) for i, (label, _) in enumerate(procs)}
+
+
+def baseline_tree(ref: str, dest: Path) -> Path:
+    """The code of git revision ``ref`` unpacked under ``dest`` (no work tree of it is touched)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def pressure_run(seconds: float, baseline_ref: str | None, sys_root: Path, nic_cfg: str) -> None:
+    """Section 4: the agent with and without the pressure/TCP collectors (and REV's agent), side by side."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base = (f"nic: {{interval_s: 1, {nic_cfg}}}\nstorage: {{interval_s: 5, volumes: ['{tmp}']}}\n"
+                f"paths: {{sys_root: '{sys_root}'}}")
+        off = base + "\ntcp: {enabled: false}\npressure: {enabled: false}\ngpu: {enabled: false}"
+        on = base + ("\ntcp: {interval_s: 1}\npressure: {interval_s: 1, cgroups: ['*', '*/*'], "
+                     "thermal_interval_s: 10}")
+        # D's GPU collector with `source: smi`, fed by a stand-in nvidia-smi printing the recorded H200
+        # XML (the real binary's own CPU is not the agent's and is not counted here).
+        smi = Path(tmp) / "nvidia-smi"
+        smi.write_text(f"#!/bin/sh\nexec cat {FIX / 'gpu/h200-device/nvidia-smi-q-x.xml'}\n")
+        smi.chmod(0o755)
+        gpu = on + f"\ngpu: {{source: smi, smi_binary: '{smi}', interval_s: 5}}"
+        variants = [("this tree, nic+storage", ROOT, off), ("this tree, +tcp+pressure", ROOT,
+                     on + "\ngpu: {enabled: false}"), ("this tree, +tcp+pressure+gpu(smi XML, 5 s)", ROOT, gpu)]
+        if baseline_ref:
+            old = baseline_tree(baseline_ref, Path(tmp) / "baseline")
+            variants.insert(0, (f"{baseline_ref}, nic+storage", old, base))
+        # Each variant twice: the spread between the two copies is the noise of the measurement
+        # (10 ms clock ticks, the machine's other load), so a difference smaller than it means nothing.
+        variants = [(f"{label} #{k}", src, body) for label, src, body in variants for k in (1, 2)]
+        got = agent_shares(ROOT, seconds, variants)
+    ref_share = got[variants[0][0]][0]
+    for label, (share, shipped) in got.items():
+        print(f"  {label:<47} {share * 100:6.3f}% of one core ({shipped} samples)  "
+              f"ratio to first {share / ref_share:.2f}, to the 1% target {share / 0.01:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--cycles", type=int, default=50)
+    ap.add_argument("--baseline-ref", help="also run the agent of this git revision side by side (e.g. HEAD~3)")
+    ap.add_argument("--only-pressure", action="store_true", help="run section 4 only")
     args = ap.parse_args()
+    root_veth = os.geteuid() == 0 and shutil.which("ip") is not None
+    if args.only_pressure:
+        _section4(args, root_veth)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         sys_root = fixture_tree(Path(tmp))
         def nic(**kw: object) -> NicCollector:
@@ -154,13 +240,29 @@ def main() -> None:
         if os.geteuid() == 0 and shutil.which("ip"):
             names = veth_pairs(True)
             try:
-                nic_cfg = "include: ['fsbench*'], ethtool: ioctl"
+                nic_cfg = "include: ['fsbench*[0-9]'], ethtool: ioctl"
                 share, shipped = agent_share(Path("/sys"), args.seconds, nic_cfg)
                 print(f"agent process, {N_IF} real veth (sysfs + ioctl ethtool) + storage, "
                       f"{args.seconds:.0f} s: {share * 100:.3f}% of one core ({shipped} samples); "
                       f"target 1%: ratio {share / 0.01:.2f}")
             finally:
                 veth_pairs(False)
+    _section4(args, root_veth)
+
+
+def _section4(args: argparse.Namespace, root_veth: bool) -> None:
+    if root_veth:
+        veth_pairs(True)
+        try:
+            print(f"agent processes side by side, {N_IF} real veth pairs (sysfs + ioctl ethtool), "
+                  f"{args.seconds:.0f} s:")
+            pressure_run(args.seconds, args.baseline_ref, Path("/sys"), "include: ['fsbench*[0-9]'], ethtool: ioctl")
+        finally:
+            veth_pairs(False)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"agent processes side by side, {N_IF} fixture interfaces (sysfs), {args.seconds:.0f} s:")
+            pressure_run(args.seconds, args.baseline_ref, fixture_tree(Path(tmp)), "exclude: [], ethtool: none")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,10 @@ from fabricscope.collectors.host.config import AgentConfig, SinkConfig, load_con
 from fabricscope.collectors.host.ethtool_ioctl import EthtoolIoctl
 from fabricscope.collectors.host.gpu import make_gpu_collector
 from fabricscope.collectors.host.nic import EthtoolSource, NicCollector, SubprocessEthtool
+from fabricscope.collectors.host.pressure import PressureCollector, cgroup2_root
 from fabricscope.collectors.host.rdma import RdmaCollector
 from fabricscope.collectors.host.storage import StorageCollector
+from fabricscope.collectors.host.tcp import TcpCollector
 from fabricscope.collectors.selfmetrics import observe_poll
 from fabricscope.collectors.sinks.factory import Sink, make_sink
 from fabricscope.core.errors import ConfigError, FabricscopeError
@@ -78,6 +80,17 @@ class Agent:
                                      emit=self._emit_event, lib=nvml_lib, smi_binary=cfg.gpu.smi_binary)
             if gpu is not None:
                 self.tasks.append((cfg.gpu.interval_s, gpu))
+        # -- host pressure and TCP (#17) --
+        if cfg.tcp.enabled:
+            self.tasks.append((cfg.tcp.interval_s, TcpCollector(cfg.host, proc_root=cfg.proc_root,
+                                                                softnet=cfg.tcp.softnet)))
+        if cfg.pressure.enabled:
+            p = cfg.pressure
+            self.tasks.append((p.interval_s, PressureCollector(
+                cfg.host, proc_root=cfg.proc_root, cgroups=p.cgroups,
+                cgroup_root=Path(p.cgroup_root) if p.cgroup_root else cgroup2_root(cfg.proc_root, cfg.sys_root),
+                thermal_root=cfg.sys_root if p.thermal else None,
+                thermal_every=max(1, round(p.thermal_interval_s / p.interval_s)))))
 
     def run_collector(self, collector: Collector) -> list[Sample]:
         """One poll: samples and derived events go to the sink. Failures are logged, not raised."""
@@ -93,8 +106,11 @@ class Agent:
         observe_poll(f"{self.cfg.host}:{collector.name}", ok=True, seconds=time.monotonic() - t0,
                      samples=len(samples))
         events = self.detector.feed(samples) if collector.name in ("nic", "rdma") else []
+        submit, refused = self.sink.submit, 0  # bound once: ~500 samples a second go through here
         for s in samples:
-            self._submit("samples", s.to_json())
+            if not submit("samples", s.to_json()):
+                refused += 1
+        self.stats["not_queued"] += refused
         for e in events:
             log.info("agent %s: %s on %s", self.cfg.host, e.kind, e.source)
             self._submit("events", e.to_json())

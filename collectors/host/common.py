@@ -27,7 +27,7 @@ def extra_counter(prefix: str, key: str) -> str:
     return f"{prefix}_{name}" if name.endswith("_total") else f"{prefix}_{name}_total"
 
 
-def read_text(path: Path) -> str | None:
+def read_text(path: str | Path) -> str | None:
     """File contents stripped, or None where the kernel refuses (EINVAL on a down link's speed)."""
     try:  # os-level calls: pathlib.read_text costs 3x more, and the agent reads ~30 files per NIC
         fd = os.open(path, os.O_RDONLY)
@@ -42,7 +42,23 @@ def read_text(path: Path) -> str | None:
         return None
 
 
-def read_int(path: Path) -> int | None:
+def read_attr(path: str, dir_fd: int | None = None) -> str | None:
+    """A sysfs attribute (``path`` relative to ``dir_fd`` when given), stripped, or None: one read()
+    suffices (the kernel fills an attribute from a single page), which saves the EOF read that
+    read_text needs for procfs files of any size."""
+    try:
+        fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 8192).decode(errors="replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_int(path: str | Path) -> int | None:
     text = read_text(path)
     if text is None:
         return None

@@ -119,6 +119,23 @@ class GpuConfig(_Section):
     smi_binary: StrictStr = "nvidia-smi"
 
 
+# -- host pressure and TCP (#17): one block -----------------------------------------------------
+class TcpConfig(_Section):
+    enabled: StrictBool = True
+    interval_s: PositiveSeconds = 1.0
+    softnet: StrictBool = True  # /proc/net/softnet_stat backlog drops and time squeezes
+
+
+class PressureConfig(_Section):
+    enabled: StrictBool = True
+    interval_s: PositiveSeconds = 1.0
+    cgroups: Names = ()  # globs under the cgroup v2 root, e.g. system.slice/slurmstepd.scope/job_*
+    cgroup_root: StrictStr | None = None  # None: the cgroup2 mount in /proc/mounts, else <sys_root>/fs/cgroup
+    thermal: StrictBool = True
+    thermal_interval_s: PositiveSeconds = 10.0
+# -- end host pressure and TCP ------------------------------------------------------------------
+
+
 class _RuleFile(_Section):
     rate_per_s: NonNegative | None = None
     min_duration_s: NonNegative | None = None
@@ -153,7 +170,8 @@ class AgentConfig:
     events: EventConfig = EventConfig()
     sys_root: Path = Path("/sys")
     proc_root: Path = Path("/proc")
-
+    tcp: TcpConfig = TcpConfig()  # host pressure and TCP (#17)
+    pressure: PressureConfig = PressureConfig()
 
 
 class _AgentFile(_Section):
@@ -165,6 +183,8 @@ class _AgentFile(_Section):
     gpu: Annotated[GpuConfig, Field(default_factory=GpuConfig), _EMPTY]
     events: Annotated[_EventsFile, Field(default_factory=_EventsFile), _EMPTY]
     paths: Annotated[_PathsFile, Field(default_factory=_PathsFile), _EMPTY]
+    tcp: Annotated[TcpConfig, Field(default_factory=TcpConfig), _EMPTY]  # host pressure and TCP (#17)
+    pressure: Annotated[PressureConfig, Field(default_factory=PressureConfig), _EMPTY]
 
 
 def parse_config(raw: Any) -> AgentConfig:
@@ -188,7 +208,8 @@ def parse_config(raw: Any) -> AgentConfig:
                          f.events.link_flap, f.events.emit_open)
     return AgentConfig(host=f.host or default_host(), sink=sink, nic=f.nic, rdma=rdma, storage=f.storage,
                        gpu=f.gpu, events=events,
-                       sys_root=Path(f.paths.sys_root), proc_root=Path(f.paths.proc_root))
+                       sys_root=Path(f.paths.sys_root), proc_root=Path(f.paths.proc_root),
+                       tcp=f.tcp, pressure=f.pressure)  # host pressure and TCP (#17)
 
 
 def load_config(path: Path) -> AgentConfig:

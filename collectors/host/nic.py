@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from fabricscope.collectors.formats import Format, Reading
-from fabricscope.collectors.host.common import extra_counter, read_text, select
+from fabricscope.collectors.host.common import extra_counter, read_attr, read_text, select
 from fabricscope.collectors.host.ethtool_maps import DRIVERS, DriverMap, driver_map
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
@@ -43,6 +43,7 @@ STATE_FILES: tuple[str, ...] = ("operstate", "carrier", "speed", "carrier_change
 LEAN_STATE_FILES: tuple[str, ...] = ("operstate", "carrier", "carrier_down_count")
 OPER_UP = {"up": 1.0, "down": 0.0, "lowerlayerdown": 0.0, "dormant": 0.0, "notpresent": 0.0, "testing": 0.0}
 UNSUPPORTED_RETRY_S = 300.0
+REFRESH_POLLS = 600  # the per-interface file lists are rebuilt this often (10 min at 1 s)
 
 
 def parse_ethtool_stats(text: str) -> dict[str, float]:
@@ -126,9 +127,13 @@ def parse_netdev(files: Mapping[str, str], ts: float, source: str, extras: bool 
             out.append(Sample(ts, source, metric, float(int(text))))
         except ValueError:
             continue
-    oper = OPER_UP.get(files.get("operstate", ""))
-    if oper is None and files.get("carrier") in ("0", "1"):  # "unknown" (lo, tun): trust carrier
-        oper = float(files["carrier"])
+    oper, carrier = OPER_UP.get(files.get("operstate", "")), files.get("carrier")
+    if oper is None and carrier in ("0", "1"):  # "unknown" (lo, tun): trust carrier
+        oper = float(carrier)
+    elif oper == 1.0 and carrier == "0":
+        # operstate follows the carrier asynchronously (linkwatch work): right after a loss of
+        # carrier it may still say "up" for a while; the carrier bit is already down.
+        oper = 0.0
     if oper is not None:
         out.append(Sample(ts, source, "oper_up", oper))
     speed = _int(files.get("speed"))
@@ -146,7 +151,7 @@ def parse_netdev(files: Mapping[str, str], ts: float, source: str, extras: bool 
 def merge(base: Iterable[Sample], override: Iterable[Sample]) -> list[Sample]:
     """Samples of ``base`` and ``override``; on the same (metric, labels) ``override`` wins."""
     def key(s: Sample) -> tuple[str, tuple[tuple[str, str], ...]]:
-        return s.metric, tuple(sorted((s.labels or {}).items()))
+        return s.metric, tuple(sorted(s.labels.items())) if s.labels else ()
 
     out = {key(s): s for s in base}
     out.update((key(s), s) for s in override)
@@ -206,6 +211,9 @@ class NicCollector:
         # Extras (hundreds per mlx5 port) only every Nth poll: they are for digging, not alerting.
         self.extras_every, self._polls = max(1, extras_every), 0
         self._skip_until: dict[str, float] = {}  # interfaces whose driver has no ethtool stats
+        self._dirs: dict[str, int] = {}  # interface -> descriptor of its sysfs directory
+        self._files: dict[tuple[str, bool], list[str]] = {}  # (interface, lean) -> files a poll reads
+        self._drivers: dict[str, str | None] = {}
 
     def interfaces(self) -> list[str]:
         try:
@@ -214,26 +222,72 @@ class NicCollector:
             raise CollectionError(f"cannot list {self.sys_root / 'class/net'}: {exc}") from exc
         return select(names, self.include, self.exclude)
 
+    def _dir(self, iface: str) -> int | None:
+        """An open descriptor of the interface's sysfs directory, kept between polls: each file is then
+        opened relative to it (openat), so the kernel does not walk /sys/class/net/<if> (a symlink)
+        for every one of ~15 files per interface per second (bench/agent_cost.py)."""
+        fd = self._dirs.get(iface)
+        if fd is None:
+            try:
+                fd = os.open(os.path.join(self.sys_root, "class/net", iface), os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                return None
+            self._dirs[iface] = fd
+        return fd
+
+    def _names(self, iface: str, fd: int, lean: bool) -> list[str]:
+        """The files a poll reads, listed once per interface and mode (rebuilt every REFRESH_POLLS
+        polls and when a read fails: a driver reload may add or remove statistics files)."""
+        names = self._files.get((iface, lean))
+        if names is None:
+            stats, state = _listdir_at(fd, "statistics"), STATE_FILES
+            if lean:
+                # Do not read what will not be sent; speed and carrier_changes change rarely.
+                stats, state = [f for f in stats if f in NETDEV_STATS], LEAN_STATE_FILES
+            names = self._files[(iface, lean)] = [*state, *("statistics/" + f for f in stats)]
+        return names
+
+    def forget(self, iface: str) -> None:
+        """Drop what is cached of ``iface`` (it vanished, or was deleted and created again)."""
+        fd = self._dirs.pop(iface, None)
+        if fd is not None:
+            os.close(fd)
+        self._drivers.pop(iface, None)  # a new interface of that name may have another driver
+        for lean in (False, True):
+            self._files.pop((iface, lean), None)
+
+    def close(self) -> None:
+        for iface in list(self._dirs):
+            self.forget(iface)
+
     def fetch_sysfs(self, iface: str) -> dict[str, str]:
-        base = self.sys_root / "class/net" / iface
-        files: dict[str, str] = {}
-        stats, state = _listdir(base / "statistics"), tuple[str, ...](STATE_FILES)
-        if self.extras_every > 1 and self._polls % self.extras_every != 0:
-            # Do not read what will not be sent; speed and carrier_changes change rarely.
-            stats = [f for f in stats if f in NETDEV_STATS]
-            state = LEAN_STATE_FILES
-        for name in [*state, *("statistics/" + f for f in stats)]:
-            text = read_text(base / name)
-            if text is not None:
-                files[name] = text
-        return files
+        lean = self.extras_every > 1 and self._polls % self.extras_every != 0
+        for _ in range(2):  # a kept descriptor of a deleted-and-recreated interface reads nothing: once more
+            fd = self._dir(iface)
+            if fd is None:
+                return {}
+            files: dict[str, str] = {}
+            for name in self._names(iface, fd, lean):
+                text = read_attr(name, fd)
+                if text is not None:
+                    files[name] = text
+                elif name.startswith("statistics/"):
+                    self._files.pop((iface, lean), None)  # a statistics file went away: list them again
+            if files:
+                return files
+            self.forget(iface)
+        return {}
 
     def sysfs_driver(self, iface: str) -> str | None:
-        link = self.sys_root / "class/net" / iface / "device/driver"
+        if iface in self._drivers:  # a bound driver does not change under a live interface
+            return self._drivers[iface]
+        link = os.path.join(self.sys_root, "class/net", iface, "device/driver")
         try:
-            return os.path.basename(os.readlink(link))
+            driver: str | None = os.path.basename(os.readlink(link))
         except OSError:
-            return None  # virtual interface (veth, bridge): no device link
+            driver = None  # virtual interface (veth, bridge): no device link
+        self._drivers[iface] = driver
+        return driver
 
     def fetch_ethtool(self, iface: str) -> tuple[str | None, dict[str, float]]:
         if self.ethtool is None or self._skip_until.get(iface, 0.0) > time.monotonic():
@@ -261,18 +315,29 @@ class NicCollector:
     def poll(self) -> list[Sample]:
         out: list[Sample] = []
         try:
-            for iface in self.interfaces():
+            names = self.interfaces()
+            refresh, present = self._polls % REFRESH_POLLS == 0, set(names)
+            for iface in list(self._dirs):
+                if refresh or iface not in present:
+                    self.forget(iface)  # gone (veth of a finished container), or the periodic refresh
+            for iface in names:
                 out.extend(self.poll_iface(iface))
         finally:
             self._polls += 1  # after: the first poll (0) carries the extras
         return out
 
 
-def _listdir(path: Path) -> list[str]:
+def _listdir_at(dir_fd: int, name: str) -> list[str]:
     try:
-        return os.listdir(path)
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=dir_fd)
     except OSError:
         return []
+    try:
+        return os.listdir(fd)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
 
 
 def _guess_driver(stats: Mapping[str, float]) -> str | None:

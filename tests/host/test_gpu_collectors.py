@@ -272,7 +272,8 @@ class ListSink:
 
 def _cfg(**gpu: Any) -> Any:
     return parse_config({"host": "node", "sink": {"url": "http://127.0.0.1:9"}, "nic": {"enabled": False},
-                         "rdma": {"enabled": False}, "storage": {"enabled": False}, "gpu": gpu})
+                         "rdma": {"enabled": False}, "storage": {"enabled": False}, "gpu": gpu,
+                         "tcp": {"enabled": False}, "pressure": {"enabled": False}})  # on by default since #17 item 2
 
 
 def test_agent_runs_the_gpu_collector_and_ships_its_samples_and_xids() -> None:

@@ -1,0 +1,201 @@
+"""Host pressure: PSI stall time (``/proc/pressure/{cpu,io,memory}``, and the same files of the
+training job's cgroup v2 directories) and CPU thermal throttle counts.
+
+A rank whose CPU time is stolen (data-loader workers over the cgroup's quota, a noisy neighbour),
+whose memory is reclaimed or whose I/O stalls is a host-layer straggler; PSI measures exactly that
+time. ``total=`` is cumulative microseconds, so it becomes ``<resource>_pressure_seconds_total``
+(``level`` some|full); the averages (``avg10`` ...) are the kernel's own smoothing of it and are not
+kept (rates come from the counter). Thermal throttle counts are summed per host: core counts over
+CPUs, package counts once per package (every CPU of a package shows the same package counter).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from fabricscope.collectors.formats import Format, Reading
+from fabricscope.collectors.host.common import read_int, read_text
+from fabricscope.core.errors import ParseError
+from fabricscope.core.model import Sample, now
+
+log = logging.getLogger(__name__)
+
+RESOURCES = ("cpu", "io", "memory")
+LEVELS = ("some", "full")
+PSI_METRIC = {r: f"{r}_pressure_seconds_total" for r in RESOURCES}
+THROTTLE_METRIC = "cpu_thermal_throttle_total"
+
+
+def parse_psi(text: str) -> dict[str, float]:
+    """One PSI file (``some avg10=.. avg60=.. avg300=.. total=US`` / ``full ...``) -> {level: seconds}."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        level, _, rest = line.partition(" ")
+        if level not in LEVELS:
+            continue
+        for field in rest.split():
+            if field.startswith("total="):
+                try:
+                    out[level] = int(field[6:]) / 1e6
+                except ValueError as exc:
+                    raise ParseError(f"PSI {level}: total is not an integer: {field!r}") from exc
+    if not out:
+        raise ParseError("no 'some|full ... total=' PSI lines")
+    return out
+
+
+def psi_samples(resource: str, levels: dict[str, float], ts: float, source: str,
+                cgroup: str | None = None) -> list[Sample]:
+    metric = PSI_METRIC[resource]
+    return [Sample(ts, source, metric, v, {"level": lv, "cgroup": cgroup} if cgroup else {"level": lv})
+            for lv, v in levels.items()]
+
+
+class ThermalThrottle:
+    """Host sums of ``cpu*/thermal_throttle/{core,package}_throttle_count``. The CPU list and which
+    CPU speaks for each package are static, so they are resolved once (and again only if a read fails:
+    CPU hot-unplug); each poll then reads one file per CPU plus one per package."""
+
+    def __init__(self, sys_root: Path) -> None:
+        self.base = sys_root / "devices/system/cpu"
+        self._files: tuple[list[Path], list[Path]] | None = None
+
+    def _resolve(self) -> tuple[list[Path], list[Path]]:
+        core: list[Path] = []
+        package: list[Path] = []
+        seen: set[int | None] = set()
+        cpus = sorted(d for d in _listdir(self.base) if d.startswith("cpu") and d[3:].isdigit())
+        for cpu in cpus:
+            tt = self.base / cpu / "thermal_throttle"
+            if os.path.exists(tt / "core_throttle_count"):
+                core.append(tt / "core_throttle_count")
+            pkg = read_int(self.base / cpu / "topology/physical_package_id")
+            if os.path.exists(tt / "package_throttle_count") and pkg not in seen:
+                package.append(tt / "package_throttle_count")
+                seen.add(pkg)  # no topology (None): one package counter, never one per CPU
+        return core, package
+
+    def read(self) -> dict[str, float]:
+        if self._files is None:
+            self._files = self._resolve()
+        out: dict[str, float] = {}
+        for scope, files in zip(("core", "package"), self._files, strict=True):
+            if not files:
+                continue  # absent where the kernel has no thermal_throttle (VMs, non-x86): no sample
+            values = [read_int(f) for f in files]
+            if any(v is None for v in values):
+                self._files = None  # a CPU went away: resolve again next time, skip this one
+                return {}
+            out[scope] = float(sum(v for v in values if v is not None))
+        return out
+
+
+class PressureCollector:
+    """PSI of the host and of the named cgroups (globs under the cgroup v2 root), thermal throttling."""
+
+    name = "pressure"
+
+    def __init__(self, host: str, *, proc_root: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup"),
+                 cgroups: Sequence[str] = (), thermal_root: Path | None = Path("/sys"),
+                 thermal_every: int = 1) -> None:
+        self.host, self.proc_root, self.cgroup_root, self.cgroups = host, proc_root, cgroup_root, cgroups
+        self.thermal = ThermalThrottle(thermal_root) if thermal_root is not None else None
+        # Throttle counts move rarely and cost a read per CPU: not on every poll.
+        self.thermal_every, self._polls = max(1, thermal_every), 0
+
+    def _psi(self, base: Path, ts: float, cgroup: str | None) -> list[Sample]:
+        out: list[Sample] = []
+        for resource in RESOURCES:
+            text = read_text(base / f"{resource}.pressure" if cgroup else base / resource)
+            if text is None:
+                continue  # no PSI (psi=0, kernel < 4.20, cgroup gone): absent
+            try:
+                out += psi_samples(resource, parse_psi(text), ts, self.host, cgroup)
+            except ParseError as exc:
+                log.warning("pressure %s: %s %s: %s; skipped", self.host, cgroup or "host", resource, exc)
+        return out
+
+    def job_cgroups(self) -> list[str]:
+        """The cgroup directories the globs match now (jobs start and end: matched on every poll)."""
+        found: set[str] = set()
+        root = str(self.cgroup_root)
+        for pattern in self.cgroups:
+            for path in glob.glob(os.path.join(root, pattern.lstrip("/"))):
+                if os.path.isdir(path):
+                    found.add(os.path.relpath(path, root))
+        return sorted(found)
+
+    def poll(self) -> list[Sample]:
+        ts = now()
+        out = self._psi(self.proc_root / "pressure", ts, None)
+        for cg in self.job_cgroups():
+            out += self._psi(self.cgroup_root / cg, ts, cg)
+        if self.thermal is not None and self._polls % self.thermal_every == 0:
+            out += [Sample(ts, self.host, THROTTLE_METRIC, v, {"scope": scope})
+                    for scope, v in self.thermal.read().items()]
+        self._polls += 1
+        return out
+
+
+def cgroup2_root(proc_root: Path, sys_root: Path) -> Path:
+    """Where cgroup v2 is mounted: ``/sys/fs/cgroup`` on unified hosts, ``/sys/fs/cgroup/unified`` on
+    hybrid ones (systemd's v1+v2 layout); under ``sys_root`` when the host's /sys is mounted elsewhere."""
+    for line in (read_text(proc_root / "mounts") or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == "cgroup2" and parts[1].startswith("/sys/"):
+            return sys_root / parts[1].removeprefix("/sys/")
+    return sys_root / "fs/cgroup"
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+# -- `fabricscope parse` format: one PSI file; the resource is the file's name (cpu, io, memory,
+#    or cgroup v2's cpu.pressure ...). A dump of all three (`cat /proc/pressure/{cpu,io,memory}`, as
+#    recorded on the H200 machine) is read in that order, and says so in `problems`.
+def _groups(text: str) -> list[str]:
+    """The PSI files in ``text``: each starts at a ``some`` line (``full`` is absent for cpu before 5.13)."""
+    groups: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("some "):
+            groups.append([])
+        if line.strip():
+            if not groups:
+                raise ParseError("a PSI file starts with its 'some' line")
+            groups[-1].append(line)
+    return ["\n".join(g) for g in groups]
+
+
+def _read_psi(path: Path, device: str, ts: float) -> Reading:
+    groups = _groups(path.read_text())
+    resource = path.name.removesuffix(".txt").removesuffix(".pressure")
+    if len(groups) == len(RESOURCES) and resource not in RESOURCES:
+        samples = [s for r, g in zip(RESOURCES, groups, strict=True) for s in psi_samples(r, parse_psi(g), ts, device)]
+        return Reading(samples=samples, problems=["three PSI files in one: read as cpu, io, memory in that order"])
+    if len(groups) != 1:
+        raise ParseError(f"{len(groups)} PSI files in one input; expected 1, or cpu, io and memory in that order")
+    problems = []
+    if resource not in RESOURCES:
+        problems.append(f"resource not named by the file name {path.name!r}: read as cpu")
+        resource = "cpu"
+    return Reading(samples=psi_samples(resource, parse_psi(groups[0]), ts, device), problems=problems)
+
+
+def _looks_like_psi(_path: Path, head: str) -> bool:
+    lines = [line for line in head.splitlines() if line.strip()]
+    return 1 <= len(lines) <= 6 and all(line.split(" ", 1)[0] in LEVELS and "total=" in line for line in lines)
+
+
+FORMATS = (
+    Format("proc-pressure", "/proc/pressure/{cpu,io,memory} or a cgroup's <resource>.pressure (PSI stall "
+           "time, counters; the resource is taken from the file name; a dump of all three in that order)",
+           sniff=_looks_like_psi, read=_read_psi),
+)
