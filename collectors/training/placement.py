@@ -47,7 +47,8 @@ def _pci_path(sysfs_root: Path, link: Path) -> list[str]:
     return [p for p in parts[len(Path(devices).parts):] if p.startswith("pci") or ":" in p]
 
 
-def _common(a: list[str], b: list[str]) -> int:
+def common_prefix(a: list[str], b: list[str]) -> int:
+    """How many leading elements two PCIe paths share (root complex first): the deeper, the nearer."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
@@ -76,7 +77,7 @@ def nearest_rdma_device(gpu_pci: str, sysfs_root: str | Path = "/sys",
         path = _pci_path(root, root / "class" / "infiniband" / dev / "device")
         if not path:
             continue
-        score = _common(gpu, path)
+        score = common_prefix(gpu, path)
         if best is None or score > best[0]:  # ties keep the first in name order
             best = (score, dev)
     return best[1] if best else None

@@ -22,16 +22,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from fabricscope.collectors.training.placement import common_prefix
+
 FLAGS = ("cross_numa", "shared_nic", "rank_off_numa", "downtrained_link", "nccl_env_mismatch")
-
-
-def _common_prefix(a: list[str], b: list[str]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _host_nics(ranks: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -55,7 +48,7 @@ def nearest_nic(loc: dict[str, Any], nics: dict[str, dict[str, Any]]) -> str | N
     best: tuple[int, int, str] | None = None
     for name in sorted(nics):
         nloc = nics[name]
-        common = _common_prefix(list(gpu_path), list(nloc.get("nic_pcie_path") or []))
+        common = common_prefix(list(gpu_path), list(nloc.get("nic_pcie_path") or []))
         same_node = int(loc.get("gpu_numa") is not None and nloc.get("nic_numa") == loc.get("gpu_numa"))
         if common == 0 and not same_node:
             continue

@@ -24,28 +24,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fabricscope.collectors.host.gpu import parse_dcgm, parse_smi_xml, parse_topo_matrix  # noqa: E402
 from fabricscope.core.metrics import CATALOGUE  # noqa: E402
 from fabricscope.core.model import Sample  # noqa: E402
+from tests.host.canon import canon
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
 TS = 1_700_000_000.0
 
 
-def _canon(samples: list[Sample]) -> list[dict[str, Any]]:
-    rows = []
-    for s in samples:
-        row: dict[str, Any] = {"source": s.source, "metric": s.metric, "value": round(s.value, 9)}
-        if s.labels:
-            row["labels"] = dict(s.labels)
-        rows.append(row)
-    return sorted(rows, key=lambda r: (r["source"], r["metric"], sorted(r.get("labels", {}).items())))
-
-
 def _smi(raw: Path) -> Any:
-    return _canon(parse_smi_xml(raw.read_text(), TS, "node"))
+    return canon(parse_smi_xml(raw.read_text(), TS, "node"))
 
 
 def _dcgm(raw: Path) -> Any:
     r = parse_dcgm(raw.read_text(), TS, "node")
-    return {"samples": _canon(r.samples), "xids": r.xids, "unmapped": r.unmapped}
+    return {"samples": canon(r.samples), "xids": r.xids, "unmapped": r.unmapped}
 
 
 def _topo(raw: Path) -> Any:

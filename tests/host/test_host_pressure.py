@@ -12,7 +12,6 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,6 +27,7 @@ from fabricscope.collectors.host.tcp import (  # noqa: E402
 )
 from fabricscope.core.errors import ParseError  # noqa: E402
 from fabricscope.core.model import Sample  # noqa: E402
+from tests.host.canon import canon
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "host"
 CASES = sorted(p for p in FIXTURES.iterdir() if (p / "case.json").exists())
@@ -41,19 +41,9 @@ def _collect(case: Path) -> list[Sample]:
     return tcp.poll() + pressure.poll()
 
 
-def _canon(samples: list[Sample]) -> list[dict[str, Any]]:
-    rows = []
-    for s in samples:
-        row: dict[str, Any] = {"source": s.source, "metric": s.metric, "value": round(s.value, 9)}
-        if s.labels:
-            row["labels"] = dict(s.labels)
-        rows.append(row)
-    return sorted(rows, key=lambda r: (r["source"], r["metric"], sorted(r.get("labels", {}).items())))
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.name)
 def test_fixture_case(case: Path) -> None:
-    actual = _canon(_collect(case))
+    actual = canon(_collect(case))
     assert actual == json.loads((case / "expected.json").read_text())
     keys = [(r["metric"], tuple(sorted(r.get("labels", {}).items()))) for r in actual]
     assert len(keys) == len(set(keys)), "one value per series per poll"
@@ -189,5 +179,5 @@ def test_parse_values_match_the_collector() -> None:
 
 if __name__ == "__main__" and "--regen" in sys.argv:
     for case in CASES:
-        (case / "expected.json").write_text(json.dumps(_canon(_collect(case)), indent=1) + "\n")
+        (case / "expected.json").write_text(json.dumps(canon(_collect(case)), indent=1) + "\n")
         print("wrote", case / "expected.json")

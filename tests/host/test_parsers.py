@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fabricscope.collectors.host import nic, rdma, storage  # noqa: E402
 from fabricscope.core.model import Sample  # noqa: E402
+from tests.host.canon import canon
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TS = 1_700_000_000.0
@@ -84,18 +85,8 @@ COMPUTE: dict[str, Callable[[Path, dict[str, Any]], list[Sample]]] = {
 CASES = sorted(p for col in COMPUTE for p in (FIXTURES / col).iterdir() if (p / "case.json").exists())
 
 
-def _canon(samples: list[Sample]) -> list[dict[str, Any]]:
-    rows = []
-    for s in samples:
-        row: dict[str, Any] = {"source": s.source, "metric": s.metric, "value": round(s.value, 9)}
-        if s.labels:
-            row["labels"] = dict(s.labels)
-        rows.append(row)
-    return sorted(rows, key=lambda r: (r["source"], r["metric"], sorted(r.get("labels", {}).items())))
-
-
 def _actual(case: Path) -> list[dict[str, Any]]:
-    return _canon(COMPUTE[case.parent.name](case, json.loads((case / "case.json").read_text())))
+    return canon(COMPUTE[case.parent.name](case, json.loads((case / "case.json").read_text())))
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")
