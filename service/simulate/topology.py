@@ -36,8 +36,8 @@ class ClusterSpec:
     # Empty storage_device: no shared volume. random_storage_names() draws names that say nothing.
     data_mount: str = DATA_VOLUME
     ckpt_mount: str = CKPT_VOLUME
-    storage_device: str = ""
-    shared_volume: str = ""
+    storage_device: str = "store1"
+    shared_volume: str = "vol0"
 
     def __post_init__(self) -> None:
         if self.fabric not in ("roce", "ib"):
