@@ -107,10 +107,11 @@ MAX_OUTLIERS = 64
 NO_HISTORY_DISCOUNT = 0.7
 # -- series without peers (#15): a shared volume (a storage system's volume every host reads) is a
 # peer group of one; it is scored against its own history alone. Its excess is measured in units of
-# its own noise (MAD), but at least this share of its usual level (a gauge's usual wobble is ~10 %,
-# a volume "several-fold" slower is +100 % and more) and at least this share of the metric's floor
+# its own noise (MAD), but at least this share of its usual level (a gauge's usual wobble is ~10 %;
+# a volume "several-fold" slower is +100 % and more, and still +50 % in a sample that overlaps only
+# half of a short fault) and at least this share of the metric's floor
 # (FLOORS assumes a host's local volume; a storage system's latency level is its own).
-SOLO_REL_FLOOR = 0.25
+SOLO_REL_FLOOR = 0.15
 SOLO_FLOOR_SHARE = 0.1
 
 

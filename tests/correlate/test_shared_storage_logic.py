@@ -37,8 +37,8 @@ def test_a_solo_series_is_scored_on_its_own_history_with_a_floor_relative_to_its
                         "peer_mad": [0.0, 0.0], "peer_z": [np.nan, np.nan], "cur_w": [0.006, 0.0013]})
     hist = pd.DataFrame({"series_id": [3, 4], "hist_med": [0.0015, 0.0012], "hist_sigma": [0.00015, 0.00012]})
     scored = finish_scores(out, meta, hist).set_index("source")
-    # +0.0045 over a level of 0.0015: the floor is a quarter of the level (0.000375), not FLOORS' 0.002
-    assert math.isclose(scored.loc["st9x:v0", "score"], 0.0045 / 0.000375)
+    # +0.0045 over a level of 0.0015: the floor is 15 % of the level (0.000225), not FLOORS' 0.002
+    assert math.isclose(scored.loc["st9x:v0", "score"], 0.0045 / 0.000225)
     assert scored.loc["st9x:v0", "baseline"] == 0.0015
     assert scored.loc["kk2:v0", "score"] < 3  # its usual wobble is no anomaly
     # without any history a solo series cannot be judged: never a candidate
