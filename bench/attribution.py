@@ -37,7 +37,7 @@ from fabricscope.service.correlate.baseline import CHANGE_RUN  # noqa: E402
 from fabricscope.service.simulate.faults import FAULT_KINDS, LEVEL_CHANGE, kinds_for, make_fault, random_plan  # noqa: E402
 from fabricscope.service.simulate.generator import Scenario, generate  # noqa: E402
 from fabricscope.service.simulate.send import DirectSink, HttpSink, ScenarioSink, send_scenario  # noqa: E402
-from fabricscope.service.simulate.topology import ClusterSpec, build_cluster  # noqa: E402
+from fabricscope.service.simulate.topology import ClusterSpec, build_cluster, random_storage_names  # noqa: E402
 
 GPU_HOST_KINDS = ("gpu_thermal_throttle", "pcie_downtrain", "gpu_xid", "cpu_starved_loader", "tcp_retransmits")
 ACCURACY_CLUSTER = ClusterSpec(hosts=8, gpus_per_host=8, nics_per_host=4, leaves=2, spines=2)
@@ -88,12 +88,29 @@ def run_spec(i: int, rng: np.random.Generator, ib_every: int = 5) -> ClusterSpec
         lossless_priority=int(rng.choice([3, 4])), lossy_queue=int(rng.choice([0, 1])))
 
 
+# -- shared storage (#15): every run's cluster has a shared volume (a storage device every host's
+# loader reads) and local mounts named with random strings, drawn from a generator of their own so
+# the other draws of a seed stay as they were. Its kinds get their own totals in run_accuracy.
+STORAGE_KINDS = ("shared_volume_slow", "storage_slow")
+
+
+def with_storage(spec: ClusterSpec, seed: int, i: int) -> ClusterSpec:
+    return dataclasses.replace(spec, **random_storage_names(np.random.default_rng([seed, i, 15])))
+
+
+def print_storage_kinds(per_kind: dict[str, list[int]]) -> None:
+    for kind in STORAGE_KINDS:
+        n, d, lay, comp = per_kind.get(kind, [0, 0, 0, 0])
+        print(f"  storage (#15) {kind:18s} {n:4d}: detected {pct(d, n)} layer {pct(lay, d)} "
+              f"component {pct(comp, d)}")
+
+
 def accuracy_runs(n_runs: int, seed: int, only: list[str] | None = None, ib_every: int = 5) -> list[Scenario]:
     out = []
     t0 = 1.75e9
     for i in range(n_runs):
         rng = np.random.default_rng(seed * 1000 + i)
-        spec = run_spec(i, rng, ib_every)
+        spec = with_storage(run_spec(i, rng, ib_every), seed, i)
         cluster = build_cluster(spec)
         kinds = kinds_for(spec.fabric, only or []) or kinds_for(spec.fabric, list(FAULT_KINDS))
         steps = 80
@@ -214,6 +231,7 @@ def run_accuracy(dp: DataPath, n_runs: int, seed: int, only: list[str] | None = 
     new = [v for k, v in r["per_kind"].items() if k in GPU_HOST_KINDS]
     n, d, lay, comp = (sum(v[i] for v in new) for i in range(4))
     print(f"  GPU/host kinds (#17) {n:4d}: detected {pct(d, n)} layer {pct(lay, d)} component {pct(comp, d)}")
+    print_storage_kinds(r["per_kind"])  # #15
     for m in r["misses"][:15]:
         print("   miss:", m)
 

@@ -50,7 +50,7 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
     if st is None:
         if len(storage):
             comp = storage.iloc[0]["component"]
-            return {"layer": "storage", "component": comp, "confidence": cfg.storage_without_straggler_confidence,
+            return {"layer": "storage", "component": comp, "confidence": storage_confidence(storage, cfg),
                     "evidence": evidence_rows(ev, layer="storage", component=comp, n=n)}
         return unknown_cause(cfg.unknown_confidence)
     source = f"{st.host}:{st.gpu}" if (st.gpu and not st.host_level) else st.host
@@ -75,6 +75,15 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
     if st.host_level:
         return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing]}
     return {"layer": "compute", "component": source, "confidence": conf, "evidence": [timing]}
+
+
+def storage_confidence(storage: pd.DataFrame, cfg: EngineConfig = DEFAULT_CONFIG) -> float:
+    """A storage cause with no straggler (#15: a shared volume slows every rank alike): from a coin
+    toss up, with the evidence's strength and its margin over the next storage candidate."""
+    total = float(storage.iloc[0]["total"])
+    margin = 1.0 - (float(storage.iloc[1]["total"]) / total if len(storage) > 1 and total > 0 else 0.0)
+    return (cfg.storage_without_straggler_confidence
+            + cfg.storage_evidence_span * margin * (1 - math.exp(-total / cfg.net_total_scale)))
 
 
 def net_cause(ev: pd.DataFrame, coverage: float, cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:

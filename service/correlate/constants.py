@@ -105,6 +105,14 @@ PEER_MIN_Z = 3.0
 MAX_OUTLIERS = 64
 # A series without own history counts its peer score discounted: it could be always this high.
 NO_HISTORY_DISCOUNT = 0.7
+# -- series without peers (#15): a shared volume (a storage system's volume every host reads) is a
+# peer group of one; it is scored against its own history alone. Its excess is measured in units of
+# its own noise (MAD), but at least this share of its usual level (a gauge's usual wobble is ~10 %;
+# a volume "several-fold" slower is +100 % and more, and still +50 % in a sample that overlaps only
+# half of a short fault) and at least this share of the metric's floor
+# (FLOORS assumes a host's local volume; a storage system's latency level is its own).
+SOLO_REL_FLOOR = 0.15
+SOLO_FLOOR_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -202,6 +210,12 @@ class EngineConfig:
     # Confidence of a GPU named from its telemetry alone (no straggler, no network anomaly), before
     # the margin over other GPUs: the finding is specific, but the timings did not point at it.
     gpu_scan_confidence: float = 0.8
+
+    # -- shared storage (#15) ------------------------------------------------------------------------
+    # A storage cause with no straggler (every rank's data phase grew alike) rises from
+    # storage_without_straggler_confidence by up to this span with its evidence's strength
+    # (1 - exp(-total / net_total_scale)) and its margin over the next storage candidate.
+    storage_evidence_span: float = 0.35
 
 
 DEFAULT_CONFIG = EngineConfig()

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from fabricscope.service.correlate.constants import AFTERMATH_S, AFTERMATH_WEIGHT, MIN_SCORE, NO_HISTORY_DISCOUNT
+from fabricscope.service.correlate.constants import (
+    AFTERMATH_S,
+    AFTERMATH_WEIGHT,
+    MIN_SCORE,
+    NO_HISTORY_DISCOUNT,
+    SOLO_FLOOR_SHARE,
+    SOLO_REL_FLOOR,
+)
 
 SWITCH_ROLES = ("leaf_down", "leaf_up", "spine")
 # (role class, metric) -> (layer, target, weight). target: self | peer | link. Layer "@peer" = the
@@ -157,7 +164,13 @@ def series_groups(meta: pd.DataFrame, topo: Topo) -> pd.DataFrame:
     key = df["role"].astype(str) + "|" + df["metric"].astype(str) + "|" + df["labels"].astype(str)
     vol = df["role"] == "volume"
     key[vol] = key[vol] + "|" + df.loc[vol, "source"].str.split(":", n=1).str[1]
+    # #15: a volume of a storage system (not on a job host) is shared by all hosts: it has no peers,
+    # whatever its name, even if another storage system serves a volume of the same name.
+    job_hosts = {s for s, r in topo.role.items() if r == "host"}
+    shared = vol & ~df["source"].map(topo.host_of).isin(job_hosts)
+    key[shared] = key[shared] + "|" + df.loc[shared, "source"]
     df["grp"] = pd.factorize(key)[0].astype(int)
+    df["solo"] = df.groupby("grp")["series_id"].transform("size").eq(1) if len(df) else False
     df["gauge"] = df["kind"] == "gauge"
     df["floor"] = df["metric"].map(FLOORS).astype(float)
     df["net"] = ~vol
@@ -174,6 +187,15 @@ def finish_scores(out: pd.DataFrame, meta: pd.DataFrame, hist: pd.DataFrame) -> 
     own = (df["cur"] - df["hist_med"]) / np.maximum(df["hist_sigma"].fillna(0), df["floor"])
     df["baseline"] = df["hist_med"].where(df["hist_med"].notna(), df["peer_med"])
     df["score"] = np.where(own.notna(), np.minimum(df["peer_z"], own), NO_HISTORY_DISCOUNT * df["peer_z"])
+    # #15: no peer score (a series with no peers): its own history alone, on a floor relative to its
+    # own level; without history there is nothing to compare it with (score NaN, never a candidate).
+    solo = df["peer_z"].isna()
+    if solo.any():
+        s = df[solo]
+        floor = np.maximum.reduce([s["hist_sigma"].fillna(0).to_numpy(float),
+                                   SOLO_REL_FLOOR * s["hist_med"].abs().to_numpy(float),
+                                   SOLO_FLOOR_SHARE * s["floor"].to_numpy(float)])
+        df.loc[solo, "score"] = (s["cur"] - s["hist_med"]) / floor
     if "cur_w" in df.columns:  # anomalous only through the seconds before the window (AFTERMATH_S)?
         z_now = (df["cur_w"] - df["peer_med"]) / np.maximum(df["peer_mad"].fillna(0), df["floor"])
         df["aftermath"] = df["metric"].isin(AFTERMATH_S.keys()) & ~(z_now >= MIN_SCORE)

@@ -52,8 +52,9 @@ WHERE src.name = ANY(%(sources)s)
 # plus one row (series_id -1) counting the network series that had any sample in the window.
 OUTLIERS_SQL = """
 WITH meta AS (
-  SELECT * FROM unnest(%(ids)s::int[], %(grp)s::int[], %(gauge)s::bool[], %(floor)s::float8[], %(net)s::bool[])
-    AS t(series_id, grp, gauge, floor, net)
+  SELECT * FROM unnest(%(ids)s::int[], %(grp)s::int[], %(gauge)s::bool[], %(floor)s::float8[], %(net)s::bool[],
+                       %(solo)s::bool[])
+    AS t(series_id, grp, gauge, floor, net, solo)
 ), w AS MATERIALIZED (
   SELECT series_id, max(mr) AS mr, max(mv) AS mv,
          max(mr) FILTER (WHERE in_window) AS mr_w, max(mv) FILTER (WHERE in_window) AS mv_w FROM (
@@ -68,7 +69,7 @@ WITH meta AS (
     WHERE x.mv IS NOT NULL
   ) parts GROUP BY series_id
 ), v AS (
-  SELECT meta.series_id, meta.grp, meta.floor, CASE WHEN meta.gauge THEN w.mv ELSE w.mr END AS cur,
+  SELECT meta.series_id, meta.grp, meta.floor, meta.solo, CASE WHEN meta.gauge THEN w.mv ELSE w.mr END AS cur,
          CASE WHEN meta.gauge THEN w.mv_w ELSE w.mr_w END AS cur_w  -- the window alone, without lookback
   FROM meta JOIN w USING (series_id)
 ), g AS (
@@ -78,10 +79,15 @@ WITH meta AS (
 ), m AS (
   SELECT grp, 1.4826 * percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(cur - med)) AS mad FROM d GROUP BY grp
 ), z AS (
-  SELECT d.series_id, d.cur, d.med, m.mad, (d.cur - d.med) / greatest(m.mad, d.floor) AS peer_z, d.cur_w
+  SELECT d.series_id, d.cur, d.med, m.mad, (d.cur - d.med) / greatest(m.mad, d.floor) AS peer_z, d.cur_w,
+         d.solo
   FROM d JOIN m USING (grp)
 )
-(SELECT * FROM z WHERE peer_z >= %(min_z)s ORDER BY peer_z DESC LIMIT %(limit)s)
+(SELECT series_id, cur, med, mad, peer_z, cur_w FROM z WHERE NOT solo AND peer_z >= %(min_z)s
+ ORDER BY peer_z DESC LIMIT %(limit)s)
+UNION ALL  -- #15: series with no peers (a shared volume) come back with no peer score (NULL); their own
+           -- history judges them (finish_scores). Only groups of one are solo: a handful per job.
+(SELECT series_id, cur, med, mad, NULL, cur_w FROM z WHERE solo ORDER BY series_id LIMIT %(limit)s)
 UNION ALL
 SELECT -1, (SELECT count(*) FROM w JOIN meta USING (series_id) WHERE meta.net)::float8, NULL, NULL, NULL, NULL
 """
@@ -135,6 +141,7 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     lb = meta["lookback"] > 0
     params = {"ids": meta["series_id"].tolist(), "grp": meta["grp"].tolist(), "gauge": meta["gauge"].tolist(),
               "floor": meta["floor"].tolist(), "net": meta["net"].tolist(), "ws": ws, "we": we,
+              "solo": (meta["solo"] if "solo" in meta else pd.Series(False, index=meta.index)).tolist(),
               "lb_ids": meta.loc[lb, "series_id"].tolist(), "lb_s": meta.loc[lb, "lookback"].tolist(),
               "min_z": min_z, "limit": limit}
     df = _frame(conn, OUTLIERS_SQL, params)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricscope.service.simulate.topology import CKPT_VOLUME, DATA_VOLUME, Cluster
+from fabricscope.service.simulate.topology import Cluster
 
 # kind -> (layer, variants). The component naming rule per kind is in `make_fault`.
 FAULT_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -33,6 +33,8 @@ FAULT_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpu_xid": ("compute", ("",)),
     "cpu_starved_loader": ("host", ("",)),
     "tcp_retransmits": ("nic", ("",)),  # a socket transport (gloo, NCCL over sockets): no RDMA counter moves
+    # #15: the shared volume every host's loader reads gets slow: every rank's data phase grows alike
+    "shared_volume_slow": ("storage", ("",)),
 }
 # Kinds that exist on one fabric flavour only (ClusterSpec.fabric); the others happen on both.
 FABRIC_ONLY: dict[str, tuple[str, ...]] = {
@@ -43,9 +45,11 @@ FABRIC_ONLY: dict[str, tuple[str, ...]] = {
 }
 
 
-def kinds_for(fabric: str, kinds: list[str]) -> list[str]:
-    """The kinds of `kinds` that can happen on a `fabric` (roce | ib) cluster."""
-    return [k for k in kinds if fabric in FABRIC_ONLY.get(k, (fabric,))]
+def kinds_for(fabric: str, kinds: list[str], shared_volume: bool = True) -> list[str]:
+    """The kinds of `kinds` that can happen on a `fabric` (roce | ib) cluster (with or without a
+    shared volume, #15)."""
+    return [k for k in kinds if fabric in FABRIC_ONLY.get(k, (fabric,))
+            and (shared_volume or k != "shared_volume_slow")]
 # A legitimate change of the job's step time (new training phase): not a fault, the baseline adapts.
 LEVEL_CHANGE = "level_change"
 
@@ -113,7 +117,11 @@ def make_fault(cluster: Cluster, kind: str, *, start_step: int, steps: int, seve
     elif kind == "storage_slow":
         host = int(rng.integers(len(cluster.hosts)))
         target = 2 * host + (1 if variant == "ckpt" else 0)
-        component = f"{cluster.hosts[host]}:{CKPT_VOLUME if variant == 'ckpt' else DATA_VOLUME}"
+        component = cluster.volumes[target]  # #15: mount paths are random, they say nothing
+    elif kind == "shared_volume_slow":
+        if cluster.shared_source is None:
+            raise ValueError("shared_volume_slow needs a cluster with a shared volume (ClusterSpec.storage_device)")
+        target, component = 0, cluster.shared_source
     elif kind in ("gpu_thermal_throttle", "pcie_downtrain", "gpu_xid"):
         target = int(rng.integers(cluster.ranks))
         component = cluster.rank_source(target)
@@ -135,7 +143,7 @@ def random_plan(cluster: Cluster, rng: np.random.Generator, *, n_steps: int, n_f
                 kinds: list[str] | None = None, warmup: int = 16, gap: int = 3, ckpt_every: int = 10,
                 severity: tuple[float, float] = (0.08, 0.8), max_len: int = 6) -> list[Fault]:
     """Non-overlapping faults of varied kind, size, start and length, with healthy gaps between."""
-    kinds = kinds_for(cluster.spec.fabric, kinds or list(FAULT_KINDS))
+    kinds = kinds_for(cluster.spec.fabric, kinds or list(FAULT_KINDS), cluster.shared_source is not None)
     if not kinds and n_faults:
         raise ValueError(f"none of the fault kinds asked for happens on a {cluster.spec.fabric} fabric")
     faults: list[Fault] = []

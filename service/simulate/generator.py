@@ -13,7 +13,8 @@ from fabricscope.service.simulate.counters import Streams, build_streams
 from fabricscope.service.simulate.devices import build_device_streams
 from fabricscope.service.simulate.faults import LEVEL_CHANGE, Fault, random_plan
 from fabricscope.service.simulate.model import JobSpec, Noise, Timeline, run
-from fabricscope.service.simulate.topology import CKPT_VOLUME, Cluster, ClusterSpec, build_cluster
+from fabricscope.service.simulate.shared_storage import build_shared_storage_streams
+from fabricscope.service.simulate.topology import Cluster, ClusterSpec, build_cluster
 
 SLOW_TRUTH = 0.06  # a fault adding >= 6% to the step is a slow step the engine must find
 HEALTHY_TRUTH = 0.03  # under 3% the step counts as healthy; in between is not scored
@@ -93,10 +94,10 @@ class Scenario:
         out: list[dict[str, Any]] = []
         host = np.asarray(self.cluster.rank_host)
         for s in np.flatnonzero(tl.ckpt_steps):
-            for h, name in enumerate(self.cluster.hosts):
+            for h in range(len(self.cluster.hosts)):
                 r = int(np.flatnonzero(host == h)[0])
                 end = float(tl.coll_start[s, r, -1]) + self.t0 + float(self.host_skew[h])
-                out.append({"kind": "checkpoint", "source": f"{name}:{CKPT_VOLUME}", "job": self.job,
+                out.append({"kind": "checkpoint", "source": self.cluster.volumes[2 * h + 1], "job": self.job,
                             "start": end - float(tl.ckpt[s, r]), "end": end,
                             "attrs": {"step": int(s), "bytes": self.spec.ckpt_bytes}})
         for e in self.device_events:  # #17: XIDs, on their host's clock
@@ -171,6 +172,9 @@ def generate(spec: ClusterSpec | None = None, *, job: str = "sim-job", steps: in
     dev, device_events = build_device_streams(cluster, jspec, tl, faults, rng=np.random.default_rng([seed, 17]),
                                               interval=interval, host_skew=host_skew, missing=missing)
     streams = concat_streams(streams, dev)
+    # #15: the shared volume's streams, from an rng of their own too
+    streams = concat_streams(streams, build_shared_storage_streams(
+        cluster, tl, faults, rng=np.random.default_rng([seed, 15]), interval=interval, missing=missing))
     dropped_steps = rng.random(tl.start.shape) < missing / 2
     dropped_coll = rng.random(tl.coll_start.shape) < missing / 2
     start = t0 if t0 is not None else 1.7e9 + seed * 86400.0

@@ -134,6 +134,8 @@ def run(cluster: Cluster, spec: JobSpec, noise: Noise, faults: list[Fault]) -> T
                 data_add[host == f.target // 2] += extra
             elif f.kind == "storage_slow":
                 ckpt_mult[f.target // 2] *= 1.0 + extra / spec.ckpt_s
+            elif f.kind == "shared_volume_slow":  # #15: every loader waits on the same volume
+                data_add += extra
             elif f.kind in ("gpu_thermal_throttle", "gpu_xid"):  # #17: one GPU computes slower
                 comp_mult[f.target] *= 1.0 + extra / spec.compute_s
             elif f.kind == "pcie_downtrain":  # #17: its copies and its hop of the ring are slower

@@ -30,6 +30,14 @@ class ClusterSpec:
     lossless_priority: int = 3  # the RoCE traffic class: its queue and PFC priority
     lossy_queue: int = 0  # the queue of everything else (TCP, storage)
     port_prefix: str = "Ethernet"  # Ethernet12, swp12, Eth1/12, p12
+    # -- storage (#15): the hosts' local mounts (the same path on every host), and a shared volume
+    # (an NFS/Lustre/object gateway) every host's data loader reads: `storage_device` declared in the
+    # topology as kind storage with `volumes`, its series' source `storage_device:shared_volume`.
+    # Empty storage_device: no shared volume. random_storage_names() draws names that say nothing.
+    data_mount: str = DATA_VOLUME
+    ckpt_mount: str = CKPT_VOLUME
+    storage_device: str = "store1"
+    shared_volume: str = "vol0"
 
     def __post_init__(self) -> None:
         if self.fabric not in ("roce", "ib"):
@@ -54,7 +62,7 @@ class Cluster:
     leaf_down: list[str]  # leaf port facing nics[i], aligned with nics
     leaf_up: list[str]  # leafL:EthernetP toward spine S, (leaf, spine) major
     spine_ports: list[str]  # spineS:EthernetL, aligned with leaf_up
-    volumes: list[str]  # host:/mnt/data, host:/mnt/ckpt, host-major
+    volumes: list[str]  # host:<data mount>, host:<checkpoint mount>, host-major
     rank_host: list[int]
     rank_gpu: list[str]
     rank_nic: list[int]  # index into nics
@@ -71,9 +79,18 @@ class Cluster:
     def rank_source(self, rank: int) -> str:
         return f"{self.hosts[self.rank_host[rank]]}:{self.rank_gpu[rank]}"
 
+    @property
+    def shared_source(self) -> str | None:
+        """The shared volume's source (`device:volume`), None without one (#15)."""
+        sp = self.spec
+        return f"{sp.storage_device}:{sp.shared_volume}" if sp.storage_device else None
+
     def topology_body(self) -> dict[str, Any]:
         """The `PUT /v1/topology` body."""
         devices: list[dict[str, Any]] = [{"name": h, "kind": "host"} for h in self.hosts]
+        if self.spec.storage_device:  # #15: the shared storage system and the volume it serves
+            devices.append({"name": self.spec.storage_device, "kind": "storage",
+                            "volumes": [self.spec.shared_volume]})
         devices += [{"name": f"leaf{i + 1}", "kind": "switch", "role": "leaf"} for i in range(self.spec.leaves)]
         devices += [{"name": f"spine{i + 1}", "kind": "switch", "role": "spine"} for i in range(self.spec.spines)]
         links = [{"a": n, "b": p, "speed_bps": self.spec.link_speed_bps}
@@ -109,7 +126,7 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     pp = spec.port_prefix
     leaf_up = [f"leaf{lf + 1}:{pp}{first_up + s}" for lf in range(spec.leaves) for s in range(spec.spines)]
     spine_ports = [f"spine{s + 1}:{pp}{lf + 1}" for lf in range(spec.leaves) for s in range(spec.spines)]
-    volumes = [f"{h}:{v}" for h in hosts for v in (DATA_VOLUME, CKPT_VOLUME)]
+    volumes = [f"{h}:{v}" for h in hosts for v in (spec.data_mount, spec.ckpt_mount)]
     rank_host, rank_gpu, rank_nic = [], [], []
     for h in range(spec.hosts):
         for g in range(spec.gpus_per_host):
@@ -118,3 +135,17 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
             rank_nic.append(h * spec.nics_per_host + g * spec.nics_per_host // spec.gpus_per_host)
     return Cluster(spec, hosts, nics, nic_host, leaf_down, leaf_up, spine_ports, volumes,
                    rank_host, rank_gpu, rank_nic, host_leaf)
+
+
+# -- storage names (#15) ----------------------------------------------------------------------------
+
+def _word(rng: Any, n: int) -> str:
+    return "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz0123456789"), n))
+
+
+def random_storage_names(rng: Any) -> dict[str, str]:
+    """ClusterSpec fields (for dataclasses.replace) naming the local mounts and the shared volume
+    with random strings: nothing in a name says data, checkpoint or shared (`rng`: numpy Generator)."""
+    a, b = (f"/{_word(rng, 3)}/{_word(rng, 6)}" for _ in range(2))
+    return {"data_mount": a, "ckpt_mount": b if b != a else b + "x", "storage_device": _word(rng, 7),
+            "shared_volume": _word(rng, 5)}

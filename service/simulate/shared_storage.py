@@ -1,0 +1,59 @@
+"""The shared volume's streams (#15): one NFS/Lustre/object-gateway volume every host's data loader
+reads each step, as its storage system's collector reports it (source `device:volume`).
+
+Healthy: reads follow the job's data phases, the latency gauge wobbles around its own level (drawn
+per run: nothing in the engine may assume one). `shared_volume_slow`: the latency rises several-fold
+over the fault's window while ops and bytes keep their rate (the loaders still read every batch,
+each read just takes longer). Its own generator, so adding it leaves a seed's other streams as they were.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fabricscope.service.simulate.counters import Streams
+from fabricscope.service.simulate.faults import Fault
+from fabricscope.service.simulate.model import Timeline
+from fabricscope.service.simulate.topology import Cluster
+
+BATCH_BYTES = 2e9  # per host per second of loading, at full step rate
+BATCH_OPS = 2e4
+
+
+def _overlap(edges: np.ndarray, a: float, b: float) -> np.ndarray:
+    lo, hi = np.maximum(edges[:-1], a), np.minimum(edges[1:], b)
+    return np.clip(hi - lo, 0.0, None) / np.diff(edges)
+
+
+def build_shared_storage_streams(cluster: Cluster, tl: Timeline, faults: list[Fault], *, rng: np.random.Generator,
+                                 interval: float = 2.0, lead_s: float = 30.0, missing: float = 0.005) -> Streams:
+    """Read bytes, read ops and read latency of the cluster's shared volume (empty without one)."""
+    source = cluster.shared_source
+    job_end = float(tl.end[-1].max())
+    edges = np.arange(-lead_s - interval, job_end + 2 * interval, interval)
+    nt = len(edges) - 1
+    if source is None:
+        return Streams([], [], [], [], np.zeros((0, nt)), np.zeros((0, nt)), np.zeros((0, nt), bool))
+    step_start, step_end = tl.start.min(axis=1), tl.end.max(axis=1)
+    busy = np.zeros(nt)
+    for s0, s1 in zip(step_start, step_end, strict=False):
+        busy += _overlap(edges, s0, s1)
+    busy = busy / max(busy.max(), 1e-9)
+    hosts = len(cluster.hosts)
+    level = float(rng.uniform(0.0005, 0.004))  # the volume's usual read latency
+    latency = level * rng.normal(1.0, 0.1, nt).clip(0.5)
+    for f in faults:
+        if f.kind != "shared_volume_slow":
+            continue
+        last = min(f.start_step + f.steps, len(step_start)) - 1
+        frac = _overlap(edges, float(step_start[f.start_step]), float(step_end[last]))
+        latency = latency * (1.0 + (rng.uniform(2.0, 6.0) - 1.0) * frac)
+    dt = np.diff(edges)
+    rates = np.vstack([busy * BATCH_BYTES * hosts, busy * BATCH_OPS * hosts]) * rng.normal(1.0, 0.02, (2, nt))
+    counters = rng.integers(0, 2**40, (2, 1)).astype(float) + np.cumsum(np.round(rates * dt), axis=1)
+    values = np.vstack([counters, latency[None, :]])
+    ts = np.repeat((edges[1:] + rng.uniform(0, 0.2))[None, :], 3, axis=0)
+    keep = rng.random(values.shape) >= missing
+    keep[:, :2] = True
+    return Streams([source] * 3, ["read_bytes_total", "read_ops_total", "read_latency_seconds"], [None] * 3,
+                   ["counter", "counter", "gauge"], ts, values, keep)

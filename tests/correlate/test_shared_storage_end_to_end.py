@@ -1,0 +1,91 @@
+"""Shared and neutrally named volumes (#15), simulated, sent through the real ingest API into the real
+database, then attributed. A shared volume (a storage system's volume every host's loader reads) has
+no peers: every rank's data phase grows alike, no rank straggles, and only the volume's own history
+shows its read latency rose. Local mounts are named with random strings: nothing says checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import psycopg
+
+from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.simulate.faults import Fault, make_fault
+from fabricscope.service.simulate.generator import Scenario, generate
+from fabricscope.service.simulate.send import HttpSink, send_scenario
+from fabricscope.service.simulate.topology import ClusterSpec, build_cluster, random_storage_names
+
+_slot = itertools.count()
+ENGINE = AttributionEngine()
+
+
+def _spec(seed: int) -> ClusterSpec:
+    return dataclasses.replace(ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2),
+                               **random_storage_names(np.random.default_rng(seed)))
+
+
+def _send(url: str, spec: ClusterSpec, faults: list[Fault], *, seed: int, name: str) -> Scenario:
+    sc = generate(spec, job=f"e2e15-{name}-{next(_slot)}", steps=32, faults=faults, seed=seed,
+                  t0=1.68e9 + next(_slot) * 5000.0)
+    sink = HttpSink(url)
+    try:
+        send_scenario(sink, sc)
+    finally:
+        sink.close()
+    return sc
+
+
+def test_a_slow_shared_volume_is_named_from_its_own_history(service_url: str, db_conn: psycopg.Connection) -> None:
+    spec = _spec(11)
+    f = make_fault(build_cluster(spec), "shared_volume_slow", start_step=20, steps=4, severity=0.15,
+                   rng=np.random.default_rng(0))
+    assert f.component == f"{spec.storage_device}:{spec.shared_volume}"
+    sc = _send(service_url, spec, [f], seed=7, name="shared")
+    slow = [t for t in sc.truth.values() if t.slow]
+    assert slow
+    for t in slow:
+        a = ENGINE.attribute_step(db_conn, job=sc.job, step=t.step)
+        assert a is not None and a["slow"], (t, a)
+        assert (a["layer"], a["component"]) == ("storage", f.component), a
+        lat = [e for e in a["evidence"] if e["source"] == f.component and e["metric"] == "read_latency_seconds"]
+        # the evidence compares the volume with its own past: several-fold above it
+        assert lat and lat[0]["value"] > 1.5 * lat[0]["baseline"], a["evidence"]
+        assert not [e for e in a["evidence"] if e.get("kind") == "timing"]  # no rank straggled
+        assert a["confidence"] > 0.3, a
+    for s in (t.step for t in sc.truth.values() if t.slow is False and t.step > 8):
+        a = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
+        assert a is not None and not a["slow"], a
+
+
+def test_a_quiet_shared_volume_is_not_blamed(service_url: str, db_conn: psycopg.Connection) -> None:
+    """The shared volume comes back on every slow step (no peers), but only counts above its own
+    history: a straggling GPU is still the GPU."""
+    spec = _spec(12)
+    f = make_fault(build_cluster(spec), "gpu_straggler", start_step=20, steps=3, severity=0.3,
+                   rng=np.random.default_rng(1))
+    sc = _send(service_url, spec, [f], seed=8, name="quiet")
+    slow = [t for t in sc.truth.values() if t.slow]
+    assert slow
+    for t in slow:
+        a = ENGINE.attribute_step(db_conn, job=sc.job, step=t.step)
+        assert a is not None and (a["layer"], a["component"]) == ("compute", f.component), a
+        assert not [e for e in a["evidence"] if e["source"].startswith(spec.storage_device + ":")], a
+
+
+def test_a_slow_checkpoint_on_a_neutrally_named_volume_names_that_volume(service_url: str,
+                                                                         db_conn: psycopg.Connection) -> None:
+    spec = _spec(13)
+    cluster = build_cluster(spec)
+    f = make_fault(cluster, "storage_slow", start_step=19, steps=2, severity=0.3, variant="ckpt",
+                   rng=np.random.default_rng(2))
+    assert f.component == cluster.volumes[f.target] and "ckpt" not in f.component
+    sc = _send(service_url, spec, [f], seed=9, name="ckpt")
+    slow = [t for t in sc.truth.values() if t.slow]
+    assert slow
+    for t in slow:
+        a = ENGINE.attribute_step(db_conn, job=sc.job, step=t.step)
+        assert a is not None and (a["layer"], a["component"]) == ("storage", f.component), a
+        assert any(e["source"] == f.component and e["metric"] == "write_latency_seconds"
+                   for e in a["evidence"]), a["evidence"]
