@@ -26,7 +26,7 @@ from fabricscope.service.correlate.causes import (
     unknown_cause,
     work_cause,
 )
-from fabricscope.service.correlate.constants import DEFAULT_CONFIG, SEQ_LOOKAHEAD_STEPS, EngineConfig
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
 from fabricscope.service.correlate.decompose import decompose, find_straggler
 from fabricscope.service.correlate.device_probe import gpu_or_network, with_device_evidence
 from fabricscope.service.correlate.direction import follow_backpressure
@@ -128,14 +128,11 @@ class AttributionEngine:
     def _attribute(self, conn: Any, *, job: str, step: int, store: bool) -> Attribution | None:
         cfg = self.config
         ranks, topo, meta = self._job_topo(conn, job)
-        # later steps that exist already are read too: a small sustained shift is proven a few
-        # steps after its onset, and a GET of an old step gets the final answer (baseline.py)
-        summ = self._step_summaries(conn, job, step - cfg.history_steps, step + SEQ_LOOKAHEAD_STEPS, len(ranks))
-        at = summ.index[summ["step"] == step]
-        if len(at) == 0:
+        summ = self._step_summaries(conn, job, step - cfg.history_steps, step, len(ranks))
+        if summ.empty or int(summ["step"].iloc[-1]) != step:
             return None
         bl = _baselines_for(summ)
-        i = int(at[0])
+        i = len(summ) - 1
         row = summ.iloc[i]
         d, start = float(row["dur"]), float(row["start"])
         base, thr = float(bl.base[i]), float(bl.threshold[i])
@@ -200,14 +197,13 @@ class AttributionEngine:
         if rng is None:
             return []
         ranks, _, _ = self._job_topo(conn, job)
-        summ = self._step_summaries(conn, job, rng[0] - self.config.history_steps, rng[1] + SEQ_LOOKAHEAD_STEPS,
-                                    len(ranks))
+        summ = self._step_summaries(conn, job, rng[0] - self.config.history_steps, rng[1], len(ranks))
         bl = _baselines_for(summ)
         lo = from_ts.timestamp() if from_ts else -math.inf
         hi = to_ts.timestamp() if to_ts else math.inf
         out: list[StepRow] = []
         for j, (s, start, d) in enumerate(zip(summ["step"], summ["start"], summ["dur"], strict=False)):
-            if not rng[0] <= s <= rng[1] or not lo <= start <= hi or (slow_only and not bl.slow[j]):
+            if s < rng[0] or not lo <= start <= hi or (slow_only and not bl.slow[j]):
                 continue
             b = bl.base[j]
             out.append({"step": int(s), "start": _iso(float(start)), "duration_s": round(float(d), 6),
@@ -229,7 +225,6 @@ class AttributionEngine:
             nics = [s for s, r in topo.role.items() if r == "nic"][:cfg.horizon_probe_nics]
             horizon = q.telemetry_horizon(conn, sources=nics) if nics else None
             now = time.time()
-            judged: list[int] = []
             for step, end, n in rows:
                 complete = n >= len(ranks) or (top_step is not None and step <= top_step - cfg.final_lag_steps)
                 telemetry_in = (horizon is None or horizon >= end + cfg.telemetry_margin_s
@@ -237,29 +232,10 @@ class AttributionEngine:
                 if not (complete and telemetry_in):
                     break  # later steps wait too: baselines are built in order
                 self.attribute_step(conn, job=j, step=step, store=True)
-                judged.append(step)
                 done += 1
                 if done >= limit:
-                    break
-            if judged:
-                done += self._restate(conn, job=j, lo=judged[0] - SEQ_LOOKAHEAD_STEPS, hi=judged[-1])
-            if done >= limit:
-                return done
+                    return done
         return done
-
-    def _restate(self, conn: Any, *, job: str, lo: int, hi: int) -> int:
-        """Re-attribute the stored steps in [lo, hi) whose slow flag the steps since changed: a
-        shift proven only now began earlier (its onset is marked back), or a segment's end is now
-        proven (the steps after it are healthy). Steps before `lo` were stored with their whole
-        look-ahead already. Returns how many were re-attributed."""
-        ranks, _, _ = self._job_topo(conn, job)
-        summ = self._step_summaries(conn, job, lo - self.config.history_steps, hi + SEQ_LOOKAHEAD_STEPS, len(ranks))
-        now = dict(zip(summ["step"].astype(int), _baselines_for(summ).slow, strict=True))
-        stored = {int(r[0]): bool(r[1]) for r in q.stored_attributions(conn, job=job, lo=lo, hi=hi - 1)}
-        changed = [s for s, slow in sorted(stored.items()) if s in now and bool(now[s]) != slow]
-        for s in changed:
-            self.attribute_step(conn, job=job, step=s, store=True)
-        return len(changed)
 
     def job_report(self, conn: Any, *, job: str, from_ts: datetime | None = None,
                    to_ts: datetime | None = None) -> dict[str, Any]:
