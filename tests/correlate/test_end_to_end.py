@@ -14,8 +14,8 @@ import pytest
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
 from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
-from fabricscope.service.simulate.send import HttpSink, send_scenario
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
+from tests.correlate.scenarios import post
 
 SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
 STEPS = 32
@@ -38,12 +38,7 @@ def _fault(kind: str, variant: str, seed: int, start: int = 20, steps: int = 3, 
 def _send(url: str, faults: list[Fault], *, seed: int, name: str, **kw: Any) -> Scenario:
     sc = generate(SPEC, job=f"e2e-{name}-{next(_slot)}", steps=STEPS, faults=faults, seed=seed,
                   t0=1.72e9 + next(_slot) * 5000.0, **kw)
-    sink = HttpSink(url)
-    try:
-        send_scenario(sink, sc)
-    finally:
-        sink.close()
-    return sc
+    return post(url, sc)
 
 
 def _check_evidence(conn: psycopg.Connection, a: dict[str, Any], start: float) -> None:
@@ -110,11 +105,7 @@ def test_missing_telemetry_lowers_confidence(service_url: str, db_conn: psycopg.
     t_a, t_b = float(gap.timeline.start[f.start_step].min()) - 5, float(gap.timeline.end[22].max()) + 10
     st.keep[rows[:, None] & (st.ts > t_a) & (st.ts < t_b)] = False
     gap.job, gap.t0 = f"e2e-gap-{next(_slot)}", 1.72e9 + next(_slot) * 5000.0
-    sink = HttpSink(service_url)
-    try:
-        send_scenario(sink, gap)
-    finally:
-        sink.close()
+    post(service_url, gap)
     for s in (20, 21, 22):
         a_full = ENGINE.attribute_step(db_conn, job=full.job, step=s)
         a_gap = ENGINE.attribute_step(db_conn, job=gap.job, step=s)
@@ -170,11 +161,7 @@ def test_a_link_that_went_down_just_before_a_step_explains_it(service_url: str, 
     for i, (src, m) in enumerate(zip(st.sources, st.metrics, strict=True)):
         if src in ends and st.kinds[i] == "counter":  # no other evidence: errors, retransmits stay flat
             st.values[i] = st.values[i, 0] + (m == "link_down_total") * (st.ts[i] >= t_down)
-    sink = HttpSink(service_url)
-    try:
-        send_scenario(sink, sc)
-    finally:
-        sink.close()
+    post(service_url, sc)
     a = ENGINE.attribute_step(db_conn, job=sc.job, step=f.start_step)
     assert a is not None and a["slow"]
     assert ((a["layer"], a["component"]) == ("link", f.component)) is explained, a

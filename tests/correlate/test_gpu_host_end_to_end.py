@@ -13,8 +13,8 @@ import pytest
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
-from fabricscope.service.simulate.send import HttpSink, send_scenario
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
+from tests.correlate.scenarios import post
 
 SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
 STEPS = 32
@@ -36,12 +36,7 @@ CASES: list[tuple[str, str, set[str]]] = [
 def _send(url: str, faults: list[Fault], *, seed: int, name: str, spec: ClusterSpec = SPEC) -> Scenario:
     sc = generate(spec, job=f"e2e17-{name}-{next(_slot)}", steps=STEPS, faults=faults, seed=seed,
                   t0=1.69e9 + next(_slot) * 5000.0)
-    sink = HttpSink(url)
-    try:
-        send_scenario(sink, sc)
-    finally:
-        sink.close()
-    return sc
+    return post(url, sc)
 
 
 def _stored(conn: psycopg.Connection, e: dict[str, Any], lo: float, hi: float) -> tuple[float, float]:

@@ -14,8 +14,8 @@ import pytest
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
-from fabricscope.service.simulate.send import HttpSink, send_scenario
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
+from tests.correlate.scenarios import post
 
 ROCE = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2, lossless_priority=4)
 IB = replace(ROCE, fabric="ib", port_prefix="p")
@@ -33,12 +33,7 @@ def _send(url: str, spec: ClusterSpec, kind: str, variant: str, seed: int) -> Sc
                    rng=np.random.default_rng(seed))
     sc = generate(spec, job=f"e2e-q-{kind}-{variant}-{next(_slot)}", steps=STEPS, faults=[f], seed=seed,
                   t0=1.73e9 + next(_slot) * 5000.0)
-    sink = HttpSink(url)
-    try:
-        send_scenario(sink, sc)
-    finally:
-        sink.close()
-    return sc
+    return post(url, sc)
 
 
 @pytest.mark.parametrize(("spec", "kind", "variant"), CASES, ids=[f"{s.fabric}-{k}-{v}" for s, k, v in CASES])

@@ -14,8 +14,8 @@ import psycopg
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
-from fabricscope.service.simulate.send import HttpSink, send_scenario
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster, random_storage_names
+from tests.correlate.scenarios import post
 
 _slot = itertools.count()
 ENGINE = AttributionEngine()
@@ -29,12 +29,7 @@ def _spec(seed: int) -> ClusterSpec:
 def _send(url: str, spec: ClusterSpec, faults: list[Fault], *, seed: int, name: str) -> Scenario:
     sc = generate(spec, job=f"e2e15-{name}-{next(_slot)}", steps=32, faults=faults, seed=seed,
                   t0=1.68e9 + next(_slot) * 5000.0)
-    sink = HttpSink(url)
-    try:
-        send_scenario(sink, sc)
-    finally:
-        sink.close()
-    return sc
+    return post(url, sc)
 
 
 def test_a_slow_shared_volume_is_named_from_its_own_history(service_url: str, db_conn: psycopg.Connection) -> None:
