@@ -304,7 +304,10 @@ class Sender:
                 log.warning("fabricscope: %s batch rejected by %r (%d items dropped): %s",
                             rec["kind"], self._transport, n, out.reason[:500])
                 return "rejected"
-            if attempt >= max_retries:
+            # A 429 comes from a service that is up and asks for a pause: while spooling, a probe
+            # that meets one waits and tries again rather than counting the service as gone (under
+            # load the spool would otherwise never drain before the senders close).
+            if attempt >= (self._max_retries if out.busy else max_retries):
                 self._stats["failed_batches"] += 1
                 return "failed"
             attempt += 1

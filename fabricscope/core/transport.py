@@ -19,12 +19,14 @@ class Outcome:
     """``ok``; ``rejected`` (the service refused this batch's data: drop it, keep going);
     ``retry`` (the service is away or overloaded: try again later, ``retry_after`` seconds if it
     said so); ``too_large`` (split the batch). A ``rejected`` outcome whose ``items`` is not empty
-    refused only those items (their positions in the batch): the rest may be sent again without them."""
+    refused only those items (their positions in the batch): the rest may be sent again without them.
+    ``busy``: a ``retry`` from a service that answered (HTTP 429): it is up, only asking to wait."""
 
     kind: OutcomeKind
     reason: str = ""
     retry_after: float | None = None
     items: tuple[int, ...] = ()
+    busy: bool = False
 
 
 OK = Outcome("ok")
@@ -60,7 +62,8 @@ def http_outcome(status: int | None, reason: str = "", retry_after: float | None
         return Outcome("too_large", reason)
     if status is not None and 400 <= status < 500 and status not in (408, 429):
         return Outcome("rejected", reason or f"HTTP {status}", items=items if status == 422 else ())
-    return Outcome("retry", reason or (f"HTTP {status}" if status else "no answer"), retry_after)
+    return Outcome("retry", reason or (f"HTTP {status}" if status else "no answer"), retry_after,
+                   busy=status == 429)
 
 
 def named_items(detail: Any, kind: str) -> tuple[int, ...]:

@@ -163,6 +163,31 @@ def test_outage_spools_then_replays_in_order(recv: Receiver, tmp_path: Path) -> 
     assert (tmp_path / "spool.jsonl").stat().st_size == 0
 
 
+def test_a_busy_service_is_waited_for_not_counted_as_down(recv: Receiver, tmp_path: Path) -> None:
+    """After an outage the spool is replayed even when the service first answers 429: a service that
+    answers is up, so the probe waits Retry-After and tries again instead of reopening the circuit."""
+    s = sender(recv.url, spool_path=tmp_path / "spool.jsonl", max_retries=2)
+    recv.stop()
+    for i in range(3):
+        s.submit("samples", sample(i))
+    assert s.flush(5) is False and s.stats["spooled"] == 3
+    busy_left = [2]
+
+    def busy_then_ok(req: Request) -> tuple[int, dict[str, str], object]:
+        if busy_left[0]:
+            busy_left[0] -= 1
+            return 429, {"Retry-After": "0.2"}, {"detail": "ingest queue full"}
+        return accept_all(req)
+
+    recv.respond = busy_then_ok
+    recv.start()
+    assert s.flush(10)  # one forced probe: it meets two 429s and still delivers
+    s.close()
+    assert [x["value"] for x in recv.items("samples")] == [0, 1, 2]
+    assert [r.status for r in recv.posted("samples")][:3] == [429, 429, 200]
+    assert s.stats["replayed"] == 3 and s.stats["dropped"] == 0
+
+
 def test_spool_survives_the_process_and_replays_at_next_start(recv: Receiver, tmp_path: Path) -> None:
     url = recv.url
     recv.stop()
