@@ -23,6 +23,7 @@ look-ahead 16 steps suffices, see `settle`); "live" = what each step got when it
 (background attribution before re-attribution).
 
     .venv/bin/python bench/sequential_detection.py [--runs 100] [--clean 40] [--quick] [--noise sim|harsh]
+        [--seeds-tune 0] [--seeds-report 10000]
 """
 
 from __future__ import annotations
@@ -319,13 +320,21 @@ def main() -> None:
     ap.add_argument("--clean", type=int, default=40, help="extra fault-free series per set (false rate)")
     ap.add_argument("--quick", action="store_true", help="48 series per set, a smaller grid")
     ap.add_argument("--noise", choices=("sim", "harsh"), default="sim", help="see `healthy_noise`")
+    ap.add_argument("--seeds-tune", type=int, default=0, metavar="BASE",
+                    help="first seed of the tuning set (faulty BASE.., fault-free BASE+20000..); constants "
+                         "were picked on 0")
+    ap.add_argument("--seeds-report", type=int, default=10_000, metavar="BASE",
+                    help="first seed of the held-back set, never looked at while picking (default 10000)")
     a = ap.parse_args()
     runs, clean = (48, 12) if a.quick else (a.runs, a.clean)
     t0 = time.perf_counter()
-    tune = [draw(seed, a.noise) for seed in range(runs)] + [draw(20_000 + k, a.noise, True) for k in range(clean)]
+    tune = [draw(a.seeds_tune + seed, a.noise) for seed in range(runs)] + [
+        draw(a.seeds_tune + 20_000 + k, a.noise, True) for k in range(clean)]
     # never looked at while picking
-    held = [draw(10_000 + seed, a.noise) for seed in range(runs)] + [draw(30_000 + k, a.noise, True)
-                                                                    for k in range(clean)]
+    held = [draw(a.seeds_report + seed, a.noise) for seed in range(runs)] + [
+        draw(a.seeds_report + 20_000 + k, a.noise, True) for k in range(clean)]
+    print(f"seeds: tuning {a.seeds_tune}..+{runs} (fault-free {a.seeds_tune + 20_000}..+{clean}), held back "
+          f"{a.seeds_report}..+{runs} (fault-free {a.seeds_report + 20_000}..+{clean})")
     # h_end only moves the live end (5 vs 8: same final answers, shorter live overshoot) and
     # min_mean is REL by principle; h and cap trade onset delay against false alarms
     grid = {"h": (12.0, 14.0, 16.0, 18.0), "cap": (3.0, 4.0), "h_end": (5.0,), "min_mean": (0.04,)}
