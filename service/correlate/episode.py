@@ -95,5 +95,6 @@ def restate_unknown(rows: list[tuple[Any, ...]], episode: dict[int, int]) -> lis
     """Stored steps (`rows` as queries.stored_attributions gives them) answered `unknown` whose episode
     (step -> its episode's first index, -1 none) has a step that names a cause now: re-attributed,
     they list it (background attribution judges steps in order, so the donor can come later)."""
-    donors = {episode[int(r[0])] for r in rows if named(r[3]) and episode.get(int(r[0]), -1) >= 0}
+    donors = {episode[int(r[0])] for r in rows
+              if named(r[3]) and r[4] is not None and episode.get(int(r[0]), -1) >= 0}
     return [int(r[0]) for r in rows if r[1] and r[3] == "unknown" and episode.get(int(r[0]), -1) in donors]
