@@ -337,9 +337,11 @@ def main() -> None:
           f"{a.seeds_report}..+{runs} (fault-free {a.seeds_report + 20_000}..+{clean})")
     # h_end only moves the live end (5 vs 8: same final answers, shorter live overshoot) and
     # min_mean is REL by principle; h and cap trade onset delay against false alarms
-    grid = {"h": (12.0, 14.0, 16.0, 18.0), "cap": (3.0, 4.0), "h_end": (5.0,), "min_mean": (0.04,)}
+    # shift_sigmas matters only in noisy jobs (sigma over shift / shift_sigmas = 2.5% of the step)
+    grid = {"h": (14.0, 16.0, 18.0), "cap": (4.0,), "shift_sigmas": (1.5, 2.0, 3.0), "h_end": (5.0,),
+            "min_mean": (0.04,)}
     if a.quick:
-        grid = {"h": (12.0, 16.0), "cap": (3.0,), "h_end": (5.0,), "min_mean": (0.04,)}
+        grid = {"h": (12.0, 16.0), "cap": (3.0,), "shift_sigmas": (2.0,), "h_end": (5.0,), "min_mean": (0.04,)}
     print(f"{runs}+{clean} fault-free tuning and as many held-back series of {N_STEPS} steps, {a.noise} noise; "
           f"grid {grid}")
     best: tuple[tuple[float, ...], C.SeqParams] | None = None
@@ -353,15 +355,16 @@ def main() -> None:
         ok = sc.clean_false <= 0.001 * sc.clean_steps
         key = (float(ok), round(worst_recall(sc), 3), -sc.clean_false, -sc.near_false, p.h,
                -float(np.mean(sc.overshoot_live)))
-        tuned.append((f"h={p.h:g} cap={p.cap:g} end={p.h_end:g} mm={p.min_mean:g}", sc, False))
+        tuned.append((f"h={p.h:g} cap={p.cap:g} ss={p.shift_sigmas:g} end={p.h_end:g}", sc, False))
         if best is None or key > best[0]:
             best = (key, p)
     assert best is not None
     picked = best[1]
     table("tuning seeds (constants picked here)", [*tuned, ("old detector", evaluate_old(tune), False)])
-    print(f"\npicked: h={picked.h:g} cap={picked.cap:g} h_end={picked.h_end:g} min_mean={picked.min_mean:g}"
-          f"   committed defaults: h={C.DEFAULT_SEQ.h:g} cap={C.DEFAULT_SEQ.cap:g} "
-          f"h_end={C.DEFAULT_SEQ.h_end:g} min_mean={C.DEFAULT_SEQ.min_mean:g}")
+    print(f"\npicked: h={picked.h:g} cap={picked.cap:g} shift_sigmas={picked.shift_sigmas:g} h_end={picked.h_end:g} "
+          f"min_mean={picked.min_mean:g}   committed defaults: h={C.DEFAULT_SEQ.h:g} cap={C.DEFAULT_SEQ.cap:g} "
+          f"shift_sigmas={C.DEFAULT_SEQ.shift_sigmas:g} h_end={C.DEFAULT_SEQ.h_end:g} "
+          f"min_mean={C.DEFAULT_SEQ.min_mean:g}")
     rows = [("new, picked constants", evaluate(held, picked), True)]
     if picked != C.DEFAULT_SEQ:
         rows.append(("new, committed defaults", evaluate(held, C.DEFAULT_SEQ), True))

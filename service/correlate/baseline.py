@@ -197,7 +197,10 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         # measured from the window's trimmed mean, not its median: a synchronous step ends with its
         # slowest rank, so step times are skewed right and most steps sit above the median
         x, s_rel = (d - _trimmed_mean(duration[idx])) / b, sigma / b
-        llr = seq.shift * (x - seq.shift / 2) / (s_rel * s_rel)
+        # tuned to the smallest shift that matters (5%), or in a noisy job to `shift_sigmas` of its
+        # noise: a fixed 5% design gains ~nothing per step from a +100% step when sigma is 30%
+        delta = max(seq.shift, seq.shift_sigmas * s_rel)
+        llr = delta * (x - delta / 2) / (s_rel * s_rel)
         seg.s = max(0.0, seg.s + min(max(llr, -seq.cap), seq.cap))
         if seg.s <= 0.0:
             admit(seg.steps)  # the excursion was noise: its steps were healthy after all

@@ -175,3 +175,13 @@ def test_a_slow_checkpoint_and_the_slightly_slower_steps_after_it_are_one_episod
     assert b.step_slow[139] and not b.step_slow[141:149].all()
     assert b.slow[60] and b.episode[60] == -1
     assert (b.episode[~b.slow] == -1).all()
+
+
+def test_a_doubled_step_time_is_found_in_a_very_noisy_job() -> None:
+    # the lab under CPU contention: healthy steps vary ~20%, a fault doubles them for 12 steps; the
+    # per-step bar (6 sigma) misses most, and a CUSUM designed for +5% only gains ~1 a step from them
+    d = _series(21, 240, 0.2)
+    d[150:162] *= 2.0
+    b = _run(d)
+    assert b.slow[150:162].mean() >= 0.9
+    assert b.slow[30:148].sum() + b.slow[165:].sum() <= 1
