@@ -13,7 +13,7 @@ Series (400 steps, base step time 1-3 s, a checkpoint step every 50):
   level      a permanent, flat +5-20% from a step in the middle (a new training phase)
 Run kinds cycle: fault-free, one small fault, small fault + large faults, level change.
 
-Constants (`SeqParams`: h, cap, h_end, min_mean) are picked on the tuning seeds (highest worst
+Constants (`SeqParams`: h, cap, shift_sigmas; h_end and min_mean fixed) are picked on the tuning seeds (highest worst
 recall per fault size subject to a false slow-step rate <= 0.1% on fault-free runs, then fewest
 false steps, then the larger h) and then REPORTED on held-back seeds never looked at. Both tables are printed, with
 the defaults committed in constants.py and the old detector on the same seeds.
