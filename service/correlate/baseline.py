@@ -1,11 +1,24 @@
 """Robust per-job step-time baseline and slow-step detection (pure numpy over one job's steps).
 
 One pass over the steps in order keeps a window of recent *healthy* steps (steps judged slow are
-not let in, so a fault does not raise its own bar). Baseline = median, spread = 1.4826·MAD, and a
-step is slow above `median + max(K·sigma, REL·median)`. Checkpoint steps are a class of their own
-(they are legitimately longer). Change-point: when `CHANGE_RUN` consecutive steps are all slow and
-agree with each other, the job has changed level (a new training phase) and that level becomes
-the baseline; a fault that lasts that long has by then been reported as a regression.
+not let in, so a fault does not raise its own bar). Baseline = median, spread = 1.4826·MAD. Two
+tests mark a step slow:
+
+* per step: above `median + max(K·sigma, REL·median)` (a single +30% step is slow at once);
+* sequential (`SeqParams`): a one-sided CUSUM of each step's log-likelihood ratio "shifted by
+  `shift`" vs "at baseline" (capped per step, so one hiccup proves nothing). When the evidence of
+  an excursion reaches `h`, the whole segment from its onset (where the evidence last was zero) to
+  its peak is slow, retroactively. Its end is the peak: once the evidence has fallen `h_end` below
+  the peak, the segment is closed and the steps after the peak are healthy again (a reverse test
+  from the peak, so a plain CUSUM's slow drain does not flag the healthy steps after a fault).
+
+Steps of an open excursion enter the window only once it is known not to be a fault. `slow` is the
+answer with every step given (later steps can move an onset back or an end either way; the steps
+of a proven segment whose end is not proven yet are slow); `live` is the answer each step had when
+it was the newest. Checkpoint steps are a class of their own (legitimately
+longer): they feed neither window nor CUSUM, and inside a proven segment they are slow when they
+show half the shift. Change-point: a proven segment that lasts `CHANGE_RUN` steps (longer than any
+fault we must report) and is flat becomes the job's new level; its steps stay reported.
 """
 
 from __future__ import annotations
@@ -17,38 +30,105 @@ import numpy as np
 
 from fabricscope.service.correlate.constants import (
     BOOTSTRAP_MAX_RATIO,
+    CHANGE_HALF_AGREE,
     CHANGE_RUN,
-    CHANGE_SPREAD,
+    CHANGE_SIGMA_RATIO,
     CKPT_FIRST_MARGIN_S,
     CKPT_HISTORY,
     CKPT_MIN_HISTORY,
     CKPT_SPREAD_SHARE,
+    DEFAULT_SEQ,
+    EPISODE_GAP_STEPS,
+    EPISODE_MIN_STEPS,
     K_SIGMA,
     MAD_TO_SIGMA,
     MIN_HISTORY,
     MIN_SIGMA_REL,
     REL,
     WINDOW,
+    SeqParams,
 )
 
-__all__ = ["CHANGE_RUN", "Baselines", "compute_baselines"]
+__all__ = ["CHANGE_RUN", "Baselines", "compute_baselines", "episodes"]
 
 
 @dataclass
 class Baselines:
     base: np.ndarray  # step-time baseline per step (NaN while there is too little history)
     base_transfer: np.ndarray  # baseline of the pure collective transfer time
-    threshold: np.ndarray
-    slow: np.ndarray  # bool
+    threshold: np.ndarray  # per-step slow threshold
+    slow: np.ndarray  # bool, final: with all the steps given
+    live: np.ndarray  # bool, what each step got when it was the last one given
+    # index of the first step of the sustained episode a slow step belongs to (-1: none): a run of
+    # slow steps (gaps of up to EPISODE_GAP_STEPS allowed) that the sequential test took part in
+    episode: np.ndarray
+    # bool: slow by the per-step test alone (what the step shows by itself, without its neighbours)
+    step_slow: np.ndarray
 
 
 def _robust(x: np.ndarray) -> tuple[float, float]:
+    """Median and sigma: 1.4826·MAD, or the same scale of the slow side alone when that is wider.
+    A synchronous step ends with its slowest rank, so step times are skewed right and a symmetric
+    MAD understates the spread that matters for "slow" (Gumbel-like noise: ~3x more false slow
+    steps at 6 sigma); for symmetric noise both are the same."""
     med = float(np.median(x))
-    return med, max(MAD_TO_SIGMA * float(np.median(np.abs(x - med))), MIN_SIGMA_REL * abs(med))
+    dev = x - med
+    up = dev[dev > 0]
+    mad = float(np.median(np.abs(dev)))
+    if len(up):
+        mad = max(mad, float(np.median(up)))
+    return med, max(MAD_TO_SIGMA * mad, MIN_SIGMA_REL * abs(med))
+
+
+def _trimmed_mean(x: np.ndarray) -> float:
+    """Mean of the middle 80%: the centre of a skewed window without its odd steps."""
+    k = len(x) // 10
+    return float(np.mean(np.sort(x)[k:len(x) - k]))
+
+
+def _flat(x: np.ndarray, sigma: float) -> bool:
+    """A settled new level: both halves agree and the spread is the job's usual one."""
+    h = len(x) // 2
+    m1, m2 = float(np.median(x[:h])), float(np.median(x[h:]))
+    return abs(m2 - m1) <= CHANGE_HALF_AGREE * m2 and _robust(x)[1] <= CHANGE_SIGMA_RATIO * sigma
+
+
+def episodes(slow: np.ndarray, seq_marked: np.ndarray, gap: int = EPISODE_GAP_STEPS,
+             min_steps: int = EPISODE_MIN_STEPS) -> np.ndarray:
+    """Sustained episodes: maximal runs of slow steps (`gap` healthy steps allowed inside) that the
+    sequential test took part in or that hold at least `min_steps` slow steps. Each slow step of such
+    a run gets the run's first index, every other step -1. A checkpoint step slowed by a fault and
+    the slightly slower steps after it (write-back) are one episode, so the steps that show little
+    on their own can be explained by the step that shows it all (episode.py)."""
+    out = np.full(len(slow), -1)
+    idx = np.flatnonzero(slow)
+    if not len(idx):
+        return out
+    cuts = np.flatnonzero(np.diff(idx) > gap + 1) + 1
+    for run in np.split(idx, cuts):
+        if len(run) >= min_steps or seq_marked[run].any():
+            out[run] = run[0]
+    return out
+
+
+class _Segment:
+    """The CUSUM's current excursion: evidence, onset, peak and the steps held back from the window."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.s = self.peak_s = 0.0
+        self.onset = self.peak = -1
+        self.proven = False
+        self.marked = -1  # steps up to here are marked slow already
+        self.sigma = 0.0  # healthy sigma when it began
+        self.steps: list[int] = []  # non-checkpoint steps since onset
+        self.x: list[float] = []  # their relative excess over the baseline
 
 
 def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.ndarray,
-                      ckpt_med: np.ndarray) -> Baselines:
+                      ckpt_med: np.ndarray, seq: SeqParams = DEFAULT_SEQ) -> Baselines:
     """`duration`: job step time (median over ranks); `transfer`: sum over collectives of the
     shortest rank's duration (pure transfer, no waiting); `ckpt_med`: median checkpoint phase."""
     n = len(duration)
@@ -56,22 +136,39 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     base_t = np.full(n, np.nan)
     thr = np.full(n, np.nan)
     slow = np.zeros(n, bool)
+    live = np.zeros(n, bool)
+    ck_x = np.zeros(n)  # checkpoint steps' relative excess over their own baseline
     transfer = np.where(np.isfinite(transfer), transfer, 0.0)
-    hist: deque[tuple[float, float]] = deque(maxlen=WINDOW)
+    hist: deque[int] = deque(maxlen=WINDOW)  # indices of healthy steps
     hist_ck: deque[float] = deque(maxlen=CKPT_HISTORY)  # checkpoint extra over the normal baseline
-    run: list[tuple[float, float]] = []
+    seg = _Segment()
+
+    def admit(steps: list[int]) -> None:
+        hist.extend(j for j in steps if not slow[j])
+
+    def mark(lo: int, hi: int, now: int) -> None:
+        """Proven segment [lo, hi]: slow, and checkpoint steps in it (or right after its last step,
+        which is never a checkpoint step) when they show half the shift."""
+        for j in range(max(lo, seg.marked + 1), hi + 1):
+            slow[j] = slow[j] or (np.isfinite(duration[j]) and (not is_ckpt[j] or ck_x[j] > seq.shift / 2))
+        j = hi + 1
+        while j <= now and is_ckpt[j]:
+            slow[j] = slow[j] or ck_x[j] > seq.shift / 2
+            j += 1
+        seg.marked = max(seg.marked, hi)
+
     for i in range(n):
         d = float(duration[i])
         if not np.isfinite(d):
             continue
         if len(hist) < MIN_HISTORY:
             # bootstrap: take steps that are not wildly off the few seen (step 0 compiles)
-            if not is_ckpt[i] and (not hist or d < BOOTSTRAP_MAX_RATIO * float(np.median([h[0] for h in hist]))):
-                hist.append((d, float(transfer[i])))
+            if not is_ckpt[i] and (not hist or d < BOOTSTRAP_MAX_RATIO * float(np.median(duration[list(hist)]))):
+                hist.append(i)
             continue
-        hd = np.fromiter((h[0] for h in hist), float, len(hist))
-        med, sigma = _robust(hd)
-        med_t = float(np.median([h[1] for h in hist]))
+        idx = np.fromiter(hist, int, len(hist))
+        med, sigma = _robust(duration[idx])
+        med_t = float(np.median(transfer[idx]))
         if is_ckpt[i]:
             if len(hist_ck) >= CKPT_MIN_HISTORY:
                 extra = float(np.median(hist_ck))
@@ -79,23 +176,76 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
                 extra = float(ckpt_med[i]) + CKPT_FIRST_MARGIN_S
             b = med + extra
             t = b + max(K_SIGMA * sigma + CKPT_SPREAD_SHARE * extra, REL * b)
-            is_slow = d > t
-            if not is_slow:
+            ck_x[i] = (d - b) / med
+            slow[i] = d > t
+            # inside an open proven segment it carries the shift too (final once the end is known)
+            live[i] = slow[i] or (seg.proven and ck_x[i] > seq.shift / 2)
+            if not live[i]:
                 hist_ck.append(d - med)
-        else:
-            b = med
-            t = b + max(K_SIGMA * sigma, REL * b)
-            is_slow = d > t
-            if not is_slow:
-                hist.append((d, float(transfer[i])))
-                run = []
-            else:
-                run.append((d, float(transfer[i])))
-                if len(run) >= CHANGE_RUN:
-                    rd = np.array([x[0] for x in run])
-                    if (rd.max() - rd.min()) <= CHANGE_SPREAD * float(np.median(rd)):
-                        hist.clear()
-                        hist.extend(run)
-                    run = run[1:]
-        base[i], base_t[i], thr[i], slow[i] = b, med_t, t, is_slow
-    return Baselines(base, base_t, thr, slow)
+            base[i], base_t[i], thr[i] = b, med_t, t
+            continue
+        b = med
+        t = b + max(K_SIGMA * sigma, REL * b)
+        slow[i] = d > t
+        base[i], base_t[i], thr[i] = b, med_t, t
+        if not seq.enabled or len(hist) < seq.min_history:
+            if not slow[i]:
+                hist.append(i)
+            live[i] = slow[i]
+            continue
+        # -- sequential evidence ------------------------------------------------------------------
+        # measured from the window's trimmed mean, not its median: a synchronous step ends with its
+        # slowest rank, so step times are skewed right and most steps sit above the median
+        x, s_rel = (d - _trimmed_mean(duration[idx])) / b, sigma / b
+        # tuned to the smallest shift that matters (5%), or in a noisy job to `shift_sigmas` of its
+        # noise: a fixed 5% design gains ~nothing per step from a +100% step when sigma is 30%
+        delta = max(seq.shift, seq.shift_sigmas * s_rel)
+        llr = delta * (x - delta / 2) / (s_rel * s_rel)
+        seg.s = max(0.0, seg.s + min(max(llr, -seq.cap), seq.cap))
+        if seg.s <= 0.0:
+            admit(seg.steps)  # the excursion was noise: its steps were healthy after all
+            if not slow[i]:
+                hist.append(i)
+            seg.reset()
+            live[i] = slow[i]
+            continue
+        if seg.onset < 0:
+            seg.onset, seg.sigma = i, sigma
+        seg.steps.append(i)
+        seg.x.append(x)
+        if seg.s > seg.peak_s:
+            seg.peak_s, seg.peak = seg.s, i
+        if not seg.proven and seg.peak_s >= seq.h:
+            upto = [x for j, x in zip(seg.steps, seg.x, strict=True) if j <= seg.peak]
+            seg.proven = bool(upto) and float(np.mean(upto)) >= seq.min_mean
+        if not seg.proven:
+            if len(seg.steps) > WINDOW:  # a long unproven drift: let its oldest steps in
+                admit(seg.steps[:1])
+                del seg.steps[0], seg.x[0]
+                seg.onset = seg.steps[0]
+            live[i] = slow[i]
+            continue
+        if seg.peak_s - seg.s >= seq.h_end:
+            # ended at its peak: the steps after it are healthy (the peak may have been this step's
+            # predecessor, so they can be few); the CUSUM starts afresh
+            mark(seg.onset, seg.peak, i)
+            admit([j for j in seg.steps if j > seg.peak])
+            seg.reset()
+            live[i] = slow[i]
+            continue
+        live[i] = True
+        if i - seg.onset + 1 >= CHANGE_RUN and _flat(np.array([duration[j] for j in seg.steps]), seg.sigma):
+            mark(seg.onset, i, i)  # a new level: its steps stay reported, later ones are judged by it
+            hist.clear()
+            hist.extend(seg.steps[-WINDOW:])
+            seg.reset()
+            continue
+        mark(seg.onset, seg.peak, i)
+    if seg.proven:
+        # still open: its end is not proven yet, so the steps since its peak are slow for now (a
+        # fault's step under the noise must not read healthy mid-fault); later steps decide
+        mark(seg.onset, n - 1, n - 1)
+    step_slow = np.zeros(n, bool)
+    ok = np.isfinite(thr) & np.isfinite(duration)
+    step_slow[ok] = duration[ok] > thr[ok]
+    return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow)

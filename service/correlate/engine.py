@@ -26,10 +26,11 @@ from fabricscope.service.correlate.causes import (
     unknown_cause,
     work_cause,
 )
-from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG, SEQ_LOOKAHEAD_STEPS, EngineConfig
 from fabricscope.service.correlate.decompose import decompose, find_straggler
 from fabricscope.service.correlate.device_probe import gpu_or_network, with_device_evidence
 from fabricscope.service.correlate.direction import follow_backpressure
+from fabricscope.service.correlate.episode import from_episode, restate_unknown
 from fabricscope.service.correlate.localize import FLOORS, Topo, build_topo, candidates, finish_scores, series_groups
 from fabricscope.service.correlate.records import Attribution, StepRow
 from fabricscope.service.correlate.report import summarize
@@ -120,19 +121,22 @@ class AttributionEngine:
     def attribute_step(self, conn: Any, *, job: str, step: int, store: bool = True) -> Attribution | None:
         """The attribution of one step (docs/API.md), or None when the step does not exist."""
         with attribution_timer() as timing:
-            out = self._attribute(conn, job=job, step=step, store=store)
+            out = self._attribute(conn, job=job, step=step, store=store, borrow=True)
             if out is not None:
                 timing["layer"] = out["layer"]
         return out
 
-    def _attribute(self, conn: Any, *, job: str, step: int, store: bool) -> Attribution | None:
+    def _attribute(self, conn: Any, *, job: str, step: int, store: bool, borrow: bool) -> Attribution | None:
         cfg = self.config
         ranks, topo, meta = self._job_topo(conn, job)
-        summ = self._step_summaries(conn, job, step - cfg.history_steps, step, len(ranks))
-        if summ.empty or int(summ["step"].iloc[-1]) != step:
+        # later steps that exist already are read too: a small sustained shift is proven a few
+        # steps after its onset, and a GET of an old step gets the final answer (baseline.py)
+        summ = self._step_summaries(conn, job, step - cfg.history_steps, step + SEQ_LOOKAHEAD_STEPS, len(ranks))
+        at = summ.index[summ["step"] == step]
+        if len(at) == 0:
             return None
         bl = _baselines_for(summ)
-        i = len(summ) - 1
+        i = int(at[0])
         row = summ.iloc[i]
         d, start = float(row["dur"]), float(row["start"])
         base, thr = float(bl.base[i]), float(bl.threshold[i])
@@ -148,6 +152,10 @@ class AttributionEngine:
         else:
             self._explain(conn, out, job=job, topo=topo, meta=meta, ranks=ranks, row=row,
                           base_t=float(bl.base_transfer[i]), base=base, start=start, d=d)
+            if borrow and out["layer"] == "unknown" and bl.episode[i] >= 0:
+                from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
+                             bl=bl, i=i, cfg=cfg, capped=self._capped,
+                             attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
         if store:
             q.store_attribution(conn, job=job, attribution=out)
         return out
@@ -197,13 +205,14 @@ class AttributionEngine:
         if rng is None:
             return []
         ranks, _, _ = self._job_topo(conn, job)
-        summ = self._step_summaries(conn, job, rng[0] - self.config.history_steps, rng[1], len(ranks))
+        summ = self._step_summaries(conn, job, rng[0] - self.config.history_steps, rng[1] + SEQ_LOOKAHEAD_STEPS,
+                                    len(ranks))
         bl = _baselines_for(summ)
         lo = from_ts.timestamp() if from_ts else -math.inf
         hi = to_ts.timestamp() if to_ts else math.inf
         out: list[StepRow] = []
         for j, (s, start, d) in enumerate(zip(summ["step"], summ["start"], summ["dur"], strict=False)):
-            if s < rng[0] or not lo <= start <= hi or (slow_only and not bl.slow[j]):
+            if not rng[0] <= s <= rng[1] or not lo <= start <= hi or (slow_only and not bl.slow[j]):
                 continue
             b = bl.base[j]
             out.append({"step": int(s), "start": _iso(float(start)), "duration_s": round(float(d), 6),
@@ -225,6 +234,7 @@ class AttributionEngine:
             nics = [s for s, r in topo.role.items() if r == "nic"][:cfg.horizon_probe_nics]
             horizon = q.telemetry_horizon(conn, sources=nics) if nics else None
             now = time.time()
+            judged: list[int] = []
             for step, end, n in rows:
                 complete = n >= len(ranks) or (top_step is not None and step <= top_step - cfg.final_lag_steps)
                 telemetry_in = (horizon is None or horizon >= end + cfg.telemetry_margin_s
@@ -232,10 +242,34 @@ class AttributionEngine:
                 if not (complete and telemetry_in):
                     break  # later steps wait too: baselines are built in order
                 self.attribute_step(conn, job=j, step=step, store=True)
+                judged.append(step)
                 done += 1
                 if done >= limit:
-                    return done
+                    break
+            if judged:
+                done += self._restate(conn, job=j, lo=judged[0] - SEQ_LOOKAHEAD_STEPS, hi=judged[-1])
+            if done >= limit:
+                return done
         return done
+
+    def _restate(self, conn: Any, *, job: str, lo: int, hi: int) -> int:
+        """Re-attribute the stored steps in [lo, hi) whose slow flag the steps since changed: a
+        shift proven only now began earlier (its onset is marked back), or a segment's end is now
+        proven (the steps after it are healthy). Steps before `lo` were stored with their whole
+        look-ahead already. Returns how many were re-attributed."""
+        ranks, _, _ = self._job_topo(conn, job)
+        summ = self._step_summaries(conn, job, lo - self.config.history_steps, hi + SEQ_LOOKAHEAD_STEPS, len(ranks))
+        bl = _baselines_for(summ)
+        now = dict(zip(summ["step"].astype(int), bl.slow, strict=True))
+        rows = q.stored_attributions(conn, job=job, lo=lo, hi=hi)
+        stored = {int(r[0]): bool(r[1]) for r in rows if int(r[0]) < hi}
+        changed = [s for s, slow in sorted(stored.items()) if s in now and bool(now[s]) != slow]
+        # ...or answered `unknown` before a step of its episode named a cause (episode.py)
+        changed += [s for s in restate_unknown(rows, dict(zip(summ["step"].astype(int), bl.episode, strict=True)))
+                    if s < hi and s not in changed]
+        for s in changed:
+            self.attribute_step(conn, job=job, step=s, store=True)
+        return len(changed)
 
     def job_report(self, conn: Any, *, job: str, from_ts: datetime | None = None,
                    to_ts: datetime | None = None) -> dict[str, Any]:
