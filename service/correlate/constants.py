@@ -99,7 +99,8 @@ class EngineConfig:
 
     # -- caches -----------------------------------------------------------------------------------
     # A job's ranks, links and series change only when topology or new series arrive: a few seconds
-    # of staleness is harmless and saves four queries per attributed step.
+    # of staleness is harmless and saves four queries per attributed step. Past it, one query checks
+    # whether they changed (queries.TOPO_STAMP_SQL); only then is the topology rebuilt.
     topo_ttl_s: float = 10.0
     # Jobs whose topology is kept; more than a cluster runs at once, few enough to stay small.
     topo_cache_size: int = 256
