@@ -87,9 +87,17 @@ class AttributionEngine:
         hosts = sorted(set(ranks["host"])) if len(ranks) else []
         topo = build_topo(ranks, q.links(conn), q.host_volumes(conn, hosts=hosts),
                           q.checkpoint_sources(conn, job=job))
-        meta = series_groups(q.series_meta(conn, sources=topo.sources, metrics=list(FLOORS)), topo)
-        self._arrays.put(id(meta), (meta, q.scoring_arrays(meta)))
-        built = (ranks, topo, meta)
+        # Something changed, maybe not for this job (a series or a volume of another job's host): the
+        # scoring set, the costly part, is kept when this job's topology is the same and none of its
+        # sources has a new series since the cached one was built.
+        if (hit is not None and hit[2][1] == topo and hit[0][q.STAMP_SERIES] is not None
+                and not q.has_series_after(conn, sources=topo.sources, metrics=list(FLOORS),
+                                           after=int(hit[0][q.STAMP_SERIES]))):
+            built = (ranks, hit[2][1], hit[2][2])
+        else:
+            meta = series_groups(q.series_meta(conn, sources=topo.sources, metrics=list(FLOORS)), topo)
+            self._arrays.put(id(meta), (meta, q.scoring_arrays(meta)))
+            built = (ranks, topo, meta)
         self._topo.put(key, (stamp, now, built))
         return built
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fabricscope.service.correlate.constants import MAX_OUTLIERS, PEER_MIN_Z
+from fabricscope.service.correlate.constants import MAX_OUTLIERS, PEER_MIN_Z, SCORING_WORK_MEM
 
 SUMMARY_SQL = """
 WITH st AS (
@@ -170,7 +170,9 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     series had data in the window. `arrays`: scoring_arrays(meta), when the caller keeps them."""
     params: dict[str, Any] = {**(arrays if arrays is not None else scoring_arrays(meta)), "ws": ws, "we": we,
                               "min_z": min_z, "limit": limit}
-    df = _frame(conn, OUTLIERS_SQL, params)
+    with conn.transaction():  # work_mem for this query only (set_config(..., true): until the commit)
+        conn.execute("SELECT set_config('work_mem', %s, true)", (SCORING_WORK_MEM,))
+        df = _frame(conn, OUTLIERS_SQL, params)
     have = df[df["series_id"] == -1]
     n = int(have["cur"].iloc[0]) if len(have) else 0
     df = df[df["series_id"] != -1].astype({"cur": float, "med": float, "mad": float, "peer_z": float,
@@ -234,9 +236,22 @@ SELECT (SELECT count(*) || ':' || coalesce(sum(hashtext(concat_ws('|', rank, hos
 """
 
 
+STAMP_SERIES = 4  # the stamp's newest series id
+
+
 def topology_stamp(conn: Any, *, job: str) -> tuple[Any, ...]:
     r = conn.execute(TOPO_STAMP_SQL, {"job": job}).fetchone()
-    return tuple(r) if r is not None else ()
+    return tuple(r) if r is not None else (None,) * 6
+
+
+def has_series_after(conn: Any, *, sources: list[str], metrics: list[str], after: int) -> bool:
+    """Whether any of `sources` has a series of `metrics` with an id above `after` (a range of the
+    series primary key: the series created since)."""
+    r = conn.execute(
+        "SELECT 1 FROM series se JOIN sources src ON src.id = se.source_id JOIN metrics m ON m.id = se.metric_id "
+        "WHERE se.id > %(after)s AND src.name = ANY(%(sources)s) AND m.name = ANY(%(metrics)s) LIMIT 1",
+        {"after": after, "sources": sources, "metrics": metrics}).fetchone()
+    return r is not None
 
 
 # -- steps, attributions and jobs ---------------------------------------------------------------

@@ -41,6 +41,24 @@ def test_topology_is_rebuilt_only_when_what_it_was_built_from_changes(service_ur
     assert fourth is not third and fourth[0]["nic"].isna().sum() == 1
 
 
+def test_a_new_series_rebuilds_the_scoring_set_only_when_it_is_the_jobs(service_url: str,
+                                                                        db_conn: psycopg.Connection) -> None:
+    sc = _send(service_url, [], seed=82, name="series")
+    eng = AttributionEngine(EngineConfig(topo_ttl_s=0.0))
+    first = eng._job_topo(db_conn, sc.job)
+    db_conn.execute("INSERT INTO sources (name, device, interface) VALUES ('zq7:k2', 'zq7', 'k2')")
+    db_conn.execute("INSERT INTO series (source_id, metric_id, labels) SELECT s.id, m.id, '{}' FROM sources s, "
+                    "metrics m WHERE s.name = 'zq7:k2' AND m.name = 'rx_fcs_errors_total'")
+    second = eng._job_topo(db_conn, sc.job)
+    assert second[2] is first[2]  # another device's series: the job's scoring set stays
+    nic = next(s for s, r in first[1].role.items() if r == "nic")
+    new_id = db_conn.execute(
+        "INSERT INTO series (source_id, metric_id, labels) SELECT s.id, m.id, '{\"lane\": \"1\"}' FROM sources s, "
+        "metrics m WHERE s.name = %s AND m.name = 'rx_fcs_errors_total' RETURNING id", (nic,)).fetchone()
+    third = eng._job_topo(db_conn, sc.job)
+    assert new_id is not None and third[2] is not first[2] and new_id[0] in set(third[2]["series_id"])
+
+
 def test_series_that_can_never_be_evidence_are_not_scored() -> None:
     """A (role, metric) pair with no SIGNALS row (a NIC's CNPs sent, a switch port's CNPs handled) is
     never a candidate, whatever its score: series_groups leaves it out of the per-step scoring."""
