@@ -162,7 +162,8 @@ def series_groups(meta: pd.DataFrame, topo: Topo) -> pd.DataFrame:
     # Only series that can become evidence: a (role, metric) with no SIGNALS row (a NIC's CNPs sent)
     # is dropped by candidates() whatever its score, and each series scored costs every step.
     cls = df["role"].where(~df["role"].isin(SWITCH_ROLES), "switch")
-    df = df[[(c, m) in SIGNALS for c, m in zip(cls, df["metric"], strict=True)]].reset_index(drop=True)
+    can = np.array([(c, m) in SIGNALS for c, m in zip(cls, df["metric"], strict=True)], dtype=bool)
+    df = df[can].reset_index(drop=True)  # a boolean array, also when empty (an empty list selects columns)
     # astype(str): an empty frame has float columns, which cannot be concatenated with strings.
     key = df["role"].astype(str) + "|" + df["metric"].astype(str) + "|" + df["labels"].astype(str)
     vol = df["role"] == "volume"

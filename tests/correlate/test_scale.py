@@ -71,6 +71,8 @@ def test_series_that_can_never_be_evidence_are_not_scored() -> None:
                          "kind": "counter", "labels": "{}"})
     g = series_groups(meta, topo)
     assert sorted(g["series_id"]) == [2, 4]
+    empty = series_groups(meta.iloc[:0], topo)  # a job with no telemetry yet
+    assert empty.empty and {"series_id", "grp", "gauge", "floor", "net", "solo", "lookback"} <= set(empty.columns)
     assert all(("switch" if r in SWITCH_ROLES else r, m) in SIGNALS
                for r, m in zip(g["role"], g["metric"], strict=True))
 
