@@ -14,6 +14,8 @@ and the engine process's peak RSS.
     .venv/bin/python bench/attribution.py            # 40 runs, >= 200 faults (~5 min on 2 cores)
     .venv/bin/python bench/attribution.py --quick    # 10 runs, sizes 64/256
     .venv/bin/python bench/attribution.py --runs 5 --kinds gpu-host --skip-latency   # #17's kinds only
+    .venv/bin/python bench/attribution.py --skip-accuracy --sizes 64,256,1024,4096   # #15 scale: 4,096 ranks
+        (jobs above 1,024 ranks are loaded with bulk COPY, bench/latency_scale.py; ~10 min on 2 cores)
 """
 
 from __future__ import annotations

@@ -107,6 +107,10 @@ class EngineConfig:
     # of staleness is harmless and saves four queries per attributed step. Past it, one query checks
     # whether they changed (queries.TOPO_STAMP_SQL); only then is the topology rebuilt.
     topo_ttl_s: float = 10.0
+    # ...and rebuilt anyway after this long: a series id committed out of order (another transaction
+    # took a lower id and committed after a check) is below the stamp's newest id and would otherwise
+    # be missed. Ten minutes: one rebuild (2-5 s at 4,096 ranks) in hundreds of attributed steps.
+    topo_rebuild_s: float = 600.0
     # Jobs whose topology is kept; more than a cluster runs at once, few enough to stay small.
     topo_cache_size: int = 256
     # Final per-step summaries kept over all jobs (about 200 bytes each: ~10 MB at most).

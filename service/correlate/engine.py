@@ -59,11 +59,11 @@ class AttributionEngine:
     def __init__(self, config: EngineConfig = DEFAULT_CONFIG) -> None:
         self.config = config
         # Keyed by database too: tests and the benchmark point one process at several databases.
-        # Each entry: (what it was built from, when that was last checked, the job's topology). Past
-        # topo_ttl_s the stamp is checked again (one cheap query) and the entry rebuilt only when its
-        # inputs changed: a 4,096-rank job's scoring set takes seconds to rebuild, and rebuilding it
-        # every topo_ttl_s put those seconds into one attribution in every few.
-        self._topo: LruCache[tuple[str, str], tuple[tuple[Any, ...], float, JobTopo]] = LruCache(
+        # Each entry: (what it was built from, when that was last checked, the job's topology, when it
+        # was built). Past topo_ttl_s the stamp is checked again (one cheap query) and the entry rebuilt
+        # only when its inputs changed: a 4,096-rank job's scoring set takes seconds to rebuild, and
+        # rebuilding it every topo_ttl_s put those seconds into one attribution in every few.
+        self._topo: LruCache[tuple[str, str], tuple[tuple[Any, ...], float, JobTopo, float]] = LruCache(
             max_size=config.topo_cache_size)
         # The scoring arrays of each cached `meta` frame (queries.scoring_arrays), by identity.
         self._arrays: LruCache[int, tuple[pd.DataFrame, dict[str, str]]] = LruCache(max_size=config.topo_cache_size)
@@ -79,9 +79,11 @@ class AttributionEngine:
         now = time.monotonic()
         if hit is not None and now - hit[1] < self.config.topo_ttl_s:
             return hit[2]
+        if hit is not None and now - hit[3] >= self.config.topo_rebuild_s:
+            hit = None  # whatever a stamp cannot see (a series committed out of id order) is seen now
         stamp = q.topology_stamp(conn, job=job)
         if hit is not None and hit[0] == stamp:
-            self._topo.put(key, (stamp, now, hit[2]))
+            self._topo.put(key, (stamp, now, hit[2], hit[3]))
             return hit[2]
         ranks = q.job_ranks(conn, job=job)
         hosts = sorted(set(ranks["host"])) if len(ranks) else []
@@ -93,12 +95,12 @@ class AttributionEngine:
         if (hit is not None and hit[2][1] == topo and hit[0][q.STAMP_SERIES] is not None
                 and not q.has_series_after(conn, sources=topo.sources, metrics=list(FLOORS),
                                            after=int(hit[0][q.STAMP_SERIES]))):
-            built = (ranks, hit[2][1], hit[2][2])
+            built, built_at = (ranks, hit[2][1], hit[2][2]), hit[3]
         else:
             meta = series_groups(q.series_meta(conn, sources=topo.sources, metrics=list(FLOORS)), topo)
             self._arrays.put(id(meta), (meta, q.scoring_arrays(meta)))
-            built = (ranks, topo, meta)
-        self._topo.put(key, (stamp, now, built))
+            built, built_at = (ranks, topo, meta), now
+        self._topo.put(key, (stamp, now, built, built_at))
         return built
 
     def _scoring_arrays(self, meta: pd.DataFrame) -> dict[str, str]:

@@ -86,3 +86,12 @@ def test_array_literals_read_back_as_the_same_values(db_conn: psycopg.Connection
     assert got is not None
     assert got[0] == ints.tolist() and got[2] == bools.tolist() and got[3] == []
     np.testing.assert_array_equal(np.array(got[1], float), floats)  # exact, NaN where NaN
+
+
+def test_the_topology_is_rebuilt_after_topo_rebuild_s_even_when_its_stamp_is_the_same(
+        service_url: str, db_conn: psycopg.Connection) -> None:
+    sc = _send(service_url, [], seed=83, name="rebuild")
+    eng = AttributionEngine(EngineConfig(topo_ttl_s=0.0, topo_rebuild_s=0.0))
+    first = eng._job_topo(db_conn, sc.job)
+    again = eng._job_topo(db_conn, sc.job)
+    assert again is not first and again[2] is not first[2] and again[1] == first[1]
