@@ -8,18 +8,23 @@ Data path (pluggable):
 
 Prints detection recall/precision, top-1 layer and exact component accuracy on faulty steps, the
 false slow-step rate on healthy steps, per-kind results, and attribution latency p50/p95 for jobs
-of 64, 256 and 1,024 ranks (with the cost per rank+port, to show the growth is linear).
+of 64, 256 and 1,024 ranks (--sizes: up to 4,096), with the cost per rank+port (it must not grow)
+and the engine process's peak RSS.
 
     .venv/bin/python bench/attribution.py            # 40 runs, >= 200 faults (~5 min on 2 cores)
     .venv/bin/python bench/attribution.py --quick    # 10 runs, sizes 64/256
     .venv/bin/python bench/attribution.py --runs 5 --kinds gpu-host --skip-latency   # #17's kinds only
+    .venv/bin/python bench/attribution.py --skip-accuracy --sizes 64,256,1024,4096   # #15 scale: 4,096 ranks
+        (jobs above 1,024 ranks are loaded with bulk COPY, bench/latency_scale.py; ~10 min on 2 cores)
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +37,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.latency_scale import bulk_load  # noqa: E402
 from fabricscope.service.correlate import AttributionEngine  # noqa: E402
 from fabricscope.service.correlate.baseline import CHANGE_RUN  # noqa: E402
 from fabricscope.service.simulate.faults import FAULT_KINDS, LEVEL_CHANGE, kinds_for, make_fault, random_plan  # noqa: E402
@@ -42,7 +48,11 @@ from fabricscope.service.simulate.topology import ClusterSpec, build_cluster, ra
 GPU_HOST_KINDS = ("gpu_thermal_throttle", "pcie_downtrain", "gpu_xid", "cpu_starved_loader", "tcp_retransmits")
 ACCURACY_CLUSTER = ClusterSpec(hosts=8, gpus_per_host=8, nics_per_host=4, leaves=2, spines=2)
 LATENCY_CLUSTERS = {64: ClusterSpec(8, 8, 8, 2, 2), 256: ClusterSpec(32, 8, 8, 4, 4),
-                    1024: ClusterSpec(128, 8, 8, 8, 4)}
+                    1024: ClusterSpec(128, 8, 8, 8, 4), 4096: ClusterSpec(512, 8, 8, 32, 16)}
+# Steps per size when fewer than asked (--quick's 30, default 40): 4,096 ranks are ~0.5 M samples a
+# step; latency needs a baseline and a few slow steps, not a long run.
+LATENCY_STEPS = {4096: 24}
+BULK_ABOVE = 1024  # --latency-load auto: larger jobs are loaded with bulk COPY, not through the sink
 
 
 class DataPath:
@@ -236,41 +246,64 @@ def run_accuracy(dp: DataPath, n_runs: int, seed: int, only: list[str] | None = 
         print("   miss:", m)
 
 
-def run_latency(dp: DataPath, sizes: list[int], steps: int, seed: int, analyze: bool = True) -> None:
-    print("latency: attribute_step per step (store=True), warm process", flush=True)
+def run_latency(dp: DataPath, sizes: list[int], steps: int, seed: int, analyze: bool = True,
+                load: str = "auto") -> None:
+    """p50/p95 of attribute_step per job size, measured in an engine process of its own (a fresh
+    AttributionEngine, topology cache warmed on step 0 as in a running service) so that its peak
+    RSS is the engine's and not this process's, which holds the generated scenarios."""
+    print("latency: attribute_step per step (store=True), warm engine process of its own", flush=True)
     rows = []
     for i, n in enumerate(sizes):
         spec = LATENCY_CLUSTERS[n]
         cl = build_cluster(spec)
-        sc = generate(spec, job=f"bench-lat-{seed}-{n}", steps=steps, faults=3, seed=seed + n,
-                      t0=1.6e9 + i * 86400.0)
+        n_steps = min(steps, LATENCY_STEPS.get(n, steps))
         t = time.perf_counter()
-        send_scenario(dp.sink, sc)
+        faults: Any = 3
+        if n_steps < steps:  # fewer steps: the faults start earlier (a baseline needs MIN_HISTORY steps)
+            faults = random_plan(cl, np.random.default_rng(seed + n), n_steps=n_steps, n_faults=3,
+                                 warmup=n_steps // 3)
+        sc = generate(spec, job=f"bench-lat-{seed}-{n}", steps=n_steps, faults=faults, seed=seed + n,
+                      t0=1.6e9 + i * 86400.0)
+        bulk = load == "bulk" or (load == "auto" and n > BULK_ABOVE)
+        print(f"  {n} ranks: {n_steps} steps, {sc.n_samples} samples generated in {time.perf_counter() - t:.0f}s; "
+              f"loading ({'bulk COPY into the database' if bulk else dp.kind})", flush=True)
+        t = time.perf_counter()
+        if bulk:
+            with psycopg.connect(dp.db_url) as conn:
+                bulk_load(conn, sc, progress=lambda m: print(m, flush=True))
+        else:
+            send_scenario(dp.sink, sc)
         t_send = time.perf_counter() - t
+        n_samples, ports = sc.n_samples, len(cl.switch_ports) + len(cl.nics)
+        del sc
         if analyze:  # steady state: autovacuum would have analyzed a table this size by now
             dp.conn.execute("ANALYZE samples; ANALYZE steps; ANALYZE collectives; ANALYZE series")
-        lat, lat_slow = [], []
-        for s in range(steps):
-            t = time.perf_counter()
-            a = dp.engine.attribute_step(dp.conn, job=sc.job, step=s)
-            dt = (time.perf_counter() - t) * 1000
-            lat.append(dt)
-            if a and a["slow"]:
-                lat_slow.append(dt)
-        ports = len(cl.switch_ports) + len(cl.nics)
+        print(f"    loaded in {t_send:.0f}s; attributing", flush=True)
+        out = subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "latency_scale.py"), dp.db_url,
+                              f"bench-lat-{seed}-{n}", str(n_steps)], check=True, capture_output=True, text=True)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        lat = got["ms"]
+        lat_slow = [x for x, s in zip(lat, got["slow"], strict=True) if s]
         p50, p95 = np.percentile(lat, [50, 95])
+        c50, c95 = np.percentile(got["cpu_ms"], [50, 95])
         s95 = float(np.percentile(lat_slow, 95)) if lat_slow else float("nan")
-        rows.append((n, ports, p50, p95, s95, sc.n_samples, t_send))
-    print(f"  {'ranks':>5} {'ports':>6} {'p50 ms':>8} {'p95 ms':>8} {'slow p95':>9} {'us/(rank+port)':>15} "
-          f"{'samples':>9} {'ingest s':>8}")
-    for n, ports, p50, p95, s95, ns, ts in rows:
-        print(f"  {n:5d} {ports:6d} {p50:8.1f} {p95:8.1f} {s95:9.1f} {1000 * p95 / (n + ports):15.1f} "
-              f"{ns:9d} {ts:8.1f}")
+        rows.append((n, ports, p50, p95, s95, len(lat_slow), c50, c95, got["rss_mib"], got["cold_ms"], n_samples,
+                     t_send))
+    print(f"  {'ranks':>5} {'ports':>6} {'p50 ms':>8} {'p95 ms':>8} {'slow p95':>9} {'slow':>4} "
+          f"{'us/(rank+port)':>15} {'CPU p50':>8} {'CPU p95':>8} {'RSS MiB':>8} {'cold ms':>8} {'samples':>9} "
+          f"{'load s':>7}")
+    for n, ports, p50, p95, s95, ns, c50, c95, rss, cold, nsam, ts in rows:
+        print(f"  {n:5d} {ports:6d} {p50:8.1f} {p95:8.1f} {s95:9.1f} {ns:4d} {1000 * p95 / (n + ports):15.1f} "
+              f"{c50:8.1f} {c95:8.1f} {rss:8.0f} {cold:8.0f} {nsam:9d} {ts:7.0f}")
+    print("  (p95 over all steps, slow p95 over the slow ones; us/(rank+port): p95 per rank and port of the job;\n"
+          "   CPU: engine process + its database backend, ms per step, what a loaded machine's wall clock hides;\n"
+          "   RSS: the engine process's peak; cold: its first attribution of the job, topology cache empty)")
     if len(rows) > 1:
         base = rows[0]
-        for n, ports, _, p95, *_ in rows[1:]:
+        for n, ports, _, p95, _, _, _, c95, *_ in rows[1:]:
             size_ratio = (n + ports) / (base[0] + base[1])
-            print(f"  {n} vs {base[0]} ranks: size x{size_ratio:.1f}, p95 x{p95 / base[3]:.2f}")
+            print(f"  {n} vs {base[0]} ranks: size x{size_ratio:.1f}, p95 x{p95 / base[3]:.2f}, "
+                  f"CPU p95 x{c95 / base[7]:.2f}")
 
 
 def main() -> None:
@@ -281,7 +314,9 @@ def main() -> None:
     ap.add_argument("--url")
     ap.add_argument("--database-url")
     ap.add_argument("--direct", metavar="DATABASE_URL")
-    ap.add_argument("--sizes", default=None, help="comma list of 64,256,1024")
+    ap.add_argument("--sizes", default=None, help="comma list of 64,256,1024,4096")
+    ap.add_argument("--latency-load", choices=("auto", "sink", "bulk"), default="auto",
+                    help=f"latency jobs through the data path (sink) or bulk COPY (auto: above {BULK_ABOVE} ranks)")
     ap.add_argument("--kinds", default=None, help="comma list of fault kinds (default: all); 'gpu-host' = #17's")
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--ib-every", type=int, default=5, help="every Nth accuracy run is an InfiniBand fabric (0: none)")
@@ -300,7 +335,7 @@ def main() -> None:
                 list(GPU_HOST_KINDS) if args.kinds == "gpu-host" else args.kinds.split(","))
             run_accuracy(dp, runs, args.seed, kinds, args.ib_every)
         if not args.skip_latency:
-            run_latency(dp, sizes, 30 if args.quick else 40, args.seed)
+            run_latency(dp, sizes, 30 if args.quick else 40, args.seed, load=args.latency_load)
     finally:
         dp.close()
     print(f"total {time.perf_counter() - t:.0f}s")

@@ -118,6 +118,11 @@ MIN_SCORE = 3.0
 PEER_MIN_Z = 3.0
 # Outliers returned per window: more than any real fault lights up, bounded for a fabric-wide storm.
 MAX_OUTLIERS = 64
+# Sort and hash memory of the per-step scoring query (queries.outliers, SET LOCAL): it holds ~60 bytes
+# per scored series in each of its stages (7 MB at 4,096 ranks); at PostgreSQL's default 4 MB those
+# spill to temporary files from ~1,000 ranks on (measured: 1,024 ranks, 210-350 ms of database CPU
+# per step at 4 MB, 140-150 ms at 32 MB). Per query node, for this query only.
+SCORING_WORK_MEM = "32MB"
 # A series without own history counts its peer score discounted: it could be always this high.
 NO_HISTORY_DISCOUNT = 0.7
 # -- series without peers (#15): a shared volume (a storage system's volume every host reads) is a
@@ -149,8 +154,13 @@ class EngineConfig:
 
     # -- caches -----------------------------------------------------------------------------------
     # A job's ranks, links and series change only when topology or new series arrive: a few seconds
-    # of staleness is harmless and saves four queries per attributed step.
+    # of staleness is harmless and saves four queries per attributed step. Past it, one query checks
+    # whether they changed (queries.TOPO_STAMP_SQL); only then is the topology rebuilt.
     topo_ttl_s: float = 10.0
+    # ...and rebuilt anyway after this long: a series id committed out of order (another transaction
+    # took a lower id and committed after a check) is below the stamp's newest id and would otherwise
+    # be missed. Ten minutes: one rebuild (2-5 s at 4,096 ranks) in hundreds of attributed steps.
+    topo_rebuild_s: float = 600.0
     # Jobs whose topology is kept; more than a cluster runs at once, few enough to stay small.
     topo_cache_size: int = 256
     # Final per-step summaries kept over all jobs (about 200 bytes each: ~10 MB at most).

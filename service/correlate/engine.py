@@ -60,8 +60,14 @@ class AttributionEngine:
     def __init__(self, config: EngineConfig = DEFAULT_CONFIG) -> None:
         self.config = config
         # Keyed by database too: tests and the benchmark point one process at several databases.
-        self._topo: LruCache[tuple[str, str], JobTopo] = LruCache(max_size=config.topo_cache_size,
-                                                                  ttl_s=config.topo_ttl_s)
+        # Each entry: (what it was built from, when that was last checked, the job's topology, when it
+        # was built). Past topo_ttl_s the stamp is checked again (one cheap query) and the entry rebuilt
+        # only when its inputs changed: a 4,096-rank job's scoring set takes seconds to rebuild, and
+        # rebuilding it every topo_ttl_s put those seconds into one attribution in every few.
+        self._topo: LruCache[tuple[str, str], tuple[tuple[Any, ...], float, JobTopo, float]] = LruCache(
+            max_size=config.topo_cache_size)
+        # The scoring arrays of each cached `meta` frame (queries.scoring_arrays), by identity.
+        self._arrays: LruCache[int, tuple[pd.DataFrame, dict[str, str]]] = LruCache(max_size=config.topo_cache_size)
         # Only final steps go in (they no longer change), so no TTL.
         self._summaries: LruCache[tuple[str, str, int], tuple[Any, ...] | None] = LruCache(
             max_size=config.summary_cache_size)
@@ -71,15 +77,40 @@ class AttributionEngine:
     def _job_topo(self, conn: Any, job: str) -> JobTopo:
         key = (_db(conn), job)
         hit = self._topo.get(key)
-        if hit is not None:
-            return hit
+        now = time.monotonic()
+        if hit is not None and now - hit[1] < self.config.topo_ttl_s:
+            return hit[2]
+        if hit is not None and now - hit[3] >= self.config.topo_rebuild_s:
+            hit = None  # whatever a stamp cannot see (a series committed out of id order) is seen now
+        stamp = q.topology_stamp(conn, job=job)
+        if hit is not None and hit[0] == stamp:
+            self._topo.put(key, (stamp, now, hit[2], hit[3]))
+            return hit[2]
         ranks = q.job_ranks(conn, job=job)
         hosts = sorted(set(ranks["host"])) if len(ranks) else []
         topo = build_topo(ranks, q.links(conn), q.host_volumes(conn, hosts=hosts),
                           q.checkpoint_sources(conn, job=job))
-        meta = series_groups(q.series_meta(conn, sources=topo.sources, metrics=list(FLOORS)), topo)
-        self._topo.put(key, (ranks, topo, meta))
-        return ranks, topo, meta
+        # Something changed, maybe not for this job (a series or a volume of another job's host): the
+        # scoring set, the costly part, is kept when this job's topology is the same and none of its
+        # sources has a new series since the cached one was built.
+        if (hit is not None and hit[2][1] == topo and hit[0][q.STAMP_SERIES] is not None
+                and not q.has_series_after(conn, sources=topo.sources, metrics=list(FLOORS),
+                                           after=int(hit[0][q.STAMP_SERIES]))):
+            built, built_at = (ranks, hit[2][1], hit[2][2]), hit[3]
+        else:
+            meta = series_groups(q.series_meta(conn, sources=topo.sources, metrics=list(FLOORS)), topo)
+            self._arrays.put(id(meta), (meta, q.scoring_arrays(meta)))
+            built, built_at = (ranks, topo, meta), now
+        self._topo.put(key, (stamp, now, built, built_at))
+        return built
+
+    def _scoring_arrays(self, meta: pd.DataFrame) -> dict[str, str]:
+        hit = self._arrays.get(id(meta))
+        if hit is not None and hit[0] is meta:  # the same frame (an id is reused only once it is freed)
+            return hit[1]
+        arrays = q.scoring_arrays(meta)
+        self._arrays.put(id(meta), (meta, arrays))
+        return arrays
 
     def _step_summaries(self, conn: Any, job: str, lo: int, hi: int, n_ranks: int) -> pd.DataFrame:
         """Per-step summaries of [lo, hi]; complete past steps come from the cache."""
@@ -110,7 +141,7 @@ class AttributionEngine:
         """Anomalous series in [ws, we] scored against peers and own history; telemetry coverage."""
         if meta.empty:
             return pd.DataFrame(), 0.0
-        out, have = q.outliers(conn, meta=meta, ws=ws, we=we)
+        out, have = q.outliers(conn, meta=meta, ws=ws, we=we, arrays=self._scoring_arrays(meta))
         coverage = min(1.0, have / max(int(meta["net"].sum()), 1))
         hist = q.history(conn, ids=[int(i) for i in out["series_id"]], hs=ws - self.config.own_history_s,
                          he=ws - self.config.own_history_gap_s)
@@ -287,4 +318,5 @@ class AttributionEngine:
     def clear_caches(self) -> None:
         """Forget cached topologies and step summaries (after a topology change, in tests)."""
         self._topo.clear()
+        self._arrays.clear()
         self._summaries.clear()

@@ -159,7 +159,11 @@ def series_groups(meta: pd.DataFrame, topo: Topo) -> pd.DataFrame:
     `meta`: series_id, source, metric, kind, labels. Adds role, grp (int), gauge, floor, net, lookback."""
     df = meta[meta["metric"].isin(FLOORS.keys())].copy()
     df["role"] = df["source"].map(topo.role)
-    df = df[df["role"].notna()].reset_index(drop=True)
+    # Only series that can become evidence: a (role, metric) with no SIGNALS row (a NIC's CNPs sent)
+    # is dropped by candidates() whatever its score, and each series scored costs every step.
+    cls = df["role"].where(~df["role"].isin(SWITCH_ROLES), "switch")
+    can = np.array([(c, m) in SIGNALS for c, m in zip(cls, df["metric"], strict=True)], dtype=bool)
+    df = df[can].reset_index(drop=True)  # a boolean array, also when empty (an empty list selects columns)
     # astype(str): an empty frame has float columns, which cannot be concatenated with strings.
     key = df["role"].astype(str) + "|" + df["metric"].astype(str) + "|" + df["labels"].astype(str)
     vol = df["role"] == "volume"
@@ -182,7 +186,11 @@ def finish_scores(out: pd.DataFrame, meta: pd.DataFrame, hist: pd.DataFrame) -> 
     """`out`: peer outliers (series_id, cur, peer_med, peer_z); `hist`: series_id, hist_med, hist_sigma.
     An anomaly must stand out from its peers *and* from its own past; without history the peer
     score counts, discounted."""
-    df = out.merge(meta[["series_id", "source", "metric", "labels", "role", "floor"]], on="series_id")
+    # The outliers' rows of meta first: meta holds every series of the job (115,000 at 4,096 ranks),
+    # and copying its columns for the merge cost more than the scoring, every step.
+    mine = meta.loc[meta["series_id"].isin(out["series_id"]), ["series_id", "source", "metric", "labels", "role",
+                                                                  "floor"]]
+    df = out.merge(mine, on="series_id")
     df = df.merge(hist, on="series_id", how="left")
     own = (df["cur"] - df["hist_med"]) / np.maximum(df["hist_sigma"].fillna(0), df["floor"])
     df["baseline"] = df["hist_med"].where(df["hist_med"].notna(), df["peer_med"])

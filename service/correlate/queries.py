@@ -4,13 +4,15 @@ gets small frames. Every function takes a psycopg 3 connection and keyword-only 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from fabricscope.service.correlate.constants import MAX_OUTLIERS, PEER_MIN_Z
+from fabricscope.service.correlate.constants import MAX_OUTLIERS, PEER_MIN_Z, SCORING_WORK_MEM
 
 SUMMARY_SQL = """
 WITH st AS (
@@ -133,18 +135,44 @@ def series_meta(conn: Any, *, sources: list[str], metrics: list[str]) -> pd.Data
     return _frame(conn, SERIES_SQL, {"sources": sources, "metrics": metrics})
 
 
+def pg_array(values: np.ndarray) -> str:
+    """A PostgreSQL array literal (`{1,2,3}`) of a numeric or boolean array. psycopg adapts a list
+    element by element in Python, which for a large job's scoring set (7,500 series at 256 ranks,
+    120,000 at 4,096; eight arrays) cost about as much as the query itself, every step; a literal is
+    built once per job topology (engine.py keeps it) and sent as one string the server casts."""
+    if values.dtype == bool:
+        items = ["t" if v else "f" for v in values.tolist()]
+    elif np.issubdtype(values.dtype, np.integer):
+        items = [str(v) for v in values.tolist()]
+    else:
+        items = [repr(v) if math.isfinite(v) else _NONFINITE[str(v)] for v in values.astype(float).tolist()]
+    return "{" + ",".join(items) + "}"
+
+
+_NONFINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def scoring_arrays(meta: pd.DataFrame) -> dict[str, str]:
+    """OUTLIERS_SQL's per-series arrays of `meta` (see outliers()) as array literals."""
+    lb = meta["lookback"] > 0
+    solo = meta["solo"] if "solo" in meta else pd.Series(False, index=meta.index)
+    return {"ids": pg_array(meta["series_id"].to_numpy()), "grp": pg_array(meta["grp"].to_numpy()),
+            "gauge": pg_array(meta["gauge"].to_numpy(bool)), "floor": pg_array(meta["floor"].to_numpy(float)),
+            "net": pg_array(meta["net"].to_numpy(bool)), "solo": pg_array(solo.to_numpy(bool)),
+            "lb_ids": pg_array(meta.loc[lb, "series_id"].to_numpy()),
+            "lb_s": pg_array(meta.loc[lb, "lookback"].to_numpy(float))}
+
+
 def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: float = PEER_MIN_Z,
-             limit: int = MAX_OUTLIERS) -> tuple[pd.DataFrame, int]:
+             limit: int = MAX_OUTLIERS, arrays: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, int]:
     """Series whose window value stands out from their peer group (`meta`: series_id, grp, gauge,
     floor, net, lookback: seconds the window reaches back for that series), and how many network
-    series had data in the window."""
-    lb = meta["lookback"] > 0
-    params = {"ids": meta["series_id"].tolist(), "grp": meta["grp"].tolist(), "gauge": meta["gauge"].tolist(),
-              "floor": meta["floor"].tolist(), "net": meta["net"].tolist(), "ws": ws, "we": we,
-              "solo": (meta["solo"] if "solo" in meta else pd.Series(False, index=meta.index)).tolist(),
-              "lb_ids": meta.loc[lb, "series_id"].tolist(), "lb_s": meta.loc[lb, "lookback"].tolist(),
-              "min_z": min_z, "limit": limit}
-    df = _frame(conn, OUTLIERS_SQL, params)
+    series had data in the window. `arrays`: scoring_arrays(meta), when the caller keeps them."""
+    params: dict[str, Any] = {**(arrays if arrays is not None else scoring_arrays(meta)), "ws": ws, "we": we,
+                              "min_z": min_z, "limit": limit}
+    with conn.transaction():  # work_mem for this query only (set_config(..., true): until the commit)
+        conn.execute("SELECT set_config('work_mem', %s, true)", (SCORING_WORK_MEM,))
+        df = _frame(conn, OUTLIERS_SQL, params)
     have = df[df["series_id"] == -1]
     n = int(have["cur"].iloc[0]) if len(have) else 0
     df = df[df["series_id"] != -1].astype({"cur": float, "med": float, "mad": float, "peer_z": float,
@@ -175,11 +203,55 @@ def host_volumes(conn: Any, *, hosts: list[str]) -> list[str]:
     return [r[0] for r in cur.fetchall()]
 
 
+# The distinct sources of a job's `checkpoint` events, one index probe each (a loose index scan on
+# events_job_checkpoint, migration 0007): a long job logs one event per host and checkpoint, millions
+# in a day at 512 hosts, and this runs every topo_ttl_s (TOPO_STAMP_SQL).
+CHECKPOINT_SOURCES_CTE = """
+WITH RECURSIVE ckpt AS (
+  (SELECT source FROM events WHERE job = %(job)s AND kind = 'checkpoint' ORDER BY source LIMIT 1)
+  UNION ALL
+  SELECT (SELECT e.source FROM events e WHERE e.job = %(job)s AND e.kind = 'checkpoint' AND e.source > ckpt.source
+          ORDER BY e.source LIMIT 1)
+  FROM ckpt WHERE ckpt.source IS NOT NULL
+)"""
+
+
 def checkpoint_sources(conn: Any, *, job: str) -> frozenset[str]:
     """Where the job wrote its checkpoints: the sources (`host:/mount`) of its `checkpoint` events."""
-    cur = conn.execute("SELECT DISTINCT source FROM events WHERE job = %(job)s AND kind = 'checkpoint'",
-                       {"job": job})
+    cur = conn.execute(CHECKPOINT_SOURCES_CTE + " SELECT source FROM ckpt WHERE source IS NOT NULL", {"job": job})
     return frozenset(r[0] for r in cur.fetchall())
+
+
+# What a job's cached topology was built from (engine._job_topo): its ranks, the links, the storage
+# devices, the newest source and series ids (new volumes and series; none are deleted) and where it
+# wrote checkpoints. One round trip of index look-ups and small aggregates instead of rebuilding the
+# job's scoring set (120,000 series at 4,096 ranks) whenever the cache entry's time is up.
+TOPO_STAMP_SQL = CHECKPOINT_SOURCES_CTE + """
+SELECT (SELECT count(*) || ':' || coalesce(sum(hashtext(concat_ws('|', rank, host, gpu, nic))), 0)
+        FROM job_ranks WHERE job = %(job)s),
+       (SELECT count(*) || ':' || coalesce(sum(hashtext(a || '|' || b)), 0) FROM links),
+       (SELECT count(*) || ':' || coalesce(sum(hashtext(name)), 0) FROM devices WHERE kind = 'storage'),
+       (SELECT max(id) FROM sources), (SELECT max(id) FROM series),
+       (SELECT string_agg(source, '|' ORDER BY source) FROM ckpt WHERE source IS NOT NULL)
+"""
+
+
+STAMP_SERIES = 4  # the stamp's newest series id
+
+
+def topology_stamp(conn: Any, *, job: str) -> tuple[Any, ...]:
+    r = conn.execute(TOPO_STAMP_SQL, {"job": job}).fetchone()
+    return tuple(r) if r is not None else (None,) * 6
+
+
+def has_series_after(conn: Any, *, sources: list[str], metrics: list[str], after: int) -> bool:
+    """Whether any of `sources` has a series of `metrics` with an id above `after` (a range of the
+    series primary key: the series created since)."""
+    r = conn.execute(
+        "SELECT 1 FROM series se JOIN sources src ON src.id = se.source_id JOIN metrics m ON m.id = se.metric_id "
+        "WHERE se.id > %(after)s AND src.name = ANY(%(sources)s) AND m.name = ANY(%(metrics)s) LIMIT 1",
+        {"after": after, "sources": sources, "metrics": metrics}).fetchone()
+    return r is not None
 
 
 # -- steps, attributions and jobs ---------------------------------------------------------------

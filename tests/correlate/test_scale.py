@@ -1,0 +1,97 @@
+"""What keeps attribution fast on large jobs (#15 Scale) without changing its answers: the job's
+topology is rebuilt only when its inputs change, series that can never be evidence are not scored,
+and the scoring arrays go to the database as literals that mean the same values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import psycopg
+
+from fabricscope.service.correlate import AttributionEngine, EngineConfig
+from fabricscope.service.correlate.localize import SIGNALS, SWITCH_ROLES, series_groups
+from fabricscope.service.correlate.queries import pg_array
+from tests.correlate.test_end_to_end import _send
+from tests.correlate.test_queue_pfc_direction import _topo
+
+
+def test_topology_is_rebuilt_only_when_what_it_was_built_from_changes(service_url: str,
+                                                                     db_conn: psycopg.Connection) -> None:
+    """Past topo_ttl_s the engine checks the job's inputs (one query) and keeps its scoring set when
+    nothing changed; a new checkpoint volume, a link or a rank placement makes it rebuild."""
+    sc = _send(service_url, [], seed=81, name="stamp")
+    eng = AttributionEngine(EngineConfig(topo_ttl_s=0.0))  # every call checks
+    first = eng._job_topo(db_conn, sc.job)
+    assert eng._job_topo(db_conn, sc.job) is first  # the same frames: nothing was rebuilt
+    ranks, topo, _ = first
+    hosts = set(ranks["host"])
+    new_vol = next(v for v, r in sorted(topo.role.items())
+                   if r == "volume" and topo.host_of[v] in hosts and v not in topo.checkpoint_volumes)
+    db_conn.execute("INSERT INTO events (kind, source, job, start_ts) VALUES ('checkpoint', %s, %s, now())",
+                    (new_vol, sc.job))
+    second = eng._job_topo(db_conn, sc.job)
+    assert second is not first and new_vol in second[1].checkpoint_volumes
+    assert eng._job_topo(db_conn, sc.job) is second
+    nic = next(s for s, r in topo.role.items() if r == "nic")
+    db_conn.execute("DELETE FROM links WHERE a = %s OR b = %s", (nic, nic))
+    third = eng._job_topo(db_conn, sc.job)
+    assert third is not second and nic not in third[1].peer
+    db_conn.execute("UPDATE job_ranks SET nic = NULL WHERE job = %s AND rank = 0", (sc.job,))
+    fourth = eng._job_topo(db_conn, sc.job)
+    assert fourth is not third and fourth[0]["nic"].isna().sum() == 1
+
+
+def test_a_new_series_rebuilds_the_scoring_set_only_when_it_is_the_jobs(service_url: str,
+                                                                        db_conn: psycopg.Connection) -> None:
+    sc = _send(service_url, [], seed=82, name="series")
+    eng = AttributionEngine(EngineConfig(topo_ttl_s=0.0))
+    first = eng._job_topo(db_conn, sc.job)
+    db_conn.execute("INSERT INTO sources (name, device, interface) VALUES ('zq7:k2', 'zq7', 'k2')")
+    db_conn.execute("INSERT INTO series (source_id, metric_id, labels) SELECT s.id, m.id, '{}' FROM sources s, "
+                    "metrics m WHERE s.name = 'zq7:k2' AND m.name = 'rx_fcs_errors_total'")
+    second = eng._job_topo(db_conn, sc.job)
+    assert second[2] is first[2]  # another device's series: the job's scoring set stays
+    nic = next(s for s, r in first[1].role.items() if r == "nic")
+    new_id = db_conn.execute(
+        "INSERT INTO series (source_id, metric_id, labels) SELECT s.id, m.id, '{\"lane\": \"1\"}' FROM sources s, "
+        "metrics m WHERE s.name = %s AND m.name = 'rx_fcs_errors_total' RETURNING id", (nic,)).fetchone()
+    third = eng._job_topo(db_conn, sc.job)
+    assert new_id is not None and third[2] is not first[2] and new_id[0] in set(third[2]["series_id"])
+
+
+def test_series_that_can_never_be_evidence_are_not_scored() -> None:
+    """A (role, metric) pair with no SIGNALS row (a NIC's CNPs sent, a switch port's CNPs handled) is
+    never a candidate, whatever its score: series_groups leaves it out of the per-step scoring."""
+    topo = _topo()
+    nic = next(s for s, r in topo.role.items() if r == "nic")
+    port = next(s for s, r in topo.role.items() if r == "leaf_down")
+    meta = pd.DataFrame({"series_id": [1, 2, 3, 4], "source": [nic, nic, port, port],
+                         "metric": ["cnp_sent_total", "ecn_marked_packets_total", "cnp_handled_total",
+                                    "ecn_marked_packets_total"],
+                         "kind": "counter", "labels": "{}"})
+    g = series_groups(meta, topo)
+    assert sorted(g["series_id"]) == [2, 4]
+    empty = series_groups(meta.iloc[:0], topo)  # a job with no telemetry yet
+    assert empty.empty and {"series_id", "grp", "gauge", "floor", "net", "solo", "lookback"} <= set(empty.columns)
+    assert all(("switch" if r in SWITCH_ROLES else r, m) in SIGNALS
+               for r, m in zip(g["role"], g["metric"], strict=True))
+
+
+def test_array_literals_read_back_as_the_same_values(db_conn: psycopg.Connection) -> None:
+    ints = np.array([0, -3, 2_000_000_000, 7])
+    floats = np.array([0.1, -2.5e-12, 1e300, np.inf, -np.inf, np.nan, 1 / 3])
+    bools = np.array([True, False, True])
+    got = db_conn.execute("SELECT %s::int[], %s::float8[], %s::bool[], %s::int[]",
+                          (pg_array(ints), pg_array(floats), pg_array(bools), pg_array(np.array([], int)))).fetchone()
+    assert got is not None
+    assert got[0] == ints.tolist() and got[2] == bools.tolist() and got[3] == []
+    np.testing.assert_array_equal(np.array(got[1], float), floats)  # exact, NaN where NaN
+
+
+def test_the_topology_is_rebuilt_after_topo_rebuild_s_even_when_its_stamp_is_the_same(
+        service_url: str, db_conn: psycopg.Connection) -> None:
+    sc = _send(service_url, [], seed=83, name="rebuild")
+    eng = AttributionEngine(EngineConfig(topo_ttl_s=0.0, topo_rebuild_s=0.0))
+    first = eng._job_topo(db_conn, sc.job)
+    again = eng._job_topo(db_conn, sc.job)
+    assert again is not first and again[2] is not first[2] and again[1] == first[1]
