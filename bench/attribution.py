@@ -6,13 +6,19 @@ Data path (pluggable):
   --url U --database-url D   an already running service U writing to database D
   --direct D       straight into database D with COPY (engine only, no API)
 
-Prints detection recall/precision, top-1 layer and exact component accuracy on faulty steps, the
-false slow-step rate on healthy steps, per-kind results, and attribution latency p50/p95 for jobs
-of 64, 256 and 1,024 ranks (--sizes: up to 4,096), with the cost per rank+port (it must not grow)
-and the engine process's peak RSS.
+Accuracy (#15: do not tune to one generator): the same number of runs on two seed sets, the tune
+seeds (constants may be chosen on them) and the held-back seeds (never looked at while developing),
+each printed as its own table: slow-step recall, layer and component accuracy over faulty steps, the
+false slow-step rate on healthy steps, and rows per kind (storage_slow per variant) and per class
+(class:small_sustained +5-12 % for 10-40 steps, class:mid_step onsets, class:sampling_5-10s). With
+--robust (the default) every name, each collector's sampling interval (1-10 s), clock skew, missing
+series, counter starts (up to 2^60) and noise are drawn per run (service/simulate/variation.py).
+Then attribution latency p50/p95 for jobs of 64, 256 and 1,024 ranks (--sizes: up to 4,096), with
+the cost per rank+port (it must not grow) and the engine process's peak RSS.
 
-    .venv/bin/python bench/attribution.py            # 40 runs, >= 200 faults (~5 min on 2 cores)
-    .venv/bin/python bench/attribution.py --quick    # 10 runs, sizes 64/256
+    .venv/bin/python bench/attribution.py            # 20 + 20 runs (~6 min on 2 cores)
+    .venv/bin/python bench/attribution.py --quick    # 6 + 6 runs, sizes 64/256
+    .venv/bin/python bench/attribution.py --seeds-tune 7,11 --seeds-report 101,103 --runs 20 --skip-latency
     .venv/bin/python bench/attribution.py --runs 5 --kinds gpu-host --skip-latency   # #17's kinds only
     .venv/bin/python bench/attribution.py --skip-accuracy --sizes 64,256,1024,4096   # #15 scale: 4,096 ranks
         (jobs above 1,024 ranks are loaded with bulk COPY, bench/latency_scale.py; ~10 min on 2 cores)
@@ -40,10 +46,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.latency_scale import bulk_load  # noqa: E402
 from fabricscope.service.correlate import AttributionEngine  # noqa: E402
 from fabricscope.service.correlate.baseline import CHANGE_RUN  # noqa: E402
-from fabricscope.service.simulate.faults import FAULT_KINDS, LEVEL_CHANGE, kinds_for, make_fault, random_plan  # noqa: E402
-from fabricscope.service.simulate.generator import Scenario, generate  # noqa: E402
+from fabricscope.service.simulate.faults import (  # noqa: E402
+    FAULT_KINDS,
+    LEVEL_CHANGE,
+    Fault,
+    kinds_for,
+    make_fault,
+    random_plan,
+)
+from fabricscope.service.simulate.generator import HEALTHY_TRUTH, SLOW_TRUTH, Scenario, generate  # noqa: E402
 from fabricscope.service.simulate.send import DirectSink, HttpSink, ScenarioSink, send_scenario  # noqa: E402
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster, random_storage_names  # noqa: E402
+from fabricscope.service.simulate.variation import Variation  # noqa: E402
 
 GPU_HOST_KINDS = ("gpu_thermal_throttle", "pcie_downtrain", "gpu_xid", "cpu_starved_loader", "tcp_retransmits")
 ACCURACY_CLUSTER = ClusterSpec(hosts=8, gpus_per_host=8, nics_per_host=4, leaves=2, spines=2)
@@ -100,46 +114,92 @@ def run_spec(i: int, rng: np.random.Generator, ib_every: int = 5) -> ClusterSpec
 
 # -- shared storage (#15): every run's cluster has a shared volume (a storage device every host's
 # loader reads) and local mounts named with random strings, drawn from a generator of their own so
-# the other draws of a seed stay as they were. Its kinds get their own totals in run_accuracy.
-STORAGE_KINDS = ("shared_volume_slow", "storage_slow")
+# the other draws of a seed stay as they were (robust runs draw every name, these included).
 
 
 def with_storage(spec: ClusterSpec, seed: int, i: int) -> ClusterSpec:
     return dataclasses.replace(spec, **random_storage_names(np.random.default_rng([seed, i, 15])))
 
 
-def print_storage_kinds(per_kind: dict[str, list[int]]) -> None:
-    for kind in STORAGE_KINDS:
-        n, d, lay, comp = per_kind.get(kind, [0, 0, 0, 0])
-        print(f"  storage (#15) {kind:18s} {n:4d}: detected {pct(d, n)} layer {pct(lay, d)} "
-              f"component {pct(comp, d)}")
+# -- robust variation (#15): names, sampling per collector, skew, missing series, counter starts, noise,
+# fault sizes down to +5 %, small sustained faults and mid-step onsets, all drawn per run.
+SMALL_SEVERITY = (0.05, 0.12)  # a small sustained fault adds 5-12 % to the step ...
+SMALL_STEPS = (10, 40)  # ... for 10-40 steps
+ROBUST_STEPS = 80  # steps per robust run: a 40-step fault fits after the 16-step warm-up
+ROBUST_SLOW_TRUTH, ROBUST_HEALTHY_TRUTH = 0.04, 0.02  # a +5 % fault's steps count as slow (fault wobble +-15 %)
+COARSE_S = 5  # a collector sampling every 5 s or slower: the "5-10 s sampling" class
+KIND_COLLECTOR = {"compute": "gpu", "host": "host", "nic": "nic", "link": "switch", "fabric": "switch",
+                  "storage": "storage"}
+DEFAULT_TUNE, DEFAULT_REPORT = "7,11", "101,103"
 
 
-def accuracy_runs(n_runs: int, seed: int, only: list[str] | None = None, ib_every: int = 5) -> list[Scenario]:
+def _small_sustained(cluster: Any, rng: np.random.Generator, kinds: list[str], steps: int) -> list[Fault]:
+    """One or two small faults (+5-12 %) lasting 10-40 steps, as a slow regression would."""
+    out: list[Fault] = []
+    at = 16
+    while True:
+        length = int(rng.integers(SMALL_STEPS[0], SMALL_STEPS[1] + 1))
+        start = at + int(rng.integers(0, 4))
+        if start + length + 3 > steps:
+            return out
+        kind = kinds[int(rng.integers(len(kinds)))]
+        out.append(make_fault(cluster, kind, start_step=start, steps=length,
+                              severity=float(rng.uniform(*SMALL_SEVERITY)), rng=rng))
+        at = start + length + 3
+
+
+def accuracy_runs(n_runs: int, seed: int, only: list[str] | None = None, ib_every: int = 5,
+                  robust: bool = True, first: int = 0, t0: float = 1.75e9) -> list[Scenario]:
+    """Runs `first`..`first + n_runs - 1` of `seed`. Robust: every name, the sampling of each collector,
+    skew, missing series, counter starts and noise drawn per run; faults from +5 %, a fifth of the runs
+    with small sustained faults, and two in five faults of the others beginning and ending mid-step."""
     out = []
-    t0 = 1.75e9
-    for i in range(n_runs):
+    for i in range(first, first + n_runs):
         rng = np.random.default_rng(seed * 1000 + i)
         spec = with_storage(run_spec(i, rng, ib_every), seed, i)
+        variation = None
+        if robust:
+            spec = dataclasses.replace(spec, names=seed * 1000 + i)
+            variation = Variation.draw(np.random.default_rng([seed, i, 1515]))
         cluster = build_cluster(spec)
         kinds = kinds_for(spec.fabric, only or []) or kinds_for(spec.fabric, list(FAULT_KINDS))
-        steps = 80
+        steps = ROBUST_STEPS if robust else 80
         if i % 10 == 9:
             faults = []  # fault-free run
         elif i % 10 == 4:  # fault-free with a legitimate level change (new training phase)
             faults = [make_fault(cluster, LEVEL_CHANGE, start_step=40, steps=steps, severity=0.12, rng=rng)]
+        elif robust and i % 10 in (1, 6):
+            faults = _small_sustained(cluster, rng, kinds, steps)
         else:
             order = kinds[i % len(kinds):] + kinds[:i % len(kinds)]
-            faults = random_plan(cluster, rng, n_steps=steps, n_faults=6, kinds=order)
+            faults = random_plan(cluster, rng, n_steps=steps, n_faults=6, kinds=order,
+                                 severity=(0.05, 0.8) if robust else (0.08, 0.8), mid_step=0.4 if robust else 0.0)
             if i % 3 == 0 and faults:  # a concurrent second fault: two causes in the same steps
                 f = next((x for x in faults if x.layer in ("fabric", "nic", "link")), faults[0])
                 faults.append(make_fault(cluster, "gpu_straggler", start_step=f.start_step, steps=f.steps,
                                          severity=float(rng.uniform(0.1, 0.4)), rng=rng))
-        sc = generate(spec, job=f"bench-acc-{seed}-{i}", steps=steps, faults=faults,
-                      seed=seed * 1000 + i, t0=t0)
+        sc = generate(spec, job=f"bench-acc-{seed}-{i}", steps=steps, faults=faults, seed=seed * 1000 + i,
+                      t0=t0, variation=variation, slow_truth=ROBUST_SLOW_TRUTH if robust else SLOW_TRUTH,
+                      healthy_truth=ROBUST_HEALTHY_TRUTH if robust else HEALTHY_TRUTH)
+        sc.variation = variation  # type: ignore[attr-defined]  # for the per-class rows
         t0 += float(sc.timeline.end.max()) + 120.0
         out.append(sc)
     return out
+
+
+def _rows(sc: Scenario, f: Fault | None, kind: str) -> list[str]:
+    """The table rows a faulty step counts in: its kind (storage_slow by variant) and its classes."""
+    if f is None:
+        return [kind]
+    rows = [f"{kind}:{f.variant}" if kind == "storage_slow" else kind]
+    if f.steps >= SMALL_STEPS[0] and f.severity <= SMALL_SEVERITY[1]:
+        rows.append("class:small_sustained")
+    if f.onset > 0 or f.until < 1:
+        rows.append("class:mid_step")
+    v = getattr(sc, "variation", None)
+    if v is not None and v.intervals[KIND_COLLECTOR.get(f.layer, "switch")] >= COARSE_S:
+        rows.append("class:sampling_5-10s")
+    return rows
 
 
 def score(results: list[tuple[Scenario, dict[int, Any]]]) -> dict[str, Any]:
@@ -164,35 +224,34 @@ def score(results: list[tuple[Scenario, dict[int, Any]]]) -> dict[str, Any]:
                 c["false_slow"] += a["slow"]
                 continue
             kind = tr.causes[0]["kind"] if tr.causes else "?"
-            k = per_kind[kind]
-            fk = per_fk[(sc.cluster.spec.fabric, kind)]
+            fault = next((f for f in sc.faults if f.active(s) and f.component == tr.component and f.kind == kind),
+                         None)
+            ks = [per_kind[r] for r in _rows(sc, fault, kind)] + [per_fk[(sc.cluster.spec.fabric, kind)]]
             c["faulty"] += 1
-            k[0] += 1
-            fk[0] += 1
             if not a["slow"]:
                 misses.append(f"{sc.job} step {s}: missed {kind} {tr.component} delay {tr.delay_s:.3f}s")
+            lay = bool(a["slow"]) and a["layer"] == tr.layer
+            comp = lay and a["component"] == tr.component
+            for k in ks:
+                k[0] += 1
+                k[1] += bool(a["slow"])
+                k[2] += lay
+                k[3] += comp
+            if not a["slow"]:
                 continue
             c["detected"] += 1
-            k[1] += 1
-            fk[1] += 1
-            lay, comp = a["layer"] == tr.layer, a["component"] == tr.component
             c["layer_ok"] += lay
-            c["comp_ok"] += lay and comp
-            k[2] += lay
-            k[3] += lay and comp
-            fk[2] += lay
-            fk[3] += lay and comp
+            c["comp_ok"] += comp
             if len(tr.causes) > 1:
                 c["multi"] += 1
                 want = {(x["layer"], x["component"]) for x in tr.causes[:2]}
                 have = {(x["layer"], x["component"]) for x in a.get("causes", [])[:2]}
                 c["multi_both"] += want <= have
-            if not (lay and comp):
+            if not comp:
                 misses.append(f"{sc.job} step {s}: truth {tr.layer} {tr.component} -> {a['layer']} "
                               f"{a['component']} (conf {a['confidence']})")
-            for f in sc.faults:
-                if f.active(s) and f.component == tr.component:
-                    fault_steps[id(f)].append(int(lay and comp))
+            if fault is not None:
+                fault_steps[id(fault)].append(int(comp))
         faults_ok += [float(np.mean(v)) for v in fault_steps.values()]
     return {"c": c, "per_kind": per_kind, "per_fabric_kind": per_fk, "faults_ok": faults_ok, "misses": misses}
 
@@ -201,49 +260,86 @@ def pct(a: float, b: float) -> str:
     return f"{100.0 * a / b:6.2f}%" if b else "   n/a"
 
 
-def run_accuracy(dp: DataPath, n_runs: int, seed: int, only: list[str] | None = None, ib_every: int = 5) -> None:
-    t = time.perf_counter()
-    scs = accuracy_runs(n_runs, seed, only, ib_every)
-    n_faults = sum(1 for sc in scs for f in sc.faults if f.kind != LEVEL_CHANGE)
-    print(f"accuracy: {n_runs} runs of {scs[0].cluster.ranks} ranks x 80 steps, {n_faults} injected faults "
-          f"(generated in {time.perf_counter() - t:.1f}s)", flush=True)
+def collect(dp: DataPath, label: str, seeds: list[int], n_runs: int, only: list[str] | None, ib_every: int,
+            robust: bool) -> list[tuple[Scenario, dict[int, Any]]]:
+    """Generate, send and attribute `n_runs` runs spread over `seeds`, with a progress line per run."""
+    per_seed = [n_runs // len(seeds) + (j < n_runs % len(seeds)) for j in range(len(seeds))]
     results = []
-    t_send = t_attr = 0.0
-    for i, sc in enumerate(scs):
-        t = time.perf_counter()
-        send_scenario(dp.sink, sc, topology=(i == 0 or sc.cluster.spec != scs[i - 1].cluster.spec))
-        t_send += time.perf_counter() - t
-        t = time.perf_counter()
-        got = {s: dp.engine.attribute_step(dp.conn, job=sc.job, step=s) for s in sorted(sc.truth)}
-        t_attr += time.perf_counter() - t
-        results.append((sc, got))
+    done = 0
+    t_all = time.perf_counter()
+    prev: ClusterSpec | None = None
+    for seed, n in zip(seeds, per_seed, strict=True):
+        for i in range(n):
+            t = time.perf_counter()
+            (sc,) = accuracy_runs(1, seed, only, ib_every, robust, first=i, t0=1.75e9 + (seed * 100 + i) * 600.0)
+            t_gen = time.perf_counter() - t
+            t = time.perf_counter()
+            send_scenario(dp.sink, sc, topology=sc.cluster.spec != prev)
+            prev = sc.cluster.spec
+            t_send = time.perf_counter() - t
+            t = time.perf_counter()
+            got = {s: dp.engine.attribute_step(dp.conn, job=sc.job, step=s) for s in sorted(sc.truth)}
+            t_attr = time.perf_counter() - t
+            results.append((sc, got))
+            done += 1
+            n_f = sum(1 for f in sc.faults if f.kind != LEVEL_CHANGE)
+            print(f"  [{label}] run {done}/{n_runs} seed {seed}#{i}: {len(sc.truth)} steps, {n_f} faults, "
+                  f"generated {t_gen:.1f}s, sent {t_send:.1f}s ({sc.n_samples} samples), attributed {t_attr:.1f}s "
+                  f"[{time.perf_counter() - t_all:.0f}s]", flush=True)
+    return results
+
+
+def print_table(label: str, seeds: list[int], results: list[tuple[Scenario, dict[int, Any]]]) -> dict[str, Any]:
     r = score(results)
     c = r["c"]
-    print(f"  ingest {t_send:.1f}s, attribution {t_attr:.1f}s for {sum(len(sc.truth) for sc in scs)} steps")
-    print(f"  faulty steps {int(c['faulty'])}, healthy steps {int(c['healthy'])}")
-    print(f"  slow-step detection recall      {pct(c['detected'], c['faulty'])}")
-    print(f"  slow-step detection precision   {pct(c['detected'], c['detected'] + c['false_slow'])}")
-    print(f"  top-1 layer accuracy            {pct(c['layer_ok'], c['detected'])}   (target >= 99%)")
-    print(f"  exact component accuracy        {pct(c['comp_ok'], c['detected'])}   (target >= 97%)")
+    print(f"{label} seeds {','.join(map(str, seeds))}: {len(results)} runs, faulty steps {int(c['faulty'])}, "
+          f"healthy steps {int(c['healthy'])}")
+    print(f"  slow-step recall                {pct(c['detected'], c['faulty'])}   (target >= 95%)")
+    print(f"  slow-step precision             {pct(c['detected'], c['detected'] + c['false_slow'])}")
+    print(f"  layer (of faulty steps)         {pct(c['layer_ok'], c['faulty'])}   (target >= 99%; "
+          f"{pct(c['layer_ok'], c['detected'])} of detected)")
+    print(f"  component (of faulty steps)     {pct(c['comp_ok'], c['faulty'])}   (target >= 97%; "
+          f"{pct(c['comp_ok'], c['detected'])} of detected)")
     print(f"  false slow-step rate (healthy)  {pct(c['false_slow'], c['healthy'])}   (target <= 0.1%)")
     print(f"  multi-fault steps: both causes in top 2: {int(c['multi_both'])}/{int(c['multi'])}")
     print(f"  faults with all their slow steps right: {sum(1 for x in r['faults_ok'] if x == 1.0)}/"
           f"{len(r['faults_ok'])}")
     print(f"  level change: {int(c['change_flagged'])}/{int(c['change_steps'])} steps flagged while the "
           f"baseline re-learned (change-point after {CHANGE_RUN} steps; not counted above)")
-    print("  per kind (faulty steps: detected / layer / component):")
-    for kind, (n, d, lay, comp) in sorted(r["per_kind"].items()):
-        print(f"    {kind:18s} {n:4d}: {pct(d, n)} {pct(lay, d)} {pct(comp, d)}")
-    print("  per fabric and kind:")
+    print(f"  {'kind / class':26s} {'steps':>5} {'recall':>8} {'layer':>8} {'component':>9}   (of faulty steps)")
+    rows = sorted(r["per_kind"].items(), key=lambda kv: (kv[0].startswith("class:"), kv[0]))
+    for kind, (n, d, lay, comp) in rows:
+        print(f"  {kind:26s} {n:5d} {pct(d, n)} {pct(lay, n)} {pct(comp, n)}")
     for (fab, kind), (n, d, lay, comp) in sorted(r["per_fabric_kind"].items()):
-        print(f"    {fab:4s} {kind:18s} {n:4d}: {pct(d, n)} {pct(lay, d)} {pct(comp, d)}")
-    # GPU and host kinds (#17): their own totals, against the same targets.
+        if fab == "ib":
+            print(f"  {'ib ' + kind:26s} {n:5d} {pct(d, n)} {pct(lay, n)} {pct(comp, n)}")
     new = [v for k, v in r["per_kind"].items() if k in GPU_HOST_KINDS]
     n, d, lay, comp = (sum(v[i] for v in new) for i in range(4))
-    print(f"  GPU/host kinds (#17) {n:4d}: detected {pct(d, n)} layer {pct(lay, d)} component {pct(comp, d)}")
-    print_storage_kinds(r["per_kind"])  # #15
-    for m in r["misses"][:15]:
+    print(f"  GPU/host kinds (#17) {n:4d}: recall {pct(d, n)} layer {pct(lay, n)} component {pct(comp, n)}")
+    for m in r["misses"][:10]:
         print("   miss:", m)
+    return r
+
+
+def run_accuracy(dp: DataPath, n_runs: int, tune: list[int], report: list[int], only: list[str] | None = None,
+                 ib_every: int = 5, robust: bool = True) -> None:
+    """`n_runs` runs on the tune seeds (constants may be chosen there) and as many on the held-back
+    seeds (never looked at while developing): one table each."""
+    print(f"accuracy: {n_runs} runs on the tune seeds {tune} and {n_runs} on the held-back seeds {report}, "
+          f"64 ranks x {ROBUST_STEPS if robust else 80} steps, robust variation {'on' if robust else 'off'}",
+          flush=True)
+    sets = [("tune", tune), ("held-back", report)]
+    # The engine's DEVICE_SQL (GPU/host evidence) gets a nested-loop plan that re-runs its history
+    # aggregate per outer row when its CTEs are estimated at one row; with 64 GPUs read every 1-2 s one
+    # step took minutes. Accuracy does not depend on the plan, so hash joins here; latency (below) is
+    # measured with the planner's own choices. Reported on #15; remove once the query is fixed.
+    dp.conn.execute("SET enable_nestloop = off")
+    try:
+        results = {label: collect(dp, label, seeds, n_runs, only, ib_every, robust) for label, seeds in sets}
+    finally:
+        dp.conn.execute("RESET enable_nestloop")
+    for label, seeds in sets:
+        print_table(label, seeds, results[label])
 
 
 def run_latency(dp: DataPath, sizes: list[int], steps: int, seed: int, analyze: bool = True,
@@ -310,7 +406,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--runs", type=int)
-    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--seed", type=int, default=7, help="seed of the latency runs")
+    ap.add_argument("--seeds-tune", default=DEFAULT_TUNE, help="accuracy seeds constants may be chosen on")
+    ap.add_argument("--seeds-report", default=DEFAULT_REPORT, help="held-back accuracy seeds, never tuned on")
+    ap.add_argument("--robust", action=argparse.BooleanOptionalAction, default=True,
+                    help="draw names, sampling, skew, missing series, counter starts, noise, small and mid-step "
+                         "faults per run (#15); --no-robust: the classic runs")
     ap.add_argument("--url")
     ap.add_argument("--database-url")
     ap.add_argument("--direct", metavar="DATABASE_URL")
@@ -324,7 +425,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.url and not args.database_url:
         ap.error("--url needs --database-url (the engine reads the database directly)")
-    runs = args.runs or (10 if args.quick else 40)
+    runs = args.runs or (6 if args.quick else 20)  # per seed set
     sizes = [int(x) for x in (args.sizes or ("64,256" if args.quick else "64,256,1024")).split(",")]
     dp = DataPath(args)
     print(f"data path: {dp.kind}")
@@ -333,7 +434,8 @@ def main() -> None:
         if not args.skip_accuracy:
             kinds = None if not args.kinds else (
                 list(GPU_HOST_KINDS) if args.kinds == "gpu-host" else args.kinds.split(","))
-            run_accuracy(dp, runs, args.seed, kinds, args.ib_every)
+            run_accuracy(dp, runs, [int(x) for x in args.seeds_tune.split(",")],
+                         [int(x) for x in args.seeds_report.split(",")], kinds, args.ib_every, args.robust)
         if not args.skip_latency:
             run_latency(dp, sizes, 30 if args.quick else 40, args.seed, load=args.latency_load)
     finally:

@@ -7,12 +7,14 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import typer
 
 from fabricscope.service.simulate.faults import FAULT_KINDS, kinds_for
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.send import HttpSink, send_scenario
 from fabricscope.service.simulate.topology import ClusterSpec
+from fabricscope.service.simulate.variation import Variation
 
 
 def simulate_command(
@@ -33,6 +35,8 @@ def simulate_command(
     token: str = typer.Option("", envvar="FABRICSCOPE_TOKEN", help="Bearer token with the ingest scope"),
     truth: Path | None = typer.Option(None, help="Write the injected faults and per-step ground truth here"),
     fabric: str = typer.Option("roce", help="roce (PFC, ECN, egress queues) or ib (InfiniBand: credits, HCAs)"),
+    robust: bool = typer.Option(False, help="Draw names, per-collector sampling (1-10 s), skew, missing series, "
+                                            "counter starts and noise from the seed (#15)"),
 ) -> None:
     """Simulate a cluster and a training job with faults, sending it all through the ingest API."""
     kind_list = [k.strip() for k in kinds.split(",") if k.strip()] or None
@@ -41,13 +45,14 @@ def simulate_command(
             raise typer.BadParameter(f"unknown fault kind {k!r}; known: {', '.join(FAULT_KINDS)}", param_hint="--kinds")
     try:
         spec = ClusterSpec(hosts=hosts, gpus_per_host=gpus_per_host, nics_per_host=nics_per_host,
-                           leaves=leaves, spines=spines, fabric=fabric)
+                           leaves=leaves, spines=spines, fabric=fabric, names=seed if robust else None)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     if kind_list and faults and not kinds_for(fabric, kind_list):
         raise typer.BadParameter(f"none of these kinds happens on a {fabric} fabric", param_hint="--kinds")
+    variation = Variation.draw(np.random.default_rng([seed, 1515])) if robust else None
     sc = generate(spec, job=job, steps=steps, faults=faults, seed=seed, interval=interval, skew_s=skew,
-                  kinds=kind_list)
+                  kinds=kind_list, variation=variation)
     if live:  # shift so the last step ends now
         sc.t0 = time.time() - float(sc.timeline.end.max()) - 2 * interval
     typer.echo(f"cluster: {hosts} hosts x {gpus_per_host} GPUs = {sc.cluster.ranks} ranks, "

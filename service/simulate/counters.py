@@ -23,7 +23,7 @@ from fabricscope.service.simulate.fabric_signals import (
     queue_incast,
     roce_queue_extras,
 )
-from fabricscope.service.simulate.faults import Fault
+from fabricscope.service.simulate.faults import Fault, fault_window
 from fabricscope.service.simulate.model import JobSpec, Timeline
 from fabricscope.service.simulate.topology import Cluster
 
@@ -160,8 +160,7 @@ def build_streams(cluster: Cluster, spec: JobSpec, tl: Timeline, faults: list[Fa
             rate[ckpt_ix[h] + 2] = np.where(frac > 0, 0.004 * rng.normal(1, 0.05), rate[ckpt_ix[h] + 2])
 
     def win(f: Fault) -> tuple[float, float]:
-        last = min(f.start_step + f.steps, tl.start.shape[0]) - 1
-        return float(step_start[f.start_step]), float(step_end[last])
+        return fault_window(f, step_start, step_end)
 
     def bump(source: str, metric: str, amount: float, frac: np.ndarray, labels: dict[str, str] | None = None) -> None:
         # a metric the fabric does not have (FCS on InfiniBand) is simply not reported
@@ -208,7 +207,7 @@ def build_streams(cluster: Cluster, spec: JobSpec, tl: Timeline, faults: list[Fa
                 bump(port, "tx_pause_frames_total", sev * 3e5, frac)
                 bump(peer[port], "rx_pause_frames_total", sev * 3e5, frac)
             bump(port, "tx_discards_total", sev * 400, frac)
-            if port.startswith("leaf") and port in cluster.leaf_down:
+            if port in cluster.leaf_down:  # from the cluster's lists, never from a name (#15)
                 leaf = port.split(":")[0] + ":"
                 for up in cluster.leaf_up:  # congestion spreads upstream at a fraction
                     if up.startswith(leaf):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fabricscope.service.simulate.counters import Streams
-from fabricscope.service.simulate.faults import Fault
+from fabricscope.service.simulate.faults import Fault, fault_window
 from fabricscope.service.simulate.model import JobSpec, Timeline
 from fabricscope.service.simulate.topology import Cluster
 
@@ -158,8 +158,7 @@ def _faults(m: np.ndarray, index: dict[tuple[str, str, str], int], cluster: Clus
         if f.kind not in ("gpu_thermal_throttle", "pcie_downtrain", "gpu_xid", "cpu_starved_loader",
                           "tcp_retransmits"):
             continue
-        last = min(f.start_step + f.steps, len(step_start)) - 1
-        a, z = float(step_start[f.start_step]), float(step_end[last])
+        a, z = fault_window(f, step_start, step_end)
         frac = _overlap(edges, a, z)
         hit = frac > 0
         src = f.component if f.kind != "tcp_retransmits" else cluster.hosts[f.target]

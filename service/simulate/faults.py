@@ -64,16 +64,43 @@ class Fault:
     severity: float
     variant: str = ""
     target: int = 0  # index into the cluster list the kind acts on (rank, host, nic, port, volume)
+    # #15: a fault may begin and end inside a step: the share of its first step that had passed when
+    # it began, and the share of its last step it still covered. Timings scale with the covered share.
+    onset: float = 0.0
+    until: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.onset < 1.0 and 0.0 < self.until <= 1.0):
+            raise ValueError("onset must be in [0, 1) and until in (0, 1]")
+        if self.steps == 1 and self.until <= self.onset:
+            raise ValueError("a one-step fault must end after it begins (until > onset)")
 
     def active(self, step: int) -> bool:
         return self.start_step <= step < self.start_step + self.steps
+
+    def cover(self, step: int) -> float:
+        """Share of `step` the fault was active in (0 when not at all)."""
+        if not self.active(step):
+            return 0.0
+        lo = self.onset if step == self.start_step else 0.0
+        hi = self.until if step == self.start_step + self.steps - 1 else 1.0
+        return hi - lo
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def fault_window(f: Fault, step_start: np.ndarray, step_end: np.ndarray) -> tuple[float, float]:
+    """The true-clock span a fault was active in: from `onset` into its first step to `until` into
+    its last (`step_start`/`step_end`: per step, earliest start and latest end over the ranks)."""
+    first, last = f.start_step, min(f.start_step + f.steps, len(step_start)) - 1
+    a = float(step_start[first]) + f.onset * float(step_end[first] - step_start[first])
+    z = float(step_start[last]) + f.until * float(step_end[last] - step_start[last])
+    return a, z
+
+
 def make_fault(cluster: Cluster, kind: str, *, start_step: int, steps: int, severity: float,
-               variant: str = "", rng: np.random.Generator) -> Fault:
+               variant: str = "", rng: np.random.Generator, onset: float = 0.0, until: float = 1.0) -> Fault:
     """A fault of `kind` on a random target of the cluster, with the component the engine must name."""
     if kind == LEVEL_CHANGE:
         return Fault(kind, "none", "", start_step, steps, severity)
@@ -136,13 +163,16 @@ def make_fault(cluster: Cluster, kind: str, *, start_step: int, steps: int, seve
         component = cluster.nics[used.pop()] if len(used) == 1 else cluster.hosts[target]
     else:
         raise ValueError(f"unknown fault kind {kind!r}; known: {sorted(FAULT_KINDS)}")
-    return Fault(kind, layer, component, start_step, steps, float(severity), variant, target)
+    return Fault(kind, layer, component, start_step, steps, float(severity), variant, target, onset, until)
 
 
 def random_plan(cluster: Cluster, rng: np.random.Generator, *, n_steps: int, n_faults: int,
                 kinds: list[str] | None = None, warmup: int = 16, gap: int = 3, ckpt_every: int = 10,
-                severity: tuple[float, float] = (0.08, 0.8), max_len: int = 6) -> list[Fault]:
-    """Non-overlapping faults of varied kind, size, start and length, with healthy gaps between."""
+                severity: tuple[float, float] = (0.08, 0.8), max_len: int = 6,
+                mid_step: float = 0.0) -> list[Fault]:
+    """Non-overlapping faults of varied kind, size, start and length, with healthy gaps between.
+    `mid_step`: the share of faults that begin and end inside a step (#15; not checkpoint faults,
+    which act at one moment of the step)."""
     kinds = kinds_for(cluster.spec.fabric, kinds or list(FAULT_KINDS), cluster.shared_source is not None)
     if not kinds and n_faults:
         raise ValueError(f"none of the fault kinds asked for happens on a {cluster.spec.fabric} fabric")
@@ -160,7 +190,13 @@ def random_plan(cluster: Cluster, rng: np.random.Generator, *, n_steps: int, n_f
         if start + length + gap > n_steps:
             break
         sev = float(np.exp(rng.uniform(np.log(severity[0]), np.log(severity[1]))))
+        onset, until = 0.0, 1.0
+        if mid_step and rng.random() < mid_step and not (kind == "storage_slow" and variant == "ckpt"):
+            onset, until = float(rng.uniform(0.1, 0.9)), float(rng.uniform(0.1, 0.9))
+            if length == 1:
+                onset, until = sorted((onset, until))
+                until = max(until, onset + 0.05)
         faults.append(make_fault(cluster, kind, start_step=start, steps=length, severity=sev,
-                                 variant=variant, rng=rng))
+                                 variant=variant, rng=rng, onset=onset, until=min(until, 1.0)))
         step = start + length + gap
     return faults

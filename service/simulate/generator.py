@@ -4,7 +4,7 @@ docs/API.md JSON payloads, plus the per-step ground truth. No I/O here (see send
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -15,6 +15,7 @@ from fabricscope.service.simulate.faults import LEVEL_CHANGE, Fault, random_plan
 from fabricscope.service.simulate.model import JobSpec, Noise, Timeline, run
 from fabricscope.service.simulate.shared_storage import build_shared_storage_streams
 from fabricscope.service.simulate.topology import Cluster, ClusterSpec, build_cluster
+from fabricscope.service.simulate.variation import Variation
 
 SLOW_TRUTH = 0.06  # a fault adding >= 6% to the step is a slow step the engine must find
 HEALTHY_TRUTH = 0.03  # under 3% the step counts as healthy; in between is not scored
@@ -130,7 +131,8 @@ class Scenario:
 
 
 def _truth(cluster: Cluster, spec: JobSpec, noise: Noise, faults: list[Fault],
-           tl_all: Timeline) -> dict[int, StepTruth]:
+           tl_all: Timeline, slow_truth: float = SLOW_TRUTH,
+           healthy_truth: float = HEALTHY_TRUTH) -> dict[int, StepTruth]:
     legit = [f for f in faults if f.kind == LEVEL_CHANGE]
     real = [f for f in faults if f.kind != LEVEL_CHANGE]
     d_none = run(cluster, spec, noise, legit).step_duration()
@@ -141,10 +143,10 @@ def _truth(cluster: Cluster, spec: JobSpec, noise: Noise, faults: list[Fault],
         delay = float(d_all[s] - d_none[s])
         causes: list[dict[str, Any]] = [
             {"kind": f.kind, "layer": f.layer, "component": f.component, "delay_s": float(alone[i][s])}
-            for i, f in enumerate(real) if f.active(s) and alone[i][s] > HEALTHY_TRUTH * d_none[s] / 2]
+            for i, f in enumerate(real) if f.active(s) and alone[i][s] > healthy_truth * d_none[s] / 2]
         causes.sort(key=lambda c: -c["delay_s"])
         rel = delay / d_none[s]
-        slow = True if rel >= SLOW_TRUTH else (False if rel < HEALTHY_TRUTH else None)
+        slow = True if rel >= slow_truth else (False if rel < healthy_truth else None)
         if not slow:
             causes = [] if slow is False else causes
         out[s] = StepTruth(s, float(d_all[s]), float(d_none[s]), delay, slow, causes)
@@ -154,17 +156,25 @@ def _truth(cluster: Cluster, spec: JobSpec, noise: Noise, faults: list[Fault],
 def generate(spec: ClusterSpec | None = None, *, job: str = "sim-job", steps: int = 80,
              faults: list[Fault] | int | None = None, seed: int = 0, t0: float | None = None,
              job_spec: JobSpec | None = None, interval: float = 2.0, skew_s: float = 0.05,
-             missing: float = 0.005, kinds: list[str] | None = None) -> Scenario:
-    """Build one job run. `faults`: an explicit list, or a number of random ones (`kinds` to pick from)."""
+             missing: float = 0.005, kinds: list[str] | None = None, variation: Variation | None = None,
+             slow_truth: float = SLOW_TRUTH, healthy_truth: float = HEALTHY_TRUTH) -> Scenario:
+    """Build one job run. `faults`: an explicit list, or a number of random ones (`kinds` to pick from).
+    `variation` (#15): sampling per collector, clock skew, missing series, counter starts and noise
+    as drawn there (it overrides `interval` and `skew_s`). `slow_truth`/`healthy_truth`: the share of
+    the step a fault must add for the step to count as slow, and under which it counts as healthy."""
     cluster = build_cluster(spec or ClusterSpec())
     jspec = job_spec or JobSpec()
+    if variation is not None:
+        interval, skew_s = 1.0, variation.skew_s  # a 1 s grid that each collector then reads every k s
+        if variation.step_jitter > 0 and jspec.step_jitter == 0:
+            jspec = replace(jspec, step_jitter=variation.step_jitter)
     rng = np.random.default_rng(seed)
     if faults is None or isinstance(faults, int):
         faults = random_plan(cluster, rng, n_steps=steps, n_faults=int(faults or 0), kinds=kinds,
                              ckpt_every=jspec.ckpt_every)
     noise = Noise.draw(rng, steps, cluster, jspec)
     tl = run(cluster, jspec, noise, faults)
-    truth = _truth(cluster, jspec, noise, faults, tl)
+    truth = _truth(cluster, jspec, noise, faults, tl, slow_truth, healthy_truth)
     host_skew = rng.uniform(-skew_s, skew_s, len(cluster.hosts))
     streams = build_streams(cluster, jspec, tl, faults, rng=rng, interval=interval, host_skew=host_skew,
                             missing=missing)
@@ -175,6 +185,8 @@ def generate(spec: ClusterSpec | None = None, *, job: str = "sim-job", steps: in
     # #15: the shared volume's streams, from an rng of their own too
     streams = concat_streams(streams, build_shared_storage_streams(
         cluster, tl, faults, rng=np.random.default_rng([seed, 15]), interval=interval, missing=missing))
+    if variation is not None:  # its own generator too
+        streams = variation.apply(streams, cluster, np.random.default_rng([seed, 1515]))
     dropped_steps = rng.random(tl.start.shape) < missing / 2
     dropped_coll = rng.random(tl.coll_start.shape) < missing / 2
     start = t0 if t0 is not None else 1.7e9 + seed * 86400.0

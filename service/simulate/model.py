@@ -39,6 +39,9 @@ class JobSpec:
     first_step_factor: float = 3.0  # graph capture / compilation on step 0
     compute_noise: float = 0.004
     comm_noise: float = 0.02
+    # #15: extra step-to-step spread of a healthy job (batches differ: sequence lengths, routing), as a
+    # share of the step; it acts on every rank's compute alike. 0: the per-rank noise above only.
+    step_jitter: float = 0.0
 
     def transfer_s(self, n: int) -> np.ndarray:
         b = np.asarray(self.bucket_bytes, dtype=float)
@@ -59,6 +62,7 @@ class Noise:
     exit: np.ndarray  # (S, R, K+1) per-rank exit jitter after a collective
     ckpt: np.ndarray  # (S, H)
     fault: np.ndarray  # (S,) fault intensity wobble
+    step: np.ndarray | None = None  # (S,) compute factor common to all ranks (JobSpec.step_jitter)
 
     @classmethod
     def draw(cls, rng: np.random.Generator, steps: int, cluster: Cluster, spec: JobSpec) -> Noise:
@@ -75,6 +79,9 @@ class Noise:
             exit=rng.uniform(0.0, 3e-4, (steps, r, k + 1)),
             ckpt=rng.normal(1.0, 0.03, (steps, h)),
             fault=rng.uniform(0.85, 1.15, steps),
+            # drawn only when asked for, so a seed's other draws stay as they were without it
+            step=rng.normal(1.0, spec.step_jitter * spec.nominal_step_s(r) / spec.compute_s, steps).clip(0.8)
+            if spec.step_jitter > 0 else None,
         )
 
 
@@ -123,7 +130,7 @@ def run(cluster: Cluster, spec: JobSpec, noise: Noise, faults: list[Fault]) -> T
                 continue
             if not f.active(s):
                 continue
-            extra = f.severity * noise.fault[s] * nominal
+            extra = f.severity * noise.fault[s] * nominal * f.cover(s)  # #15: a partly covered step
             if f.kind == "gpu_straggler":
                 comp_mult[f.target] *= 1.0 + extra / spec.compute_s
             elif f.kind == "host_contention":
@@ -147,6 +154,7 @@ def run(cluster: Cluster, spec: JobSpec, noise: Noise, faults: list[Fault]) -> T
                 comm_mult = max(comm_mult, 1.0 + extra / float(transfer.sum()))
         comm_mults[s] = comm_mult
         first = spec.first_step_factor if s == 0 else 1.0
+        first *= 1.0 if noise.step is None else float(noise.step[s])
         data = spec.data_s * noise.data[s] + data_add
         out["start"][s] = t
         out["data"][s] = data

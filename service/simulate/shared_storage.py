@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from fabricscope.service.simulate.counters import Streams
-from fabricscope.service.simulate.faults import Fault
+from fabricscope.service.simulate.faults import Fault, fault_window
 from fabricscope.service.simulate.model import Timeline
 from fabricscope.service.simulate.topology import Cluster
 
@@ -45,8 +45,7 @@ def build_shared_storage_streams(cluster: Cluster, tl: Timeline, faults: list[Fa
     for f in faults:
         if f.kind != "shared_volume_slow":
             continue
-        last = min(f.start_step + f.steps, len(step_start)) - 1
-        frac = _overlap(edges, float(step_start[f.start_step]), float(step_end[last]))
+        frac = _overlap(edges, *fault_window(f, step_start, step_end))
         latency = latency * (1.0 + (rng.uniform(2.0, 6.0) - 1.0) * frac)
     dt = np.diff(edges)
     rates = np.vstack([busy * BATCH_BYTES * hosts, busy * BATCH_OPS * hosts]) * rng.normal(1.0, 0.02, (2, nt))

@@ -8,8 +8,10 @@ the ones collectors produce (`node07:mlx5_2`, `leaf1:Ethernet12`, `spine2:Ethern
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from fabricscope.service.simulate.naming import Names, draw_names, mount_names, storage_names
 
 DATA_VOLUME = "/mnt/data"  # the data loader reads from it every step
 CKPT_VOLUME = "/mnt/ckpt"  # checkpoints are written to it
@@ -38,6 +40,9 @@ class ClusterSpec:
     ckpt_mount: str = CKPT_VOLUME
     storage_device: str = "store1"
     shared_volume: str = "vol0"
+    # #15: draw every name (hosts, switches, ports, NICs, GPUs, mounts, the storage system and its
+    # volume) from naming.py's styles with this seed; None: the classic names above.
+    names: int | None = None
 
     def __post_init__(self) -> None:
         if self.fabric not in ("roce", "ib"):
@@ -67,6 +72,8 @@ class Cluster:
     rank_gpu: list[str]
     rank_nic: list[int]  # index into nics
     host_leaf: list[int] = field(default_factory=list)
+    leaves: list[str] = field(default_factory=list)  # switch names
+    spines: list[str] = field(default_factory=list)
 
     @property
     def ranks(self) -> int:
@@ -91,8 +98,11 @@ class Cluster:
         if self.spec.storage_device:  # #15: the shared storage system and the volume it serves
             devices.append({"name": self.spec.storage_device, "kind": "storage",
                             "volumes": [self.spec.shared_volume]})
-        devices += [{"name": f"leaf{i + 1}", "kind": "switch", "role": "leaf"} for i in range(self.spec.leaves)]
-        devices += [{"name": f"spine{i + 1}", "kind": "switch", "role": "spine"} for i in range(self.spec.spines)]
+        if self.spec.names is None:
+            devices += [{"name": s, "kind": "switch", "role": "leaf"} for s in self.leaves]
+            devices += [{"name": s, "kind": "switch", "role": "spine"} for s in self.spines]
+        else:  # #15: drawn names declare no role either: tiers come from the links
+            devices += [{"name": s, "kind": "switch"} for s in self.leaves + self.spines]
         links = [{"a": n, "b": p, "speed_bps": self.spec.link_speed_bps}
                  for n, p in zip(self.nics, self.leaf_down, strict=True)]
         links += [{"a": u, "b": s, "speed_bps": self.spec.uplink_speed_bps}
@@ -107,10 +117,31 @@ class Cluster:
         return {"ranks": ranks, "labels": labels or {}}
 
 
-def build_cluster(spec: ClusterSpec) -> Cluster:
+def _classic_names(spec: ClusterSpec, n_ports: int) -> Names:
     width = max(2, len(str(spec.hosts)))
-    hosts = [f"node{i + 1:0{width}d}" for i in range(spec.hosts)]
+    return Names([f"node{i + 1:0{width}d}" for i in range(spec.hosts)],
+                 [f"leaf{i + 1}" for i in range(spec.leaves)] + [f"spine{i + 1}" for i in range(spec.spines)],
+                 [f"{spec.port_prefix}{i + 1}" for i in range(n_ports)],
+                 [f"mlx5_{n}" for n in range(spec.nics_per_host)],
+                 [f"gpu{g}" for g in range(spec.gpus_per_host)], (spec.data_mount, spec.ckpt_mount),
+                 spec.storage_device, spec.shared_volume)
+
+
+def build_cluster(spec: ClusterSpec) -> Cluster:
     host_leaf = [h * spec.leaves // spec.hosts for h in range(spec.hosts)]
+    per_leaf = max(host_leaf.count(x) for x in range(spec.leaves)) * spec.nics_per_host
+    n_ports = max(per_leaf + spec.spines, spec.leaves)
+    if spec.names is None:
+        nm = _classic_names(spec, n_ports)
+    else:
+        nm = draw_names(spec.names, hosts=spec.hosts, switches=spec.leaves + spec.spines, ports=n_ports,
+                        nics=spec.nics_per_host, gpus=spec.gpus_per_host, fabric=spec.fabric)
+        if spec.storage_device:  # the shared volume's names come with the others (empty: none)
+            spec = replace(spec, storage_device=nm.storage_device, shared_volume=nm.shared_volume)
+        spec = replace(spec, data_mount=nm.mounts[0], ckpt_mount=nm.mounts[1])
+    hosts = nm.hosts
+    leaves, spines = nm.switches[:spec.leaves], nm.switches[spec.leaves:]
+    port = nm.ports
     nics: list[str] = []
     nic_host: list[int] = []
     leaf_down: list[str] = []
@@ -118,34 +149,30 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     for h, host in enumerate(hosts):
         leaf = host_leaf[h]
         for n in range(spec.nics_per_host):
-            nics.append(f"{host}:mlx5_{n}")
+            nics.append(f"{host}:{nm.nics[n]}")
             nic_host.append(h)
-            leaf_down.append(f"leaf{leaf + 1}:{spec.port_prefix}{next_port[leaf]}")
+            leaf_down.append(f"{leaves[leaf]}:{port[next_port[leaf] - 1]}")
             next_port[leaf] += 1
-    first_up = max(next_port)  # uplinks numbered after the largest leaf's downlinks
-    pp = spec.port_prefix
-    leaf_up = [f"leaf{lf + 1}:{pp}{first_up + s}" for lf in range(spec.leaves) for s in range(spec.spines)]
-    spine_ports = [f"spine{s + 1}:{pp}{lf + 1}" for lf in range(spec.leaves) for s in range(spec.spines)]
+    first_up = max(next_port) - 1  # uplinks numbered after the largest leaf's downlinks
+    leaf_up = [f"{leaves[lf]}:{port[first_up + s]}" for lf in range(spec.leaves) for s in range(spec.spines)]
+    spine_ports = [f"{spines[s]}:{port[lf]}" for lf in range(spec.leaves) for s in range(spec.spines)]
     volumes = [f"{h}:{v}" for h in hosts for v in (spec.data_mount, spec.ckpt_mount)]
     rank_host, rank_gpu, rank_nic = [], [], []
     for h in range(spec.hosts):
         for g in range(spec.gpus_per_host):
             rank_host.append(h)
-            rank_gpu.append(f"gpu{g}")
+            rank_gpu.append(nm.gpus[g])
             rank_nic.append(h * spec.nics_per_host + g * spec.nics_per_host // spec.gpus_per_host)
     return Cluster(spec, hosts, nics, nic_host, leaf_down, leaf_up, spine_ports, volumes,
-                   rank_host, rank_gpu, rank_nic, host_leaf)
+                   rank_host, rank_gpu, rank_nic, host_leaf, leaves, spines)
 
 
 # -- storage names (#15) ----------------------------------------------------------------------------
 
-def _word(rng: Any, n: int) -> str:
-    return "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz0123456789"), n))
-
-
 def random_storage_names(rng: Any) -> dict[str, str]:
-    """ClusterSpec fields (for dataclasses.replace) naming the local mounts and the shared volume
-    with random strings: nothing in a name says data, checkpoint or shared (`rng`: numpy Generator)."""
-    a, b = (f"/{_word(rng, 3)}/{_word(rng, 6)}" for _ in range(2))
-    return {"data_mount": a, "ckpt_mount": b if b != a else b + "x", "storage_device": _word(rng, 7),
-            "shared_volume": _word(rng, 5)}
+    """ClusterSpec fields (for dataclasses.replace) naming the local mounts and the shared volume from
+    naming.py's pools: nothing in a name says data, checkpoint or shared (`rng`: numpy Generator).
+    `ClusterSpec.names` draws these and every other name."""
+    a, b = mount_names(rng, 2)
+    device, volume = storage_names(rng)
+    return {"data_mount": a, "ckpt_mount": b, "storage_device": device, "shared_volume": volume}
