@@ -130,7 +130,10 @@ def build_topo(ranks: pd.DataFrame, links: pd.DataFrame, volumes: list[str],
                 role[x] = "leaf_up"
                 role[y] = "spine"
     host_of = {n: n.split(":", 1)[0] for n in nics}
-    for v in volumes:
+    job_hosts = {h for h in ranks["host"] if isinstance(h, str)}
+    # A volume the job checkpoints to is one even when no collector reports it: the hook's events say
+    # where the writes went, and a slow write is then pinned on it from the timings alone.
+    for v in [*volumes, *(c for c in checkpoint_sources if c.split(":", 1)[0] in job_hosts)]:
         role[v] = "volume"
         host_of[v] = v.split(":", 1)[0]
     host_nic = add_rank_roles(ranks, role, host_of)

@@ -195,11 +195,20 @@ def links(conn: Any) -> pd.DataFrame:
     return _frame(conn, "SELECT a, b FROM links", {})
 
 
+# A host's source is a volume when it reports block I/O (what the storage collectors post for a mount
+# point and for a disk alike), never because of how it is spelled: `node7:/mnt/ckpt`, `node7:nvme0n1`
+# and `node7:vol7` are volumes, `node7:mlx5_0` is not.
+VOLUME_METRICS = ["read_ops_total", "write_ops_total", "read_bytes_total", "write_bytes_total",
+                  "read_latency_seconds", "write_latency_seconds"]
+
+
 def host_volumes(conn: Any, *, hosts: list[str]) -> list[str]:
-    """Storage sources of the job's hosts: `host:/mount` names, and storage devices."""
+    """Storage sources of the job's hosts (sources with block I/O series), and storage devices'."""
     cur = conn.execute(
-        "SELECT name FROM sources WHERE (device = ANY(%(h)s) AND interface LIKE '/%%') "
-        "OR device IN (SELECT name FROM devices WHERE kind = 'storage')", {"h": hosts})
+        "SELECT src.name FROM sources src WHERE (src.device = ANY(%(h)s) AND EXISTS ("
+        "  SELECT 1 FROM series se JOIN metrics m ON m.id = se.metric_id"
+        "  WHERE se.source_id = src.id AND m.name = ANY(%(m)s))) "
+        "OR src.device IN (SELECT name FROM devices WHERE kind = 'storage')", {"h": hosts, "m": VOLUME_METRICS})
     return [r[0] for r in cur.fetchall()]
 
 

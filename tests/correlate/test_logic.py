@@ -141,7 +141,9 @@ def test_the_checkpoint_volume_is_the_one_the_job_wrote_to_whatever_its_name() -
     # the hook's checkpoint events say where the job writes: a neutral name, not the one saying "ckpt"
     topo = build_topo(ranks, pd.DataFrame({"a": [], "b": []}), volumes,
                       frozenset({"node01:/lustre/scratch", "node02:/lustre/scratch", "elsewhere:/x"}))
-    assert topo.checkpoint_volumes == {"node01:/lustre/scratch"}  # only volumes the job's hosts have
+    # volumes of the job's hosts, reported or not (node02's has no telemetry; elsewhere is no job host)
+    assert topo.checkpoint_volumes == {"node01:/lustre/scratch", "node02:/lustre/scratch"}
+    assert topo.role["node02:/lustre/scratch"] == "volume" and "elsewhere:/x" not in topo.role
     cause = work_cause(st, no_ev, topo, 1.0)
     assert (cause["layer"], cause["component"]) == ("storage", "node01:/lustre/scratch")
     # without events and with several volumes, no volume is guessed (least of all by its name)

@@ -10,6 +10,8 @@ checkpoint events name it), not a naming convention of this simulator."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,7 @@ from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.send import HttpSink, send_scenario
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
+from tests.support import TestDatabase, start_service
 
 SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
 STEPS = 52
@@ -120,7 +123,20 @@ def _attribute_all(conn: psycopg.Connection, job: str) -> dict[int, dict[str, An
     return out
 
 
-def test_renaming_everything_changes_no_answer(service_url: str, db_conn: psycopg.Connection) -> None:
+@pytest.fixture
+def own_service(fresh_database: TestDatabase, tmp_path: Path) -> Iterator[tuple[str, psycopg.Connection]]:
+    """A database of this test's own: the classic names of the first copy (`leaf1:Ethernet1`) are the
+    ones other suites' scenarios use, and their series (other queues, priorities) would count here."""
+    svc = start_service(fresh_database.url, tmp_path)
+    try:
+        with psycopg.connect(fresh_database.url, autocommit=True) as conn:
+            yield svc.url, conn
+    finally:
+        svc.stop()
+
+
+def test_renaming_everything_changes_no_answer(own_service: tuple[str, psycopg.Connection]) -> None:
+    service_url, db_conn = own_service
     plain = _scenario("rename-plain", 1.64e9)
     sink = HttpSink(service_url)
     try:
