@@ -62,6 +62,10 @@ AFTERMATH_S: dict[str, float] = {"link_down_total": 10.0}
 # window: it explains a step when nothing present does (the lab's flap), not over a fault that is on
 # now (congestion on the link that flapped a few seconds earlier).
 AFTERMATH_WEIGHT = 0.3
+# Longest a series' sample may lie past a step's window and still be the one that covers its end
+# (#15): collectors sample every 1-10 s, and one lost sample doubles a span; 30 s bounds the index probe
+# while a collector that was silent longer says nothing trustworthy about the step.
+MAX_SAMPLE_GAP_S = 30.0
 # Score a series needs to count as anomalous (3 robust sigmas: rare by chance, common under a fault).
 MIN_SCORE = 3.0
 # Peer z-score a series needs to come back from the database at all: the same bar as MIN_SCORE.

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from fabricscope.service.correlate.constants import MAX_OUTLIERS, PEER_MIN_Z
+from fabricscope.service.correlate.constants import MAX_OUTLIERS, MAX_SAMPLE_GAP_S, PEER_MIN_Z
 
 SUMMARY_SQL = """
 WITH st AS (
@@ -48,29 +48,60 @@ JOIN metrics m ON m.id = se.metric_id AND m.name = ANY(%(metrics)s)
 WHERE src.name = ANY(%(sources)s)
 """
 
-# Window max per series, peer median/MAD per group, all in the database; only outliers come back,
-# plus one row (series_id -1) counting the network series that had any sample in the window.
+# Per series, a value for the step's window [ws, we], then the peer median/MAD per group, all in the
+# database; only outliers come back, plus one row (series_id -1) counting the network series that had
+# any sample overlapping the window.
+#
+# Interval-aware window (#15): a sample at t whose series sampled before at t' covers (t', t] (its rate
+# is the mean over that span; a gauge reads the span's state). The samples that overlap the window are
+# those in (ws, we] and the first one after we (its span holds the window's tail, or the whole window
+# when a slow collector has no sample inside it): one index probe per series, bounded by
+# MAX_SAMPLE_GAP_S, and no look-back probe: the first in-window sample's overlap is t - ws whatever its
+# predecessor. Each series' interval is learnt from these spans (their median; the first sample's own
+# span is not seen and takes that median).
+# Value: the highest sample, each sample's deviation from the series' time-weighted mean over the
+# window counted in proportion to its share c = overlap / min(span, window). A sample inside the window
+# (c = 1) counts whole, as does a 10-s sample that holds the whole 2-s window (it is all that is known
+# of it); an edge sample mostly about a neighbouring step counts for its share. The max (rather than
+# the mean) keeps an anomaly that fills only part of the window (a fault starting 70 % into the step)
+# at its height instead of averaging it away over the healthy rest.
 OUTLIERS_SQL = """
 WITH meta AS (
   SELECT * FROM unnest(%(ids)s::int[], %(grp)s::int[], %(gauge)s::bool[], %(floor)s::float8[], %(net)s::bool[],
                        %(solo)s::bool[])
     AS t(series_id, grp, gauge, floor, net, solo)
+), raw AS (
+  SELECT series_id, ts, value, rate FROM samples
+  WHERE series_id = ANY(%(ids)s) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s)
+  UNION ALL  -- the first sample after the window: its span overlaps the window's end
+  SELECT meta.series_id, x.ts, x.value, x.rate FROM meta CROSS JOIN LATERAL (
+    SELECT ts, value, rate FROM samples WHERE series_id = meta.series_id AND ts > to_timestamp(%(we)s)
+      AND ts <= to_timestamp(%(we)s + %(gap)s) ORDER BY ts LIMIT 1) x
+), sp AS (
+  SELECT series_id, x, t - prev AS span, least(t, %(we)s) - greatest(coalesce(prev, %(ws)s), %(ws)s) AS ov FROM (
+    SELECT r.series_id, extract(epoch FROM r.ts)::float8 AS t, CASE WHEN meta.gauge THEN r.value ELSE r.rate END AS x,
+           lag(extract(epoch FROM r.ts)::float8) OVER (PARTITION BY r.series_id ORDER BY r.ts) AS prev
+    FROM raw r JOIN meta USING (series_id)) y
+), lvl AS (
+  SELECT series_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY span) AS iv,
+         sum(ov * x) FILTER (WHERE x IS NOT NULL) / nullif(sum(ov) FILTER (WHERE x IS NOT NULL), 0) AS m
+  FROM sp GROUP BY series_id
+), win AS (
+  SELECT sp.series_id, max(coalesce(lvl.m, sp.x) + least(1.0, greatest(sp.ov, 0.0) / greatest(least(
+           coalesce(sp.span, lvl.iv, %(wlen)s), %(wlen)s), 1e-9)) * (sp.x - coalesce(lvl.m, sp.x))) AS cur_w
+  FROM sp JOIN lvl USING (series_id) WHERE sp.x IS NOT NULL GROUP BY sp.series_id
+), lb AS (  -- the seconds before the window that some signals still explain: one index probe each
+  SELECT u.series_id, x.mx FROM unnest(%(lb_ids)s::int[], %(lb_s)s::float8[]) AS u(series_id, lb)
+  JOIN meta USING (series_id)
+  CROSS JOIN LATERAL (SELECT max(CASE WHEN meta.gauge THEN value ELSE rate END) AS mx FROM samples
+                      WHERE series_id = u.series_id AND ts > to_timestamp(%(ws)s - u.lb)
+                        AND ts <= to_timestamp(%(ws)s)) x
+  WHERE x.mx IS NOT NULL
 ), w AS MATERIALIZED (
-  SELECT series_id, max(mr) AS mr, max(mv) AS mv,
-         max(mr) FILTER (WHERE in_window) AS mr_w, max(mv) FILTER (WHERE in_window) AS mv_w FROM (
-    SELECT series_id, max(rate) AS mr, max(value) AS mv, true AS in_window FROM samples
-    WHERE series_id = ANY(%(ids)s) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s)
-    GROUP BY series_id
-    UNION ALL  -- the seconds before the window that some signals still explain: one index probe each
-    SELECT u.series_id, x.mr, x.mv, false FROM unnest(%(lb_ids)s::int[], %(lb_s)s::float8[]) AS u(series_id, lb)
-    CROSS JOIN LATERAL (SELECT max(rate) AS mr, max(value) AS mv FROM samples
-                        WHERE series_id = u.series_id AND ts > to_timestamp(%(ws)s - u.lb)
-                          AND ts <= to_timestamp(%(ws)s)) x
-    WHERE x.mv IS NOT NULL
-  ) parts GROUP BY series_id
+  SELECT series_id, greatest(win.cur_w, lb.mx) AS cur, win.cur_w FROM win FULL JOIN lb USING (series_id)
 ), v AS (
-  SELECT meta.series_id, meta.grp, meta.floor, meta.solo, CASE WHEN meta.gauge THEN w.mv ELSE w.mr END AS cur,
-         CASE WHEN meta.gauge THEN w.mv_w ELSE w.mr_w END AS cur_w  -- the window alone, without lookback
+  SELECT meta.series_id, meta.grp, meta.floor, meta.solo, w.cur,
+         w.cur_w  -- the window alone, without lookback
   FROM meta JOIN w USING (series_id)
 ), g AS (
   SELECT grp, percentile_cont(0.5) WITHIN GROUP (ORDER BY cur) AS med FROM v WHERE cur IS NOT NULL GROUP BY grp
@@ -95,18 +126,33 @@ SELECT -1, (SELECT count(*) FROM w JOIN meta USING (series_id) WHERE meta.net)::
 # A source's own past: median and MAD (scaled to sigma). MAD rather than the interquartile range: a
 # fault that has already lasted a quarter of the window (or came back) widens the IQR until the
 # fault looks normal; the MAD still holds with up to half of the history anomalous.
+# Interval-aware (#15): each sample counts for the seconds it covers (its span from the previous
+# sample; the first one takes the series' median span), so a gap's one long-span rate, or a collector
+# that sampled faster for a while, weighs by time, not by how many samples it left. With even spans
+# this is the plain (lower) median.
 HIST_SQL = """
 WITH x AS (
-  SELECT s.series_id, CASE WHEN m.kind = 'counter' THEN s.rate ELSE s.value END AS v
+  SELECT s.series_id, CASE WHEN m.kind = 'counter' THEN s.rate ELSE s.value END AS v,
+         extract(epoch FROM s.ts - lag(s.ts) OVER (PARTITION BY s.series_id ORDER BY s.ts))::float8 AS span
   FROM samples s JOIN series se ON se.id = s.series_id JOIN metrics m ON m.id = se.metric_id
   WHERE s.series_id = ANY(%(ids)s) AND s.ts > to_timestamp(%(hs)s) AND s.ts <= to_timestamp(%(he)s)
+), iv AS (
+  SELECT series_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY span) AS iv FROM x GROUP BY series_id
+), y AS (
+  SELECT x.series_id, x.v, coalesce(x.span, iv.iv, 1.0) AS wt FROM x JOIN iv USING (series_id) WHERE x.v IS NOT NULL
 ), med AS (
-  SELECT series_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY v) AS hist_med FROM x GROUP BY series_id
+  SELECT DISTINCT ON (series_id) series_id, v AS hist_med FROM (
+    SELECT series_id, v, sum(wt) OVER (PARTITION BY series_id ORDER BY v ROWS UNBOUNDED PRECEDING) AS cum,
+           sum(wt) OVER (PARTITION BY series_id) AS tot FROM y) c
+  WHERE cum >= 0.5 * tot ORDER BY series_id, cum
+), dev AS (
+  SELECT y.series_id, abs(y.v - med.hist_med) AS a, y.wt FROM y JOIN med USING (series_id)
 )
-SELECT med.series_id, med.hist_med,
-       1.4826 * percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(x.v - med.hist_med)) AS hist_sigma
-FROM x JOIN med USING (series_id)
-GROUP BY med.series_id, med.hist_med
+SELECT med.series_id, med.hist_med, 1.4826 * mad.a AS hist_sigma FROM med JOIN (
+  SELECT DISTINCT ON (series_id) series_id, a FROM (
+    SELECT series_id, a, sum(wt) OVER (PARTITION BY series_id ORDER BY a ROWS UNBOUNDED PRECEDING) AS cum,
+           sum(wt) OVER (PARTITION BY series_id) AS tot FROM dev) c
+  WHERE cum >= 0.5 * tot ORDER BY series_id, cum) mad USING (series_id)
 """
 
 
@@ -137,13 +183,13 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
              limit: int = MAX_OUTLIERS) -> tuple[pd.DataFrame, int]:
     """Series whose window value stands out from their peer group (`meta`: series_id, grp, gauge,
     floor, net, lookback: seconds the window reaches back for that series), and how many network
-    series had data in the window."""
+    series had a sample overlapping the window (see OUTLIERS_SQL for how samples are weighted)."""
     lb = meta["lookback"] > 0
     params = {"ids": meta["series_id"].tolist(), "grp": meta["grp"].tolist(), "gauge": meta["gauge"].tolist(),
               "floor": meta["floor"].tolist(), "net": meta["net"].tolist(), "ws": ws, "we": we,
               "solo": (meta["solo"] if "solo" in meta else pd.Series(False, index=meta.index)).tolist(),
               "lb_ids": meta.loc[lb, "series_id"].tolist(), "lb_s": meta.loc[lb, "lookback"].tolist(),
-              "min_z": min_z, "limit": limit}
+              "min_z": min_z, "limit": limit, "gap": MAX_SAMPLE_GAP_S, "wlen": max(we - ws, 1e-3)}
     df = _frame(conn, OUTLIERS_SQL, params)
     have = df[df["series_id"] == -1]
     n = int(have["cur"].iloc[0]) if len(have) else 0
