@@ -169,9 +169,10 @@ class EngineConfig:
     # An XID this long before the step still explains it: a GPU recovering from an error (page
     # retirement, a reset engine, a contained ECC error) runs slow for several steps after it.
     xid_lookback_s: float = 60.0
-    # GPU/host series are sampled every few seconds and their states (link width, throttle flags)
-    # hold between samples: the window reaches this far back, so a step shorter than the sampling
-    # interval, or whose one sample was lost, still sees the state it ran in.
+    # An XID this long before the step counts when the job's GPUs are scanned with no straggler to
+    # point at one (a GPU picked from all must have logged around the step itself). (#15: the state a
+    # step ran in, link width or throttle flags that hold between readings, is no longer a fixed
+    # look-back: DEVICE_SQL takes each series' last reading before the step, whatever its interval.)
     device_state_lookback_s: float = 5.0
     # A straggler whose own GPU/host telemetry agrees with the timings closes this share of the gap
     # to full confidence.

@@ -306,18 +306,35 @@ def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) ->
 
 # Per series of the given sources and metrics: the window's min and max value and max rate, and the
 # median value and rate of the source's own past with the rate's MAD (scaled to sigma).
+# Interval-aware (#15), as OUTLIERS_SQL: a GPU/host state (link width, a throttle flag, a clock) holds
+# from one reading to the next, so the state the step ran in is the last reading at or before ws plus
+# the readings inside the window, however long the series' interval is; a counter's rate covers the span
+# up to its sample, so the rates that overlap the window are those inside it plus the first one after
+# it. Each neighbour is one index probe per series, bounded by %(gap)s (MAX_SAMPLE_GAP_S). The past is
+# what lies before the first reading used, so the window's own state never becomes its baseline.
 DEVICE_SQL = """
 WITH se AS (
   SELECT se.id, src.name AS source, m.name AS metric, m.kind, se.labels::text AS labels
   FROM sources src JOIN series se ON se.source_id = src.id JOIN metrics m ON m.id = se.metric_id
   WHERE src.name = ANY(%(sources)s) AND m.name = ANY(%(metrics)s)
-), w AS (
-  SELECT series_id, min(value) AS wmin, max(value) AS wmax, max(rate) AS wrate FROM samples
+), nb AS (
+  SELECT se.id AS series_id, p.ts AS prev_ts, p.value AS prev_value, n.rate AS next_rate FROM se
+  LEFT JOIN LATERAL (SELECT ts, value FROM samples WHERE series_id = se.id AND ts <= to_timestamp(%(ws)s)
+                       AND ts > to_timestamp(%(ws)s - %(gap)s) ORDER BY ts DESC LIMIT 1) p ON true
+  LEFT JOIN LATERAL (SELECT rate FROM samples WHERE series_id = se.id AND ts > to_timestamp(%(we)s)
+                       AND ts <= to_timestamp(%(we)s + %(gap)s) ORDER BY ts LIMIT 1) n ON true
+), inw AS (
+  SELECT series_id, min(value) AS vmin, max(value) AS vmax, max(rate) AS rmax FROM samples
   WHERE series_id IN (SELECT id FROM se) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s)
   GROUP BY series_id
+), w AS (
+  SELECT nb.series_id, nb.prev_ts, least(inw.vmin, nb.prev_value) AS wmin, greatest(inw.vmax, nb.prev_value) AS wmax,
+         greatest(inw.rmax, nb.next_rate) AS wrate
+  FROM nb LEFT JOIN inw USING (series_id)
+  WHERE inw.series_id IS NOT NULL OR nb.prev_value IS NOT NULL OR nb.next_rate IS NOT NULL
 ), h AS (
-  SELECT series_id, value, rate FROM samples
-  WHERE series_id IN (SELECT series_id FROM w) AND ts > to_timestamp(%(hs)s) AND ts <= to_timestamp(%(he)s)
+  SELECT s.series_id, s.value, s.rate FROM samples s JOIN w USING (series_id)
+  WHERE s.ts > to_timestamp(%(hs)s) AND s.ts <= to_timestamp(%(he)s) AND (w.prev_ts IS NULL OR s.ts < w.prev_ts)
 ), hm AS (
   SELECT series_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY value) AS hval,
          percentile_cont(0.5) WITHIN GROUP (ORDER BY rate) AS hrate FROM h GROUP BY series_id
@@ -339,9 +356,10 @@ ORDER BY start_ts
 
 def device_rows(conn: Any, *, sources: list[str], metrics: list[str], ws: float, we: float, hs: float,
                 he: float) -> pd.DataFrame:
-    """Window and own-history values of the GPU/host series of `sources` (see DEVICE_SQL)."""
+    """Window and own-history values of the GPU/host series of `sources` (see DEVICE_SQL): the window
+    [ws, we] is the step's own; the readings around it that describe it are found per series."""
     df = _frame(conn, DEVICE_SQL, {"sources": sources, "metrics": metrics, "ws": ws, "we": we, "hs": hs,
-                                   "he": he})
+                                   "he": he, "gap": MAX_SAMPLE_GAP_S})
     for c in ("wmin", "wmax", "wrate", "hval", "hrate", "hsig"):
         df[c] = pd.to_numeric(df[c], errors="coerce")
     return df
@@ -352,16 +370,24 @@ def device_events(conn: Any, *, sources: list[str], kinds: list[str], es: float,
     return _frame(conn, EVENTS_SQL, {"sources": sources, "kinds": kinds, "es": es, "we": we})
 
 
+# The state each source's series was in during the window, as DEVICE_SQL reads it: its last reading
+# at or before ws (one bounded index probe) and its readings inside the window.
 PEER_SQL = """
+WITH se AS (
+  SELECT se.id FROM sources src JOIN series se ON se.source_id = src.id
+  JOIN metrics m ON m.id = se.metric_id AND m.name = %(metric)s WHERE src.name = ANY(%(sources)s)
+)
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY mx) FROM (
-  SELECT max(s.value) AS mx FROM sources src JOIN series se ON se.source_id = src.id
-  JOIN metrics m ON m.id = se.metric_id AND m.name = %(metric)s
-  JOIN samples s ON s.series_id = se.id AND s.ts > to_timestamp(%(ws)s) AND s.ts <= to_timestamp(%(we)s)
-  WHERE src.name = ANY(%(sources)s) GROUP BY se.id) x
+  SELECT greatest(p.value, (SELECT max(s.value) FROM samples s WHERE s.series_id = se.id
+                              AND s.ts > to_timestamp(%(ws)s) AND s.ts <= to_timestamp(%(we)s))) AS mx
+  FROM se LEFT JOIN LATERAL (SELECT value FROM samples WHERE series_id = se.id AND ts <= to_timestamp(%(ws)s)
+                               AND ts > to_timestamp(%(ws)s - %(gap)s) ORDER BY ts DESC LIMIT 1) p ON true) x
+WHERE mx IS NOT NULL
 """
 
 
 def peer_median(conn: Any, *, sources: list[str], metric: str, ws: float, we: float) -> float | None:
     """Median over `sources` of each one's highest `metric` value in the window (None without data)."""
-    r = conn.execute(PEER_SQL, {"sources": sources, "metric": metric, "ws": ws, "we": we}).fetchone()
+    r = conn.execute(PEER_SQL, {"sources": sources, "metric": metric, "ws": ws, "we": we,
+                                "gap": MAX_SAMPLE_GAP_S}).fetchone()
     return None if r is None or r[0] is None else float(r[0])
