@@ -26,7 +26,7 @@ def resample(sc: Scenario, intervals: dict[str, int], rng: np.random.Generator) 
     mean over its interval, as a collector that reads a latency or an average occupancy does."""
     st = sc.streams
     assert np.allclose(np.diff(_cell_ends(sc)), GRID_S)
-    phase = {s: int(rng.integers(0, k)) for s, k in intervals.items()}
+    phase = {s: int(rng.integers(0, k)) for s, k in sorted(intervals.items())}  # fixed order: same draws
     for i, src in enumerate(st.sources):
         k = intervals.get(src)
         if not k or k <= 1:
