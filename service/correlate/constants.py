@@ -66,6 +66,10 @@ AFTERMATH_WEIGHT = 0.3
 # (#15): collectors sample every 1-10 s, and one lost sample doubles a span; 30 s bounds the index probe
 # while a collector that was silent longer says nothing trustworthy about the step.
 MAX_SAMPLE_GAP_S = 30.0
+# Seconds past a step's window read in the same index range as the window itself: enough to hold the
+# next sample of a 1-2-s collector (most NIC and switch telemetry), so only slower collectors' series
+# pay an index probe each; a longer range would read more rows of the fast ones than probes cost.
+NEXT_SCAN_S = 2.5
 # Score a series needs to count as anomalous (3 robust sigmas: rare by chance, common under a fault).
 MIN_SCORE = 3.0
 # Peer z-score a series needs to come back from the database at all: the same bar as MIN_SCORE.

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from fabricscope.service.correlate.constants import MAX_OUTLIERS, MAX_SAMPLE_GAP_S, PEER_MIN_Z
+from fabricscope.service.correlate.constants import MAX_OUTLIERS, MAX_SAMPLE_GAP_S, NEXT_SCAN_S, PEER_MIN_Z
 
 SUMMARY_SQL = """
 WITH st AS (
@@ -55,10 +55,12 @@ WHERE src.name = ANY(%(sources)s)
 # Interval-aware window (#15): a sample at t whose series sampled before at t' covers (t', t] (its rate
 # is the mean over that span; a gauge reads the span's state). The samples that overlap the window are
 # those in (ws, we] and the first one after we (its span holds the window's tail, or the whole window
-# when a slow collector has no sample inside it): one index probe per series, bounded by
-# MAX_SAMPLE_GAP_S, and no look-back probe: the first in-window sample's overlap is t - ws whatever its
-# predecessor. Each series' interval is learnt from these spans (their median; the first sample's own
-# span is not seen and takes that median).
+# when a slow collector has no sample inside it). One index range per series reads the window and
+# NEXT_SCAN_S beyond it (where 1-2-s collectors have their next sample); only series with nothing
+# there get an index probe, bounded by MAX_SAMPLE_GAP_S. No look-back probe: the first in-window
+# sample's overlap is t - ws whatever its predecessor. Each series' interval is learnt from these
+# spans (the shortest: a lost sample lengthens one); the first sample's own span is not seen and
+# takes it.
 # Value: the highest sample, each sample's deviation from the series' time-weighted mean over the
 # window counted in proportion to its share c = overlap / min(span, window). A sample inside the window
 # (c = 1) counts whole, as does a 10-s sample that holds the whole 2-s window (it is all that is known
@@ -70,20 +72,25 @@ WITH meta AS (
   SELECT * FROM unnest(%(ids)s::int[], %(grp)s::int[], %(gauge)s::bool[], %(floor)s::float8[], %(net)s::bool[],
                        %(solo)s::bool[])
     AS t(series_id, grp, gauge, floor, net, solo)
-), raw AS (
+), scan AS MATERIALIZED (  -- one index range per series: the window and the seconds just after it
   SELECT series_id, ts, value, rate FROM samples
-  WHERE series_id = ANY(%(ids)s) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s)
+  WHERE series_id = ANY(%(ids)s) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s + %(scan)s)
+), raw AS (
+  SELECT * FROM scan WHERE ts <= to_timestamp(%(we)s)
   UNION ALL  -- the first sample after the window: its span overlaps the window's end
+  (SELECT DISTINCT ON (series_id) * FROM scan WHERE ts > to_timestamp(%(we)s) ORDER BY series_id, ts)
+  UNION ALL  -- a slower collector's, further on: one index probe for each series that has none in the scan
   SELECT meta.series_id, x.ts, x.value, x.rate FROM meta CROSS JOIN LATERAL (
-    SELECT ts, value, rate FROM samples WHERE series_id = meta.series_id AND ts > to_timestamp(%(we)s)
+    SELECT ts, value, rate FROM samples WHERE series_id = meta.series_id AND ts > to_timestamp(%(we)s + %(scan)s)
       AND ts <= to_timestamp(%(we)s + %(gap)s) ORDER BY ts LIMIT 1) x
+  WHERE NOT EXISTS (SELECT 1 FROM scan WHERE scan.series_id = meta.series_id AND scan.ts > to_timestamp(%(we)s))
 ), sp AS (
   SELECT series_id, x, t - prev AS span, least(t, %(we)s) - greatest(coalesce(prev, %(ws)s), %(ws)s) AS ov FROM (
     SELECT r.series_id, extract(epoch FROM r.ts)::float8 AS t, CASE WHEN meta.gauge THEN r.value ELSE r.rate END AS x,
            lag(extract(epoch FROM r.ts)::float8) OVER (PARTITION BY r.series_id ORDER BY r.ts) AS prev
     FROM raw r JOIN meta USING (series_id)) y
-), lvl AS (
-  SELECT series_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY span) AS iv,
+), lvl AS (  -- the interval: the shortest span seen (a lost sample only makes one longer)
+  SELECT series_id, min(span) AS iv,
          sum(ov * x) FILTER (WHERE x IS NOT NULL) / nullif(sum(ov) FILTER (WHERE x IS NOT NULL), 0) AS m
   FROM sp GROUP BY series_id
 ), win AS (
@@ -189,7 +196,7 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
               "floor": meta["floor"].tolist(), "net": meta["net"].tolist(), "ws": ws, "we": we,
               "solo": (meta["solo"] if "solo" in meta else pd.Series(False, index=meta.index)).tolist(),
               "lb_ids": meta.loc[lb, "series_id"].tolist(), "lb_s": meta.loc[lb, "lookback"].tolist(),
-              "min_z": min_z, "limit": limit, "gap": MAX_SAMPLE_GAP_S, "wlen": max(we - ws, 1e-3)}
+              "min_z": min_z, "limit": limit, "gap": MAX_SAMPLE_GAP_S, "scan": NEXT_SCAN_S, "wlen": max(we - ws, 1e-3)}
     df = _frame(conn, OUTLIERS_SQL, params)
     have = df[df["series_id"] == -1]
     n = int(have["cur"].iloc[0]) if len(have) else 0
