@@ -80,14 +80,16 @@ WITH meta AS (
   UNION ALL  -- the first sample after the window: its span overlaps the window's end
   (SELECT DISTINCT ON (series_id) * FROM scan WHERE ts > to_timestamp(%(we)s) ORDER BY series_id, ts)
   UNION ALL  -- a slower collector's, further on: one index probe for each series that has none in the scan
-  SELECT meta.series_id, x.ts, x.value, x.rate FROM meta CROSS JOIN LATERAL (
-    SELECT ts, value, rate FROM samples WHERE series_id = meta.series_id AND ts > to_timestamp(%(we)s + %(scan)s)
+  SELECT need.series_id, x.ts, x.value, x.rate FROM (  -- EXCEPT, not NOT EXISTS: a set operation is never
+    -- planned as a nested loop, which a cached generic plan (10 guessed ids) makes of an anti-join
+    SELECT series_id FROM meta EXCEPT SELECT series_id FROM scan WHERE ts > to_timestamp(%(we)s)) need
+  CROSS JOIN LATERAL (
+    SELECT ts, value, rate FROM samples WHERE series_id = need.series_id AND ts > to_timestamp(%(we)s + %(scan)s)
       AND ts <= to_timestamp(%(we)s + %(gap)s) ORDER BY ts LIMIT 1) x
-  WHERE NOT EXISTS (SELECT 1 FROM scan WHERE scan.series_id = meta.series_id AND scan.ts > to_timestamp(%(we)s))
 ), sp AS (
   SELECT series_id, x, t - prev AS span, least(t, %(we)s) - greatest(coalesce(prev, %(ws)s), %(ws)s) AS ov FROM (
-    SELECT r.series_id, extract(epoch FROM r.ts)::float8 AS t, CASE WHEN meta.gauge THEN r.value ELSE r.rate END AS x,
-           lag(extract(epoch FROM r.ts)::float8) OVER (PARTITION BY r.series_id ORDER BY r.ts) AS prev
+    SELECT r.series_id, date_part('epoch', r.ts) AS t, CASE WHEN meta.gauge THEN r.value ELSE r.rate END AS x,
+           lag(date_part('epoch', r.ts)) OVER (PARTITION BY r.series_id ORDER BY r.ts) AS prev
     FROM raw r JOIN meta USING (series_id)) y
 ), lvl AS (  -- the interval: the shortest span seen (a lost sample only makes one longer)
   SELECT series_id, min(span) AS iv,
@@ -140,7 +142,7 @@ SELECT -1, (SELECT count(*) FROM w JOIN meta USING (series_id) WHERE meta.net)::
 HIST_SQL = """
 WITH x AS (
   SELECT s.series_id, CASE WHEN m.kind = 'counter' THEN s.rate ELSE s.value END AS v,
-         extract(epoch FROM s.ts - lag(s.ts) OVER (PARTITION BY s.series_id ORDER BY s.ts))::float8 AS span
+         date_part('epoch', s.ts - lag(s.ts) OVER (PARTITION BY s.series_id ORDER BY s.ts)) AS span
   FROM samples s JOIN series se ON se.id = s.series_id JOIN metrics m ON m.id = se.metric_id
   WHERE s.series_id = ANY(%(ids)s) AND s.ts > to_timestamp(%(hs)s) AND s.ts <= to_timestamp(%(he)s)
 ), iv AS (
