@@ -83,9 +83,7 @@ def main() -> None:
                       flush=True)
     finally:
         conn.close()
-        db.drop()
-        if db.embedded is not None:
-            db.embedded.stop()
+        db.drop()  # stops an embedded server too
 
 
 if __name__ == "__main__":
