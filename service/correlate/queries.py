@@ -91,14 +91,14 @@ WITH meta AS (
     SELECT r.series_id, date_part('epoch', r.ts) AS t, CASE WHEN meta.gauge THEN r.value ELSE r.rate END AS x,
            lag(date_part('epoch', r.ts)) OVER (PARTITION BY r.series_id ORDER BY r.ts) AS prev
     FROM raw r JOIN meta USING (series_id)) y
-), lvl AS (  -- the interval: the shortest span seen (a lost sample only makes one longer)
-  SELECT series_id, min(span) AS iv,
-         sum(ov * x) FILTER (WHERE x IS NOT NULL) / nullif(sum(ov) FILTER (WHERE x IS NOT NULL), 0) AS m
-  FROM sp GROUP BY series_id
+), lv AS (  -- per series, over the same partitions (no new sort): the interval and the time-weighted mean
+  SELECT series_id, x, span, ov, min(span) OVER p AS iv,
+         sum(ov * x) FILTER (WHERE x IS NOT NULL) OVER p / nullif(sum(ov) FILTER (WHERE x IS NOT NULL) OVER p, 0) AS m
+  FROM sp WINDOW p AS (PARTITION BY series_id)
 ), win AS (
-  SELECT sp.series_id, max(coalesce(lvl.m, sp.x) + least(1.0, greatest(sp.ov, 0.0) / greatest(least(
-           coalesce(sp.span, lvl.iv, %(wlen)s), %(wlen)s), 1e-9)) * (sp.x - coalesce(lvl.m, sp.x))) AS cur_w
-  FROM sp JOIN lvl USING (series_id) WHERE sp.x IS NOT NULL GROUP BY sp.series_id
+  SELECT series_id, max(coalesce(m, x) + least(1.0, greatest(ov, 0.0) / greatest(least(
+           coalesce(span, iv, %(wlen)s), %(wlen)s), 1e-9)) * (x - coalesce(m, x))) AS cur_w
+  FROM lv WHERE x IS NOT NULL GROUP BY series_id
 ), lb AS (  -- the seconds before the window that some signals still explain: one index probe each
   SELECT u.series_id, x.mx FROM unnest(%(lb_ids)s::int[], %(lb_s)s::float8[]) AS u(series_id, lb)
   JOIN meta USING (series_id)
