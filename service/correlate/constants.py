@@ -112,6 +112,14 @@ AFTERMATH_S: dict[str, float] = {"link_down_total": 10.0}
 # window: it explains a step when nothing present does (the lab's flap), not over a fault that is on
 # now (congestion on the link that flapped a few seconds earlier).
 AFTERMATH_WEIGHT = 0.3
+# Longest a series' sample may lie past a step's window and still be the one that covers its end
+# (#15): collectors sample every 1-10 s, and one lost sample doubles a span; 30 s bounds the index probe
+# while a collector that was silent longer says nothing trustworthy about the step.
+MAX_SAMPLE_GAP_S = 30.0
+# Seconds past a step's window read in the same index range as the window itself: enough to hold the
+# next sample of a 1-2-s collector (most NIC and switch telemetry), so only slower collectors' series
+# pay an index probe each; a longer range would read more rows of the fast ones than probes cost.
+NEXT_SCAN_S = 2.5
 # Score a series needs to count as anomalous (3 robust sigmas: rare by chance, common under a fault).
 MIN_SCORE = 3.0
 # Peer z-score a series needs to come back from the database at all: the same bar as MIN_SCORE.
@@ -225,9 +233,10 @@ class EngineConfig:
     # An XID this long before the step still explains it: a GPU recovering from an error (page
     # retirement, a reset engine, a contained ECC error) runs slow for several steps after it.
     xid_lookback_s: float = 60.0
-    # GPU/host series are sampled every few seconds and their states (link width, throttle flags)
-    # hold between samples: the window reaches this far back, so a step shorter than the sampling
-    # interval, or whose one sample was lost, still sees the state it ran in.
+    # An XID this long before the step counts when the job's GPUs are scanned with no straggler to
+    # point at one (a GPU picked from all must have logged around the step itself). (#15: the state a
+    # step ran in, link width or throttle flags that hold between readings, is no longer a fixed
+    # look-back: DEVICE_SQL takes each series' last reading before the step, whatever its interval.)
     device_state_lookback_s: float = 5.0
     # A straggler whose own GPU/host telemetry agrees with the timings closes this share of the gap
     # to full confidence.

@@ -23,9 +23,10 @@ def device_findings(conn: Any, sources: list[str], rules: tuple[Rule, ...], win:
     since `xid_lookback_s` before the step (None: no XIDs); `peers`: the job's GPUs, for the rules
     that compare a GPU with the others."""
     ws, we = win
-    hs, he = ws - cfg.own_history_s, ws - cfg.device_state_lookback_s - cfg.own_history_gap_s
-    rows = q.device_rows(conn, sources=sources, metrics=rule_metrics(rules), ws=ws - cfg.device_state_lookback_s,
-                         we=we, hs=hs, he=he)
+    # #15: the readings that describe the step (the last state before it, the rate covering its end)
+    # are found per series by DEVICE_SQL, whatever each series' interval; no fixed look-back.
+    hs, he = ws - cfg.own_history_s, ws - cfg.own_history_gap_s
+    rows = q.device_rows(conn, sources=sources, metrics=rule_metrics(rules), ws=ws, we=we, hs=hs, he=he)
     peer: dict[str, float] = {}
     for rule in rules:
         v = q.peer_median(conn, sources=peers, metric=rule.metric, ws=ws, we=we) if rule.peers and peers else None

@@ -12,7 +12,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fabricscope.service.correlate.constants import MAX_OUTLIERS, PEER_MIN_Z, SCORING_WORK_MEM
+from fabricscope.service.correlate.constants import (
+    MAX_OUTLIERS,
+    MAX_SAMPLE_GAP_S,
+    NEXT_SCAN_S,
+    PEER_MIN_Z,
+    SCORING_WORK_MEM,
+)
 
 SUMMARY_SQL = """
 WITH st AS (
@@ -50,29 +56,69 @@ JOIN metrics m ON m.id = se.metric_id AND m.name = ANY(%(metrics)s)
 WHERE src.name = ANY(%(sources)s)
 """
 
-# Window max per series, peer median/MAD per group, all in the database; only outliers come back,
-# plus one row (series_id -1) counting the network series that had any sample in the window.
+# Per series, a value for the step's window [ws, we], then the peer median/MAD per group, all in the
+# database; only outliers come back, plus one row (series_id -1) counting the network series that had
+# any sample overlapping the window.
+#
+# Interval-aware window (#15): a sample at t whose series sampled before at t' covers (t', t] (its rate
+# is the mean over that span; a gauge reads the span's state). The samples that overlap the window are
+# those in (ws, we] and the first one after we (its span holds the window's tail, or the whole window
+# when a slow collector has no sample inside it). One index range per series reads the window and
+# NEXT_SCAN_S beyond it (where 1-2-s collectors have their next sample); only series with nothing
+# there get an index probe, bounded by MAX_SAMPLE_GAP_S. No look-back probe: the first in-window
+# sample's overlap is t - ws whatever its predecessor. Each series' interval is learnt from these
+# spans (the shortest: a lost sample lengthens one); the first sample's own span is not seen and
+# takes it.
+# Value: the highest sample, each sample's deviation from the series' time-weighted mean over the
+# window counted in proportion to its share c = overlap / min(span, window). A sample inside the window
+# (c = 1) counts whole, as does a 10-s sample that holds the whole 2-s window (it is all that is known
+# of it); an edge sample mostly about a neighbouring step counts for its share. The max (rather than
+# the mean) keeps an anomaly that fills only part of the window (a fault starting 70 % into the step)
+# at its height instead of averaging it away over the healthy rest.
 OUTLIERS_SQL = """
 WITH meta AS (
   SELECT * FROM unnest(%(ids)s::int[], %(grp)s::int[], %(gauge)s::bool[], %(floor)s::float8[], %(net)s::bool[],
                        %(solo)s::bool[])
     AS t(series_id, grp, gauge, floor, net, solo)
+), scan AS MATERIALIZED (  -- one index range per series: the window and the seconds just after it
+  SELECT series_id, ts, value, rate FROM samples
+  WHERE series_id = ANY(%(ids)s) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s + %(scan)s)
+), raw AS (
+  SELECT * FROM scan WHERE ts <= to_timestamp(%(we)s)
+  UNION ALL  -- the first sample after the window: its span overlaps the window's end
+  (SELECT DISTINCT ON (series_id) * FROM scan WHERE ts > to_timestamp(%(we)s) ORDER BY series_id, ts)
+  UNION ALL  -- a slower collector's, further on: one index probe for each series that has none in the scan
+  SELECT need.series_id, x.ts, x.value, x.rate FROM (  -- EXCEPT, not NOT EXISTS: a set operation is never
+    -- planned as a nested loop, which a cached generic plan (10 guessed ids) makes of an anti-join
+    SELECT series_id FROM meta EXCEPT SELECT series_id FROM scan WHERE ts > to_timestamp(%(we)s)) need
+  CROSS JOIN LATERAL (
+    SELECT ts, value, rate FROM samples WHERE series_id = need.series_id AND ts > to_timestamp(%(we)s + %(scan)s)
+      AND ts <= to_timestamp(%(we)s + %(gap)s) ORDER BY ts LIMIT 1) x
+), sp AS (
+  SELECT series_id, x, t - prev AS span, least(t, %(we)s) - greatest(coalesce(prev, %(ws)s), %(ws)s) AS ov FROM (
+    SELECT r.series_id, date_part('epoch', r.ts) AS t, CASE WHEN meta.gauge THEN r.value ELSE r.rate END AS x,
+           lag(date_part('epoch', r.ts)) OVER (PARTITION BY r.series_id ORDER BY r.ts) AS prev
+    FROM raw r JOIN meta USING (series_id)) y
+), lv AS (  -- per series, over the same partitions (no new sort): the interval and the time-weighted mean
+  SELECT series_id, x, span, ov, min(span) OVER p AS iv,
+         sum(ov * x) FILTER (WHERE x IS NOT NULL) OVER p / nullif(sum(ov) FILTER (WHERE x IS NOT NULL) OVER p, 0) AS m
+  FROM sp WINDOW p AS (PARTITION BY series_id)
+), win AS (
+  SELECT series_id, max(coalesce(m, x) + least(1.0, greatest(ov, 0.0) / greatest(least(
+           coalesce(span, iv, %(wlen)s), %(wlen)s), 1e-9)) * (x - coalesce(m, x))) AS cur_w
+  FROM lv WHERE x IS NOT NULL GROUP BY series_id
+), lb AS (  -- the seconds before the window that some signals still explain: one index probe each
+  SELECT u.series_id, x.mx FROM unnest(%(lb_ids)s::int[], %(lb_s)s::float8[]) AS u(series_id, lb)
+  JOIN meta USING (series_id)
+  CROSS JOIN LATERAL (SELECT max(CASE WHEN meta.gauge THEN value ELSE rate END) AS mx FROM samples
+                      WHERE series_id = u.series_id AND ts > to_timestamp(%(ws)s - u.lb)
+                        AND ts <= to_timestamp(%(ws)s)) x
+  WHERE x.mx IS NOT NULL
 ), w AS MATERIALIZED (
-  SELECT series_id, max(mr) AS mr, max(mv) AS mv,
-         max(mr) FILTER (WHERE in_window) AS mr_w, max(mv) FILTER (WHERE in_window) AS mv_w FROM (
-    SELECT series_id, max(rate) AS mr, max(value) AS mv, true AS in_window FROM samples
-    WHERE series_id = ANY(%(ids)s) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s)
-    GROUP BY series_id
-    UNION ALL  -- the seconds before the window that some signals still explain: one index probe each
-    SELECT u.series_id, x.mr, x.mv, false FROM unnest(%(lb_ids)s::int[], %(lb_s)s::float8[]) AS u(series_id, lb)
-    CROSS JOIN LATERAL (SELECT max(rate) AS mr, max(value) AS mv FROM samples
-                        WHERE series_id = u.series_id AND ts > to_timestamp(%(ws)s - u.lb)
-                          AND ts <= to_timestamp(%(ws)s)) x
-    WHERE x.mv IS NOT NULL
-  ) parts GROUP BY series_id
+  SELECT series_id, greatest(win.cur_w, lb.mx) AS cur, win.cur_w FROM win FULL JOIN lb USING (series_id)
 ), v AS (
-  SELECT meta.series_id, meta.grp, meta.floor, meta.solo, CASE WHEN meta.gauge THEN w.mv ELSE w.mr END AS cur,
-         CASE WHEN meta.gauge THEN w.mv_w ELSE w.mr_w END AS cur_w  -- the window alone, without lookback
+  SELECT meta.series_id, meta.grp, meta.floor, meta.solo, w.cur,
+         w.cur_w  -- the window alone, without lookback
   FROM meta JOIN w USING (series_id)
 ), g AS (
   SELECT grp, percentile_cont(0.5) WITHIN GROUP (ORDER BY cur) AS med FROM v WHERE cur IS NOT NULL GROUP BY grp
@@ -97,18 +143,33 @@ SELECT -1, (SELECT count(*) FROM w JOIN meta USING (series_id) WHERE meta.net)::
 # A source's own past: median and MAD (scaled to sigma). MAD rather than the interquartile range: a
 # fault that has already lasted a quarter of the window (or came back) widens the IQR until the
 # fault looks normal; the MAD still holds with up to half of the history anomalous.
+# Interval-aware (#15): each sample counts for the seconds it covers (its span from the previous
+# sample; the first one takes the series' median span), so a gap's one long-span rate, or a collector
+# that sampled faster for a while, weighs by time, not by how many samples it left. With even spans
+# this is the plain (lower) median.
 HIST_SQL = """
 WITH x AS (
-  SELECT s.series_id, CASE WHEN m.kind = 'counter' THEN s.rate ELSE s.value END AS v
+  SELECT s.series_id, CASE WHEN m.kind = 'counter' THEN s.rate ELSE s.value END AS v,
+         date_part('epoch', s.ts - lag(s.ts) OVER (PARTITION BY s.series_id ORDER BY s.ts)) AS span
   FROM samples s JOIN series se ON se.id = s.series_id JOIN metrics m ON m.id = se.metric_id
   WHERE s.series_id = ANY(%(ids)s) AND s.ts > to_timestamp(%(hs)s) AND s.ts <= to_timestamp(%(he)s)
+), iv AS (
+  SELECT series_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY span) AS iv FROM x GROUP BY series_id
+), y AS (
+  SELECT x.series_id, x.v, coalesce(x.span, iv.iv, 1.0) AS wt FROM x JOIN iv USING (series_id) WHERE x.v IS NOT NULL
 ), med AS (
-  SELECT series_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY v) AS hist_med FROM x GROUP BY series_id
+  SELECT DISTINCT ON (series_id) series_id, v AS hist_med FROM (
+    SELECT series_id, v, sum(wt) OVER (PARTITION BY series_id ORDER BY v ROWS UNBOUNDED PRECEDING) AS cum,
+           sum(wt) OVER (PARTITION BY series_id) AS tot FROM y) c
+  WHERE cum >= 0.5 * tot ORDER BY series_id, cum
+), dev AS (
+  SELECT y.series_id, abs(y.v - med.hist_med) AS a, y.wt FROM y JOIN med USING (series_id)
 )
-SELECT med.series_id, med.hist_med,
-       1.4826 * percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(x.v - med.hist_med)) AS hist_sigma
-FROM x JOIN med USING (series_id)
-GROUP BY med.series_id, med.hist_med
+SELECT med.series_id, med.hist_med, 1.4826 * mad.a AS hist_sigma FROM med JOIN (
+  SELECT DISTINCT ON (series_id) series_id, a FROM (
+    SELECT series_id, a, sum(wt) OVER (PARTITION BY series_id ORDER BY a ROWS UNBOUNDED PRECEDING) AS cum,
+           sum(wt) OVER (PARTITION BY series_id) AS tot FROM dev) c
+  WHERE cum >= 0.5 * tot ORDER BY series_id, cum) mad USING (series_id)
 """
 
 
@@ -167,9 +228,11 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
              limit: int = MAX_OUTLIERS, arrays: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, int]:
     """Series whose window value stands out from their peer group (`meta`: series_id, grp, gauge,
     floor, net, lookback: seconds the window reaches back for that series), and how many network
-    series had data in the window. `arrays`: scoring_arrays(meta), when the caller keeps them."""
+    series had a sample overlapping the window (see OUTLIERS_SQL for how samples are weighted).
+    `arrays`: scoring_arrays(meta), when the caller keeps them."""
     params: dict[str, Any] = {**(arrays if arrays is not None else scoring_arrays(meta)), "ws": ws, "we": we,
-                              "min_z": min_z, "limit": limit}
+                              "min_z": min_z, "limit": limit,
+                              "gap": MAX_SAMPLE_GAP_S, "scan": NEXT_SCAN_S, "wlen": max(we - ws, 1e-3)}
     with conn.transaction():  # work_mem for this query only (set_config(..., true): until the commit)
         conn.execute("SELECT set_config('work_mem', %s, true)", (SCORING_WORK_MEM,))
         df = _frame(conn, OUTLIERS_SQL, params)
@@ -341,18 +404,35 @@ def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) ->
 
 # Per series of the given sources and metrics: the window's min and max value and max rate, and the
 # median value and rate of the source's own past with the rate's MAD (scaled to sigma).
+# Interval-aware (#15), as OUTLIERS_SQL: a GPU/host state (link width, a throttle flag, a clock) holds
+# from one reading to the next, so the state the step ran in is the last reading at or before ws plus
+# the readings inside the window, however long the series' interval is; a counter's rate covers the span
+# up to its sample, so the rates that overlap the window are those inside it plus the first one after
+# it. Each neighbour is one index probe per series, bounded by %(gap)s (MAX_SAMPLE_GAP_S). The past is
+# what lies before the first reading used, so the window's own state never becomes its baseline.
 DEVICE_SQL = """
 WITH se AS (
   SELECT se.id, src.name AS source, m.name AS metric, m.kind, se.labels::text AS labels
   FROM sources src JOIN series se ON se.source_id = src.id JOIN metrics m ON m.id = se.metric_id
   WHERE src.name = ANY(%(sources)s) AND m.name = ANY(%(metrics)s)
-), w AS (
-  SELECT series_id, min(value) AS wmin, max(value) AS wmax, max(rate) AS wrate FROM samples
+), nb AS (
+  SELECT se.id AS series_id, p.ts AS prev_ts, p.value AS prev_value, n.rate AS next_rate FROM se
+  LEFT JOIN LATERAL (SELECT ts, value FROM samples WHERE series_id = se.id AND ts <= to_timestamp(%(ws)s)
+                       AND ts > to_timestamp(%(ws)s - %(gap)s) ORDER BY ts DESC LIMIT 1) p ON true
+  LEFT JOIN LATERAL (SELECT rate FROM samples WHERE series_id = se.id AND ts > to_timestamp(%(we)s)
+                       AND ts <= to_timestamp(%(we)s + %(gap)s) ORDER BY ts LIMIT 1) n ON true
+), inw AS (
+  SELECT series_id, min(value) AS vmin, max(value) AS vmax, max(rate) AS rmax FROM samples
   WHERE series_id IN (SELECT id FROM se) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s)
   GROUP BY series_id
+), w AS (
+  SELECT nb.series_id, nb.prev_ts, least(inw.vmin, nb.prev_value) AS wmin, greatest(inw.vmax, nb.prev_value) AS wmax,
+         greatest(inw.rmax, nb.next_rate) AS wrate
+  FROM nb LEFT JOIN inw USING (series_id)
+  WHERE inw.series_id IS NOT NULL OR nb.prev_value IS NOT NULL OR nb.next_rate IS NOT NULL
 ), h AS (
-  SELECT series_id, value, rate FROM samples
-  WHERE series_id IN (SELECT series_id FROM w) AND ts > to_timestamp(%(hs)s) AND ts <= to_timestamp(%(he)s)
+  SELECT s.series_id, s.value, s.rate FROM samples s JOIN w USING (series_id)
+  WHERE s.ts > to_timestamp(%(hs)s) AND s.ts <= to_timestamp(%(he)s) AND (w.prev_ts IS NULL OR s.ts < w.prev_ts)
 ), hm AS (
   SELECT series_id, percentile_cont(0.5) WITHIN GROUP (ORDER BY value) AS hval,
          percentile_cont(0.5) WITHIN GROUP (ORDER BY rate) AS hrate FROM h GROUP BY series_id
@@ -374,9 +454,10 @@ ORDER BY start_ts
 
 def device_rows(conn: Any, *, sources: list[str], metrics: list[str], ws: float, we: float, hs: float,
                 he: float) -> pd.DataFrame:
-    """Window and own-history values of the GPU/host series of `sources` (see DEVICE_SQL)."""
+    """Window and own-history values of the GPU/host series of `sources` (see DEVICE_SQL): the window
+    [ws, we] is the step's own; the readings around it that describe it are found per series."""
     df = _frame(conn, DEVICE_SQL, {"sources": sources, "metrics": metrics, "ws": ws, "we": we, "hs": hs,
-                                   "he": he})
+                                   "he": he, "gap": MAX_SAMPLE_GAP_S})
     for c in ("wmin", "wmax", "wrate", "hval", "hrate", "hsig"):
         df[c] = pd.to_numeric(df[c], errors="coerce")
     return df
@@ -387,16 +468,24 @@ def device_events(conn: Any, *, sources: list[str], kinds: list[str], es: float,
     return _frame(conn, EVENTS_SQL, {"sources": sources, "kinds": kinds, "es": es, "we": we})
 
 
+# The state each source's series was in during the window, as DEVICE_SQL reads it: its last reading
+# at or before ws (one bounded index probe) and its readings inside the window.
 PEER_SQL = """
+WITH se AS (
+  SELECT se.id FROM sources src JOIN series se ON se.source_id = src.id
+  JOIN metrics m ON m.id = se.metric_id AND m.name = %(metric)s WHERE src.name = ANY(%(sources)s)
+)
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY mx) FROM (
-  SELECT max(s.value) AS mx FROM sources src JOIN series se ON se.source_id = src.id
-  JOIN metrics m ON m.id = se.metric_id AND m.name = %(metric)s
-  JOIN samples s ON s.series_id = se.id AND s.ts > to_timestamp(%(ws)s) AND s.ts <= to_timestamp(%(we)s)
-  WHERE src.name = ANY(%(sources)s) GROUP BY se.id) x
+  SELECT greatest(p.value, (SELECT max(s.value) FROM samples s WHERE s.series_id = se.id
+                              AND s.ts > to_timestamp(%(ws)s) AND s.ts <= to_timestamp(%(we)s))) AS mx
+  FROM se LEFT JOIN LATERAL (SELECT value FROM samples WHERE series_id = se.id AND ts <= to_timestamp(%(ws)s)
+                               AND ts > to_timestamp(%(ws)s - %(gap)s) ORDER BY ts DESC LIMIT 1) p ON true) x
+WHERE mx IS NOT NULL
 """
 
 
 def peer_median(conn: Any, *, sources: list[str], metric: str, ws: float, we: float) -> float | None:
     """Median over `sources` of each one's highest `metric` value in the window (None without data)."""
-    r = conn.execute(PEER_SQL, {"sources": sources, "metric": metric, "ws": ws, "we": we}).fetchone()
+    r = conn.execute(PEER_SQL, {"sources": sources, "metric": metric, "ws": ws, "we": we,
+                                "gap": MAX_SAMPLE_GAP_S}).fetchone()
     return None if r is None or r[0] is None else float(r[0])
