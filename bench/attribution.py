@@ -329,15 +329,7 @@ def run_accuracy(dp: DataPath, n_runs: int, tune: list[int], report: list[int], 
           f"64 ranks x {ROBUST_STEPS if robust else 80} steps, robust variation {'on' if robust else 'off'}",
           flush=True)
     sets = [("tune", tune), ("held-back", report)]
-    # The engine's DEVICE_SQL (GPU/host evidence) gets a nested-loop plan that re-runs its history
-    # aggregate per outer row when its CTEs are estimated at one row; with 64 GPUs read every 1-2 s one
-    # step took minutes. Accuracy does not depend on the plan, so hash joins here; latency (below) is
-    # measured with the planner's own choices. Reported on #15; remove once the query is fixed.
-    dp.conn.execute("SET enable_nestloop = off")
-    try:
-        results = {label: collect(dp, label, seeds, n_runs, only, ib_every, robust) for label, seeds in sets}
-    finally:
-        dp.conn.execute("RESET enable_nestloop")
+    results = {label: collect(dp, label, seeds, n_runs, only, ib_every, robust) for label, seeds in sets}
     for label, seeds in sets:
         print_table(label, seeds, results[label])
 
