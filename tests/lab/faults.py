@@ -136,14 +136,15 @@ def _unslow_ckpt(spec: LabSpec) -> None:
         f.write_text(f"{dev} 0")  # 0 removes the rule
 
 
-# -- slow dataset: the shared dataset volume's disk throttled to 1 MB/s of reads for every host ----
-# Each rank reads 512 KB per step from the volume (train.py), so a step's data phase grows by about
-# 0.5 s on every rank alike: 3x a healthy step on a quiet machine, and still +100 % when the 2 shared
-# cores are so busy that steps take 0.5 s and vary by 25 % (at 2 MB/s, +0.25 s, such a run flagged
-# none of its steps: the slow bar is 6 sigmas of that noise). The throttle sits on the disk under the
-# volume, not on the volume's own device: there it would hold the bios before the volume's requests
-# exist and its diskstats would not see the wait (volumes.py says what was measured).
-DATASET_READ_BPS = 1 << 20
+# -- slow dataset: the shared dataset volume's disk throttled to 512 KB/s of reads for every host --
+# Each rank reads 512 KB per step from the volume (train.py), so every rank's data phase grows by
+# about 1 s alike: 6x a step on a quiet machine, and still +130 % when the 2 shared cores are so
+# busy that steps take 0.75 s and vary by 10 % (MAD). The slow bar is 6 sigmas of that noise: at
+# 2 MB/s (+0.25 s) and 1 MB/s (+0.5 s, +70 %) such busy runs flagged none of the fault's steps.
+# The throttle sits on the disk under the volume, not on the volume's own device: there it would
+# hold the bios before the volume's requests exist, and the volume's diskstats would not see the
+# wait (volumes.py says what was measured).
+DATASET_READ_BPS = 512 << 10
 
 
 def _dataset_throttle(spec: LabSpec, bps: int) -> None:
@@ -174,7 +175,7 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           lambda s: "host3", _cpu, _uncpu, duration_s=8.0, alt_layers=("host",)),
     Fault("slow_checkpoint", "host2's checkpoint volume (ext4 on loop): blkio write 2 MB/s", "storage",
           lambda s: f"host2:{volumes.volume_dir(s, 'host2')}", _slow_ckpt, _unslow_ckpt),
-    Fault("slow_dataset", "shared dataset volume (ext4 on loop on a loop 'disk'): blkio read 1 MB/s on its disk, "
+    Fault("slow_dataset", "shared dataset volume (ext4 on loop on a loop 'disk'): blkio read 512 KB/s on its disk, "
           "every host", "storage", lambda s: s.dataset_source, _slow_dataset, _unslow_dataset),
 )}
 
