@@ -196,15 +196,21 @@ class IntervalMean:
 
 
 class StorageCollector:
-    """Disks, NFS mounts, Lustre llite instances and volumes of one host."""
+    """Disks, NFS mounts, Lustre llite instances and volumes of one host.
+
+    ``disk_sources`` names a disk's source outright (kernel disk -> source): a storage server's
+    agent reports the block device behind a volume it serves under the volume's source as the
+    topology declares it (``store1:vol0``), not as ``<host>:<disk>``; the kernel's name of the
+    disk (``loop5``, ``dm-3``) says nothing about which volume it is."""
 
     name = "storage"
 
     def __init__(self, host: str, *, proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys"),
                  disks_include: Sequence[str] = (), disks_exclude: Sequence[str] = ("loop*", "ram*", "zram*",
-                 "sr*", "fd*"), volumes: Sequence[str] = ()) -> None:
+                 "sr*", "fd*"), volumes: Sequence[str] = (), disk_sources: Mapping[str, str] | None = None) -> None:
         self.host, self.proc_root, self.sys_root = host, proc_root, sys_root
         self.disks_include, self.disks_exclude, self.volumes = disks_include, disks_exclude, volumes
+        self.disk_sources = dict(disk_sources or {})
         self.latency = IntervalMean()
 
     def _disks(self, ts: float) -> tuple[list[Sample], list[tuple[str, str, float, float]]]:
@@ -216,7 +222,7 @@ class StorageCollector:
             return [], []
         out, lat = [], []
         for dev in select(stats, self.disks_include, self.disks_exclude):
-            src, f = f"{self.host}:{dev}", stats[dev]
+            src, f = self.disk_sources.get(dev, f"{self.host}:{dev}"), stats[dev]
             out.extend(disk_samples(f, ts, src))
             for op in ("read", "write"):
                 if f"{op}s" in f and f"{op}_ms" in f:

@@ -43,12 +43,15 @@ def unknown_cause(confidence: float) -> CauseDraft:
 
 
 def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float,
-               cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
-    """Layer and component for excess local work (the thing everyone waited for)."""
+               cfg: EngineConfig = DEFAULT_CONFIG, *, data_s: float | None = None,
+               work_s: float | None = None) -> CauseDraft:
+    """Layer and component for excess local work (the thing everyone waited for). `data_s`: the
+    step's median `data` phase, `work_s`: its lost local work (seconds; None when unknown)."""
     n = cfg.evidence_per_cause
     storage = rank_candidates(ev, ("storage",)) if len(ev) else pd.DataFrame()
     if st is None:
-        if len(storage):
+        reading = data_s is None or work_s is None or data_s >= cfg.storage_data_share * work_s
+        if len(storage) and reading:
             comp = storage.iloc[0]["component"]
             return {"layer": "storage", "component": comp, "confidence": storage_confidence(storage, cfg),
                     "evidence": evidence_rows(ev, layer="storage", component=comp, n=n)}

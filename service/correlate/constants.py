@@ -191,6 +191,13 @@ class EngineConfig:
     unknown_coverage_floor: float = 0.2
     # Confidence of a storage cause with no straggler to tie it to a rank: a coin toss at best.
     storage_without_straggler_confidence: float = 0.5
+    # A storage cause with no straggler (a shared volume every rank reads) explains time the ranks
+    # spent reading, so it is named only when the step's median `data` phase is at least this share
+    # of the lost local work. In the fabric lab a packet-loss step lost 0.26 s waiting outside the
+    # timed collectives while `data` took 11 ms, and a sub-millisecond shared volume's scheduling
+    # jitter (0.5 -> 1.9 ms) would otherwise have taken that time. Half: a volume's slowdown is all in
+    # `data` (which also holds the usual read time), other local work's noise is not.
+    storage_data_share: float = 0.5
     # Straggler strength = base + span * (1 - exp(-z / scale)): z of 5 (the detection bar) gives
     # ~0.64, z of 60 and more approaches 0.95.
     straggler_base: float = 0.55

@@ -209,9 +209,12 @@ class AttributionEngine:
             ev = follow_backpressure(candidates(ev, topo), topo)
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
         win = (start, start + d + pad)
+        data = steps_df["data"].dropna() if "data" in steps_df else pd.Series(dtype=float)
+        data_s = float(data.median()) if len(data) else None  # None: the job records no phases
         causes = combine_causes(
             lost, e_work / total, e_comm / total,
-            lambda: with_device_evidence(conn, work_cause(st, ev, topo, conf_t, cfg), topo, win, cfg),
+            lambda: with_device_evidence(conn, work_cause(st, ev, topo, conf_t, cfg, data_s=data_s, work_s=e_work),
+                                         topo, win, cfg),
             lambda: gpu_or_network(conn, net_cause(ev, coverage, cfg), topo, win, cfg,
                                    scan=e_comm / total >= cfg.min_share), cfg)
         if not causes:

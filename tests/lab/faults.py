@@ -2,7 +2,7 @@
 
 Everything uses what this kernel offers (no netem, red or fq_codel): tbf shaping with a short
 pfifo (real queueing and tail drops), nftables rules with counters (random drops, CE marking),
-veth carrier down/up, cgroup v1 CPU quota and blkio write throttling. ``inject`` and ``clear``
+veth carrier down/up, cgroup v1 CPU quota and blkio write and read throttling. ``inject`` and ``clear``
 are idempotent; ``clear`` restores exactly the state ``up`` made.
 """
 
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tests.lab import kernel
+from tests.lab import kernel, volumes
 from tests.lab.kernel import sh
 from tests.lab.spec import LabSpec
 
@@ -122,18 +122,44 @@ def _uncpu(spec: LabSpec) -> None:
 
 # -- slow checkpoint: host2's checkpoint volume throttled to 2 MB/s ------------------------------
 def _slow_ckpt(spec: LabSpec) -> None:
-    dev = kernel.loop_of(spec, "host2")
+    dev = volumes.loop_of(spec, "host2")
     (kernel.cgroup(spec, "blkio", "host2") / "blkio.throttle.write_bps_device").write_text(f"{dev} {2 << 20}")
 
 
 def _unslow_ckpt(spec: LabSpec) -> None:
     try:
-        dev = kernel.loop_of(spec, "host2")
+        dev = volumes.loop_of(spec, "host2")
     except kernel.LabError:
         return
     f = kernel.cgroup(spec, "blkio", "host2") / "blkio.throttle.write_bps_device"
     if f.exists():
         f.write_text(f"{dev} 0")  # 0 removes the rule
+
+
+# -- slow dataset: the shared dataset volume's disk throttled to 512 KB/s of reads for every host --
+# Each rank reads 512 KB per step from the volume (train.py), so every rank's data phase grows by
+# about 1 s alike: 6x a step on a quiet machine, and still +130 % when the 2 shared cores are so
+# busy that steps take 0.75 s and vary by 10 % (MAD). The slow bar is 6 sigmas of that noise: at
+# 2 MB/s (+0.25 s) and 1 MB/s (+0.5 s, +70 %) such busy runs flagged none of the fault's steps.
+# The throttle sits on the disk under the volume, not on the volume's own device: there it would
+# hold the bios before the volume's requests exist, and the volume's diskstats would not see the
+# wait (volumes.py says what was measured).
+DATASET_READ_BPS = 512 << 10
+
+
+def _dataset_throttle(spec: LabSpec, bps: int) -> None:
+    dev = volumes.dataset_disk(spec)
+    for h in spec.hosts:
+        (kernel.cgroup(spec, "blkio", h) / "blkio.throttle.read_bps_device").write_text(f"{dev} {bps}")
+
+
+def _slow_dataset(spec: LabSpec) -> None:
+    _dataset_throttle(spec, DATASET_READ_BPS)
+
+
+def _unslow_dataset(spec: LabSpec) -> None:
+    with contextlib.suppress(kernel.LabError, FileNotFoundError):
+        _dataset_throttle(spec, 0)  # 0 removes the rule
 
 
 FAULTS: dict[str, Fault] = {f.name: f for f in (
@@ -148,7 +174,9 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("cpu_straggler", "host3's rank: cpu.cfs_quota_us 5% of a CPU", "compute",
           lambda s: "host3", _cpu, _uncpu, duration_s=8.0, alt_layers=("host",)),
     Fault("slow_checkpoint", "host2's checkpoint volume (ext4 on loop): blkio write 2 MB/s", "storage",
-          lambda s: f"host2:{kernel.volume_dir(s, 'host2')}", _slow_ckpt, _unslow_ckpt),
+          lambda s: f"host2:{volumes.volume_dir(s, 'host2')}", _slow_ckpt, _unslow_ckpt),
+    Fault("slow_dataset", "shared dataset volume (ext4 on loop on a loop 'disk'): blkio read 512 KB/s on its disk, "
+          "every host", "storage", lambda s: s.dataset_source, _slow_dataset, _unslow_dataset),
 )}
 
 

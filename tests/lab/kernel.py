@@ -9,7 +9,6 @@ idempotent and works after a crash, a Ctrl-C or a half-finished ``up``.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -17,27 +16,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from fabricscope.core.errors import FabricscopeError
+from tests.lab.shell import LabError as LabError  # re-exported: the lab's modules use kernel.LabError, kernel.sh
+from tests.lab.shell import sh as sh
 from tests.lab.spec import LabSpec
+from tests.lab.volumes import lab_loops, make_dataset, make_volume
 
 log = logging.getLogger("fabricscope.lab")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("cpu", "blkio")
-VOLUME_MB = 96
-
-
-class LabError(FabricscopeError):
-    pass
-
-
-def sh(*args: str, check: bool = True, ns: str | None = None, quiet: bool = False) -> str:
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise LabError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()[:300]}")
-    if r.returncode and not quiet:
-        log.debug("%s: %s", " ".join(cmd), r.stderr.strip())
-    return r.stdout
 
 
 def preflight() -> None:
@@ -96,6 +82,7 @@ def _up(spec: LabSpec) -> None:
             (CGROUP_ROOT / c / spec.prefix / h).mkdir(parents=True, exist_ok=True)
     for h in spec.hosts:
         make_volume(spec, h)
+    make_dataset(spec)
     # the fabric forwards: one ping from every host to host1 fills the bridges' FDBs too
     for h in spec.hosts[1:]:
         sh("ping", "-c", "1", "-W", "2", spec.ip(spec.hosts[0]), ns=spec.ns(h))
@@ -112,34 +99,6 @@ def nft_setup(ns: str, ports: list[str]) -> None:
                        capture_output=True, text=True)
     if r.returncode:
         raise LabError(f"nft setup in {ns}: {r.stderr.strip()[:300]}")
-
-
-def volume_dir(spec: LabSpec, host: str) -> Path:
-    return spec.run_dir / host / "ckpt"
-
-
-def make_volume(spec: LabSpec, host: str) -> str:
-    """An ext4 file system on a loop device (backing file in /run/<prefix>) mounted for the host's
-    checkpoints. Returns the loop device."""
-    img = spec.run_dir / f"{host}.img"
-    with img.open("wb") as f:
-        f.truncate(VOLUME_MB << 20)
-    dev = sh("losetup", "--find", "--show", str(img)).strip()
-    sh("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev)
-    mnt = volume_dir(spec, host)
-    mnt.mkdir(parents=True, exist_ok=True)
-    sh("mount", dev, str(mnt))
-    return dev
-
-
-def loop_of(spec: LabSpec, host: str) -> str:
-    """major:minor of the loop device behind a host's checkpoint volume."""
-    img = str(spec.run_dir / f"{host}.img")
-    for d in json.loads(sh("losetup", "-J", "-l") or '{"loopdevices": []}').get("loopdevices", []):
-        if d.get("back-file", "").split(" ")[0] == img:
-            st = os.stat(d["name"])
-            return f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-    raise LabError(f"no loop device for {img}")
 
 
 def cgroup(spec: LabSpec, controller: str, host: str) -> Path:
@@ -206,16 +165,14 @@ def down(spec: LabSpec) -> list[str]:
         pids = {p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)}
     _signal(lab_pids(spec), signal.SIGKILL)
     time.sleep(0.2)
+    loops = lab_loops(spec)  # before unmounting: a mount's loop is found by its backing file's path
     for mnt in _lab_mounts(spec):
         sh("umount", "-l", mnt, check=False)
-    img_prefix = str(spec.run_dir) + "/"
-    try:
-        loops = json.loads(sh("losetup", "-J", "-l", check=False) or '{"loopdevices": []}')["loopdevices"]
-    except (json.JSONDecodeError, KeyError):
-        loops = []
-    for d in loops:
-        if d.get("back-file", "").startswith(img_prefix):
-            sh("losetup", "-d", d["name"], check=False)
+    for dev in loops:  # the dataset volume before its disk
+        sh("losetup", "-d", dev, check=False)
+    deadline = time.monotonic() + 5
+    while lab_loops(spec) and time.monotonic() < deadline:
+        time.sleep(0.1)  # a detach waits for the last close (the lazy unmount, the volume on its disk)
     for c in CONTROLLERS:
         base = CGROUP_ROOT / c / spec.prefix
         if base.exists():
@@ -254,8 +211,7 @@ def leftovers(spec: LabSpec) -> list[str]:
     left += [f"process {p}" for p in lab_pids(spec) if not _zombie(p)]
     left += [f"mount {m}" for m in _lab_mounts(spec)]
     left += [f"cgroup {CGROUP_ROOT / c / spec.prefix}" for c in CONTROLLERS if (CGROUP_ROOT / c / spec.prefix).exists()]
-    loops = sh("losetup", "-l", "-n", "-O", "NAME,BACK-FILE", check=False)
-    left += [f"loop {line.split()[0]}" for line in loops.splitlines() if str(spec.run_dir) + "/" in line]
+    left += [f"loop {d}" for d in lab_loops(spec)]
     if spec.run_dir.exists():
         left.append(f"dir {spec.run_dir}")
     return left

@@ -2,7 +2,8 @@
 
 Order: fabric up (kernel.py) -> daemons in the namespaces (snmpd + lldpd per switch, lldpd per
 host) -> the API (given, or a ``fabricscope serve`` started here) -> the management relay ->
-collectors (a switch agent per switch namespace, the host agent per host namespace) -> topology
+collectors (a switch agent per switch namespace, the host agent per host namespace, the storage
+system's agent for the shared dataset volume) -> topology
 (declared from the lab's wiring, then LLDP links merged in and compared) -> 4 gloo ranks -> warm-up,
 then each fault with a recovery gap -> stop, score, table. Teardown always runs (``finally`` plus
 SIGTERM/SIGINT/SIGHUP turned into an exception), and ``kernel.down`` finds what to remove by prefix.
@@ -27,7 +28,7 @@ from typing import Any
 import httpx
 
 from tests.lab import faults as F
-from tests.lab import kernel
+from tests.lab import kernel, volumes
 from tests.lab.evaluate import FaultResult, Window, evaluate, table
 from tests.lab.spec import LabSpec
 
@@ -66,6 +67,7 @@ class Options:
     log_dir: Path | None = None
     ckpt_every: int = 5
     width: int = 1024
+    data_kb: int = 512  # read from the shared dataset volume by each rank in each step's data phase
     keep: bool = False
 
 
@@ -188,17 +190,22 @@ class Lab:
                        ns=self.spec.ns(sw), env=self._env(**{COMMUNITY_ENV: self.community}))
         for h in self.spec.hosts:
             conf = self.spec.run_dir / h / "agent.yaml"
-            loop = kernel.sh("findmnt", "-n", "-o", "SOURCE", str(kernel.volume_dir(self.spec, h))).strip()
+            loop = kernel.sh("findmnt", "-n", "-o", "SOURCE", str(volumes.volume_dir(self.spec, h))).strip()
             conf.write_text(json.dumps({
                 "host": h, "sink": {"url": local, "spool_path": str(self.spec.run_dir / h / "agent.spool"),
                                     "flush_interval_s": 0.5},
                 "nic": {"interval_s": 1, "include": ["eth0"], "exclude": [], "ethtool": "ioctl", "extras": False},
                 "rdma": {"enabled": False},
                 "storage": {"interval_s": 1, "disks_include": [Path(loop).name], "disks_exclude": [],
-                            "volumes": [str(kernel.volume_dir(self.spec, h))]},
+                            "volumes": [str(volumes.volume_dir(self.spec, h))]},
             }))
             self.spawn(f"agent-{h}", [sys.executable, "-m", "fabricscope", "agent", "--config", str(conf)],
                        ns=self.spec.ns(h))
+        # the storage system's collector, outside the fabric like the storage system itself: the shared
+        # dataset volume's diskstats under the source the topology declares for it
+        _, vol = volumes.dataset_devices(self.spec)
+        self.spawn("storage-agent", [sys.executable, "-m", "tests.lab.storage_agent", "--source",
+                                     self.spec.dataset_source, "--disk", Path(vol).name, "--url", self.url])
 
     def register_topology(self) -> tuple[list[tuple[str, str]], bool]:
         """Declared topology from the wiring; then wait (up to 20 s) for LLDP to discover every
@@ -222,8 +229,10 @@ class Lab:
                             MASTER_PORT=port, GLOO_SOCKET_IFNAME="eth0", FABRICSCOPE_URL=f"http://127.0.0.1:{self.relay_port}",
                             FABRICSCOPE_JOB=self.opts.job, FABRICSCOPE_HOST=h, FABRICSCOPE_NIC="eth0",
                             FABRICSCOPE_SPOOL=str(self.spec.run_dir / h / "spool"),
-                            FSLAB_CKPT_DIR=str(kernel.volume_dir(self.spec, h)), FSLAB_STOP=str(self.stop_file),
+                            FSLAB_CKPT_DIR=str(volumes.volume_dir(self.spec, h)), FSLAB_STOP=str(self.stop_file),
                             FSLAB_CKPT_EVERY=str(self.opts.ckpt_every), FSLAB_WIDTH=str(self.opts.width),
+                            FSLAB_DATA_FILE=str(volumes.shard_path(self.spec, h)),
+                            FSLAB_DATA_KB=str(self.opts.data_kb),
                             OMP_NUM_THREADS="1")
             self.spawn(f"rank{rank}", [sys.executable, "-m", "tests.lab.train"], ns=self.spec.ns(h), env=env,
                        host_cgroups=h)
@@ -319,7 +328,8 @@ class Lab:
         for w in windows:
             if ":" not in w.component or w.component.count("/"):
                 continue
-            for m in ("ecn_marked_packets_total", "tx_discards_total", "rx_fcs_errors_total", "link_down_total"):
+            for m in ("ecn_marked_packets_total", "tx_discards_total", "rx_fcs_errors_total", "link_down_total",
+                      "read_latency_seconds", "read_ops_total"):
                 with contextlib.suppress(httpx.HTTPError, ValueError):
                     r = httpx.get(f"{self.url}/v1/sources/{w.component}/metrics/{m}",
                                   params={"from": w.start - 10, "to": w.end + 10}, timeout=30)
@@ -338,6 +348,10 @@ class Lab:
                                     "step = ANY(%s) ORDER BY step, seq, rank", (self.opts.job, odd)).fetchall()
             (self.log_dir / "unknown_steps.json").write_text(json.dumps({"steps": rows, "collectives": coll},
                                                                         default=str))
+            with contextlib.suppress(psycopg.Error), psycopg.connect(self.dsn) as conn:  # every rank's phases
+                every = conn.execute("SELECT step, rank, duration_s, phases::text FROM steps WHERE job = %s "
+                                     "ORDER BY step, rank", (self.opts.job,)).fetchall()
+                (self.log_dir / "rank_steps.json").write_text(json.dumps(every, default=str))
 
     def _sleep(self, s: float) -> None:
         deadline = time.monotonic() + s

@@ -5,6 +5,11 @@ leaf port. One spine on purpose: Linux bridges run no ECMP, and a second spine w
 loop. Every kernel object the lab makes is named from ``prefix`` (namespaces ``<prefix>-leaf1``,
 cgroups ``<prefix>/host1``, files under ``/run/<prefix>``), so nothing outside the lab is touched.
 Interface names (``swp1``, ``eth0``) live only inside the lab's namespaces.
+
+A storage system outside the fabric (``storage``) serves one shared dataset volume
+(``dataset_volume``) that every host's ranks read their data shard from; it is declared as a
+``storage`` device with that volume, so its samples come under ``<storage>:<dataset_volume>``.
+The names are neutral on purpose: nothing in them says "dataset" (the engine must not need it).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ class LabSpec:
     leaves: tuple[str, ...] = ("leaf1", "leaf2")
     spines: tuple[str, ...] = ("spine1",)
     wires: tuple[Wire, ...] = field(default=())
+    storage: str = "nas1"  # the storage system serving the shared dataset volume
+    dataset_volume: str = "share0"  # its volume every host reads its shard from
 
     @classmethod
     def default(cls, prefix: str = DEFAULT_PREFIX) -> LabSpec:
@@ -77,8 +84,14 @@ class LabSpec:
         """The leaf port (``leaf1:swp2``) a host's eth0 plugs into."""
         return next(w.b for w in self.wires if w.a_dev == host)
 
+    @property
+    def dataset_source(self) -> str:
+        """The shared dataset volume's source, as the topology names it (``nas1:share0``)."""
+        return f"{self.storage}:{self.dataset_volume}"
+
     def topology_body(self) -> dict[str, object]:
-        """PUT /v1/topology from the wiring this lab itself created."""
-        devices = [{"name": s, "kind": "switch"} for s in self.switches] + [{"name": h, "kind": "host"}
-                                                                             for h in self.hosts]
+        """PUT /v1/topology from the wiring this lab itself created, and its storage system."""
+        devices: list[dict[str, object]] = [{"name": s, "kind": "switch"} for s in self.switches]
+        devices += [{"name": h, "kind": "host"} for h in self.hosts]
+        devices.append({"name": self.storage, "kind": "storage", "volumes": [self.dataset_volume]})
         return {"devices": devices, "links": [{"a": w.a, "b": w.b, "speed_bps": 10e9} for w in self.wires]}

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.root,
 
 # Faults whose slow steps the engine must explain by the injected layer and component: all of them
 # (PFC cannot be produced on veth; the simulator covers it).
-ATTRIBUTED = ("congestion", "packet_loss", "ecn", "link_flap", "cpu_straggler", "slow_checkpoint")
+ATTRIBUTED = ("congestion", "packet_loss", "ecn", "link_flap", "cpu_straggler", "slow_checkpoint", "slow_dataset")
 
 
 def _spec(tag: str) -> LabSpec:
@@ -75,6 +75,12 @@ def test_lab_attributes_each_injected_fault(lab_service, tmp_path: Path) -> None
     other = httpx.get(f"{svc.url}/v1/sources/{spec.port_of('host3')}/metrics/ecn_marked_packets_total",
                       params={"from": time.time() - 900}, timeout=30).json()
     assert max(p["value"] for s in other["series"] for p in s["points"]) == 0
+    # the dataset read throttle showed on the shared volume's own kernel counters (diskstats read
+    # time per read, under the source the topology declares), many times its usual level
+    lat = httpx.get(f"{svc.url}/v1/sources/{spec.dataset_source}/metrics/read_latency_seconds",
+                    params={"from": time.time() - 900}, timeout=30).json()
+    values = sorted(p["value"] for s in lat["series"] for p in s["points"])
+    assert values and values[-1] > 10 * values[len(values) // 2], values[-5:]
     # LLDP (lldpd -> AgentX -> snmpd -> the SNMP collector) found exactly the lab's wiring
     assert result.lldp_matches_wiring, result.lldp_links
 

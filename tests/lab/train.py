@@ -1,16 +1,24 @@
 """One rank of the lab's training job: data-parallel MLP on CPU over gloo, with the hook on.
 
 Run by the lab inside a host namespace (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``,
-``GLOO_SOCKET_IFNAME`` and ``FABRICSCOPE_*`` set). Each step: make a batch (``data``), forward and
-backward (``forward_backward``), one gradient all-reduce (timed by the hook), SGD (``optimizer``);
+``GLOO_SOCKET_IFNAME`` and ``FABRICSCOPE_*`` set). Each step: read the next chunk of the host's
+shard from the shared dataset volume and make a batch (``data``), forward and backward
+(``forward_backward``), one gradient all-reduce (timed by the hook), SGD (``optimizer``);
 every ``FSLAB_CKPT_EVERY`` steps each rank saves its state to its host's checkpoint volume with an
 fsync (``checkpoint``) and the ranks meet at a barrier, as synchronous checkpointing does. The
 all-reduced buffer carries one extra element, rank 0's stop flag, so all ranks stop at the same
 step without an extra collective.
+
+The shard is read with ``O_DIRECT``: every step's read goes to the volume's block device, as a
+loader streaming a dataset larger than memory does. The page cache would otherwise serve the 8 MB
+shard from memory after its first pass and hide a slow volume. ``posix_fadvise(DONTNEED)`` is only
+advice (it leaves pages it cannot drop, and read-ahead refills the cache ahead of the reader), and
+fresh offsets would need a shard as large as the whole run's reads.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import time
 from datetime import timedelta
@@ -20,6 +28,21 @@ import torch
 import torch.distributed as dist
 
 from fabricscope.collectors.training import Recorder
+
+
+class Shard:
+    """Sequential ``O_DIRECT`` reads of a file in fixed chunks, wrapping at its end."""
+
+    def __init__(self, path: str, chunk: int) -> None:
+        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        self.size = os.fstat(self.fd).st_size // chunk * chunk
+        self.buf = mmap.mmap(-1, chunk)  # page-aligned, as O_DIRECT requires
+        self.chunk, self.off = chunk, 0
+
+    def read(self) -> int:
+        n = os.preadv(self.fd, [self.buf], self.off)
+        self.off = (self.off + self.chunk) % self.size
+        return n
 
 
 def main() -> None:
@@ -34,6 +57,7 @@ def main() -> None:
     ckpt_dir = Path(os.environ["FSLAB_CKPT_DIR"])
     stop_file = Path(os.environ["FSLAB_STOP"])
     max_s = float(os.environ.get("FSLAB_MAX_S", "900"))
+    shard = Shard(os.environ["FSLAB_DATA_FILE"], int(os.environ.get("FSLAB_DATA_KB", "512")) << 10)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(512, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
                                 torch.nn.ReLU(), torch.nn.Linear(width, 10))
@@ -45,6 +69,7 @@ def main() -> None:
     while True:
         with rec.step(step):
             rec.phase("data")
+            shard.read()
             x = torch.randn(batch, 512, generator=gen)
             y = torch.randint(0, 10, (batch,), generator=gen)
             rec.phase("forward_backward")
