@@ -316,7 +316,7 @@ def print_table(label: str, seeds: list[int], results: list[tuple[Scenario, dict
     new = [v for k, v in r["per_kind"].items() if k in GPU_HOST_KINDS]
     n, d, lay, comp = (sum(v[i] for v in new) for i in range(4))
     print(f"  GPU/host kinds (#17) {n:4d}: recall {pct(d, n)} layer {pct(lay, n)} component {pct(comp, n)}")
-    for m in r["misses"][:10]:
+    for m in r["misses"][:int(os.environ.get("BENCH_MISSES", "10"))]:
         print("   miss:", m)
     return r
 
