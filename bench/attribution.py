@@ -220,8 +220,17 @@ def score(results: list[tuple[Scenario, dict[int, Any]]]) -> dict[str, Any]:
                     c["change_steps"] += 1
                     c["change_flagged"] += a["slow"]
                     continue
+                # where a healthy step is: a fault-free run, a faulty run's steps inside a fault's
+                # span that it slowed by under the healthy truth, or the rest of a faulty run
+                free = not any(f.kind != LEVEL_CHANGE for f in sc.faults)
+                inside = any(f.kind != LEVEL_CHANGE and f.active(s) for f in sc.faults)
+                where = "free" if free else "inside" if inside else "outside"
                 c["healthy"] += 1
                 c["false_slow"] += a["slow"]
+                c[f"healthy_{where}"] += 1
+                c[f"false_{where}"] += a["slow"]
+                if a["slow"]:
+                    misses.append(f"{sc.job} step {s}: false slow ({where} faults) -> {a['layer']} {a['component']}")
                 continue
             kind = tr.causes[0]["kind"] if tr.causes else "?"
             fault = next((f for f in sc.faults if f.active(s) and f.component == tr.component and f.kind == kind),
@@ -301,6 +310,10 @@ def print_table(label: str, seeds: list[int], results: list[tuple[Scenario, dict
     print(f"  component (of faulty steps)     {pct(c['comp_ok'], c['faulty'])}   (target >= 97%; "
           f"{pct(c['comp_ok'], c['detected'])} of detected)")
     print(f"  false slow-step rate (healthy)  {pct(c['false_slow'], c['healthy'])}   (target <= 0.1%)")
+    for where, label in (("free", "fault-free runs"), ("outside", "faulty runs, outside faults"),
+                         ("inside", "inside a fault's span, slowed < 2 %")):
+        print(f"    {label:34s} {pct(c[f'false_{where}'], c[f'healthy_{where}'])} "
+              f"({int(c[f'false_{where}'])} of {int(c[f'healthy_{where}'])})")
     print(f"  multi-fault steps: both causes in top 2: {int(c['multi_both'])}/{int(c['multi'])}")
     print(f"  faults with all their slow steps right: {sum(1 for x in r['faults_ok'] if x == 1.0)}/"
           f"{len(r['faults_ok'])}")

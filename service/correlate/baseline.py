@@ -45,6 +45,7 @@ from fabricscope.service.correlate.constants import (
     MIN_HISTORY,
     MIN_SIGMA_REL,
     REL,
+    SEG_MEMBER_SIGMAS,
     WINDOW,
     SeqParams,
 )
@@ -123,6 +124,7 @@ class _Segment:
         self.proven = False
         self.marked = -1  # steps up to here are marked slow already
         self.sigma = 0.0  # healthy sigma when it began
+        self.srel = 0.0  # ...relative to the baseline
         self.steps: list[int] = []  # non-checkpoint steps since onset
         self.x: list[float] = []  # their relative excess over the baseline
 
@@ -149,7 +151,18 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     def mark(lo: int, hi: int, now: int) -> None:
         """Proven segment [lo, hi]: slow, and checkpoint steps in it (or right after its last step,
         which is never a checkpoint step) when they show half the shift."""
+        # A step far under the segment's own level is not part of it: after a large fault the
+        # evidence drains over a few healthy steps, and a second fault starting within them would
+        # otherwise carry those steps along. Only a level well clear of the noise can say so: for
+        # a small shift the cut is under the baseline and every step of the segment stays slow.
+        xs = dict(zip(seg.steps, seg.x, strict=True))
+        level = float(np.median([x for j, x in xs.items() if lo <= j <= hi] or [0.0]))
+        # ...and never above REL: a step that ran 4 % slow (the fault's last, partly covered step)
+        # lost real time whatever the segment's level
+        cut = min(level / 2 - SEG_MEMBER_SIGMAS * seg.srel, REL)
         for j in range(max(lo, seg.marked + 1), hi + 1):
+            if xs.get(j, np.inf) < cut:
+                continue
             slow[j] = slow[j] or (np.isfinite(duration[j]) and (not is_ckpt[j] or ck_x[j] > seq.shift / 2))
         j = hi + 1
         while j <= now and is_ckpt[j]:
@@ -210,7 +223,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             live[i] = slow[i]
             continue
         if seg.onset < 0:
-            seg.onset, seg.sigma = i, sigma
+            seg.onset, seg.sigma, seg.srel = i, sigma, s_rel
         seg.steps.append(i)
         seg.x.append(x)
         if seg.s > seg.peak_s:

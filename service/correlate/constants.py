@@ -78,6 +78,11 @@ class SeqParams:
 
 
 DEFAULT_SEQ = SeqParams()
+# A step of a proven segment is left out of it when its own excess is this many healthy sigmas under
+# the midpoint between the baseline and the segment's level: clearly nearer the baseline. Three
+# sigmas keep every step of a small (+5-12 %) segment in it (the cut falls under the baseline) and
+# drop the healthy steps between two large faults that the draining evidence would carry along.
+SEG_MEMBER_SIGMAS = 3.0
 # Later steps the engine reads when it judges a step (look-ahead): a 5% shift in 2.5% noise is
 # proven within ~8 steps and its end within ~4, so 16 later steps give a step its final answer.
 SEQ_LOOKAHEAD_STEPS = 16

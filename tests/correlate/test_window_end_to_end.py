@@ -8,6 +8,7 @@ samples whose spans overlap the step and learns each series' interval from its o
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 import numpy as np
 import psycopg
@@ -19,11 +20,35 @@ from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
 from tests.correlate.sampling import confine_anomaly, resample
 from tests.correlate.scenarios import post
+from tests.support import TestDatabase, start_service
 
 SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
 STEPS = 36
 _slot = itertools.count()
 ENGINE = AttributionEngine()
+
+
+@pytest.fixture(scope="module")
+def _own(tmp_path_factory: pytest.TempPathFactory, test_server_url: str | None) -> Iterator[tuple[str, str]]:
+    """A database and service of this module's own: other suites post the same series names with
+    later (real-time) timestamps, and the writer rates a sample against the series' newest one."""
+    db = TestDatabase.create(test_server_url, tmp_path_factory.mktemp("pg-win"))
+    svc = start_service(db.url, tmp_path_factory.mktemp("svc-win"))
+    try:
+        yield db.url, svc.url
+    finally:
+        svc.stop()
+        db.drop()
+
+
+@pytest.fixture(scope="module")
+def database_url(_own: tuple[str, str]) -> str:
+    return _own[0]
+
+
+@pytest.fixture(scope="module")
+def service_url(_own: tuple[str, str]) -> str:
+    return _own[1]
 
 
 def _fault(kind: str, variant: str, seed: int, start: int, steps: int, sev: float = 0.3) -> Fault:
