@@ -185,3 +185,15 @@ def test_a_doubled_step_time_is_found_in_a_very_noisy_job() -> None:
     b = _run(d)
     assert b.slow[150:162].mean() >= 0.9
     assert b.slow[30:148].sum() + b.slow[165:].sum() <= 1
+
+
+def test_healthy_steps_between_two_close_large_faults_are_not_carried_along() -> None:
+    # two +40 % faults 3 steps apart in 3 % jitter: the evidence of the first drains over more than
+    # 3 healthy steps, so the second one's proof would otherwise take the gap with it
+    d = _fault(_fault(_series(11, 200, 0.03), 12, 100, 6, 0.4), 13, 109, 6, 0.4)
+    b = _run(d)
+    assert b.slow[100:106].all() and b.slow[109:115].all()
+    assert not b.slow[106:109].any(), np.flatnonzero(b.slow[95:120]) + 95
+    # a small shift's low steps stay in its segment (the cut is under the baseline there)
+    small = _fault(_series(3, 200, 0.02), 4, 120, 20, 0.05)
+    assert _run(small).slow[120:140].mean() >= 0.9
