@@ -104,22 +104,17 @@ END_CASES = [("nic_degradation", "", 4), ("fabric_congestion", "leaf_down_ecn", 
              ("fabric_congestion", "leaf_down_ecn", 2)]
 
 
-@pytest.mark.parametrize(("kind", "variant", "seed"), ONSET_CASES, ids=[f"{c[0]}-{c[2]}" for c in ONSET_CASES])
-def test_an_anomaly_that_starts_late_in_a_step_names_the_component(service_url: str, db_conn: psycopg.Connection,
-                                                                   kind: str, variant: str, seed: int) -> None:
-    f, sc = _confined(kind, variant, seed, onset=True)
-    post(service_url, sc)
-    assert sc.truth[20].slow
-    got = _attributed(db_conn, sc, [20, 21, 22])
-    assert all((lay, comp) == (f.layer, f.component) for _, lay, comp in got), got
+CONFINED = [(*c, True) for c in ONSET_CASES] + [(*c, False) for c in END_CASES]
 
 
-@pytest.mark.parametrize(("kind", "variant", "seed"), END_CASES, ids=[f"{c[0]}-{c[2]}" for c in END_CASES])
-def test_an_anomaly_that_ends_early_in_a_step_names_the_component(service_url: str, db_conn: psycopg.Connection,
-                                                                  kind: str, variant: str, seed: int) -> None:
-    f, sc = _confined(kind, variant, seed, onset=False)
+@pytest.mark.parametrize(("kind", "variant", "seed", "onset"), CONFINED,
+                         ids=[f"{'starts-late' if c[3] else 'ends-early'}-{c[0]}-{c[2]}" for c in CONFINED])
+def test_an_anomaly_that_starts_or_ends_inside_a_step_names_the_component(
+        service_url: str, db_conn: psycopg.Connection, kind: str, variant: str, seed: int, onset: bool) -> None:
+    """Its telemetry starts 70 % into step 20 or ends 30 % into step 22: every step of it is named."""
+    f, sc = _confined(kind, variant, seed, onset=onset)
     post(service_url, sc)
-    assert sc.truth[22].slow
+    assert sc.truth[20 if onset else 22].slow
     got = _attributed(db_conn, sc, [20, 21, 22])
     assert all((lay, comp) == (f.layer, f.component) for _, lay, comp in got), got
 
