@@ -201,7 +201,11 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         t = b + max(K_SIGMA * sigma, REL * b)
         slow[i] = d > t
         base[i], base_t[i], thr[i] = b, med_t, t
-        if not seq.enabled or len(hist) < seq.min_history:
+        noisy = sigma > seq.max_noise * b
+        if noisy and seg.onset >= 0:
+            admit(seg.steps)  # the job became too noisy to judge a small shift: no open excursion
+            seg.reset()
+        if not seq.enabled or len(hist) < seq.min_history or noisy:
             if not slow[i]:
                 hist.append(i)
             live[i] = slow[i]

@@ -177,14 +177,17 @@ def test_a_slow_checkpoint_and_the_slightly_slower_steps_after_it_are_one_episod
     assert (b.episode[~b.slow] == -1).all()
 
 
-def test_a_doubled_step_time_is_found_in_a_very_noisy_job() -> None:
-    # the lab under CPU contention: healthy steps vary ~20%, a fault doubles them for 12 steps; the
-    # per-step bar (6 sigma) misses most, and a CUSUM designed for +5% only gains ~1 a step from them
+def test_a_very_noisy_job_keeps_the_per_step_test_alone() -> None:
+    # the fabric lab's 0.1-s steps vary ~20 % and their level wanders by tens of percent for dozens of
+    # steps: a sequential test there proves wander, not faults (87 slow steps outside faults in CI)
     d = _series(21, 240, 0.2)
-    d[150:162] *= 2.0
+    d[150:190] *= 1.3  # a +30 % stretch of 40 steps, 1.5 sigmas: the kind of wander the lab shows
     b = _run(d)
-    assert b.slow[150:162].mean() >= 0.9
-    assert b.slow[30:148].sum() + b.slow[165:].sum() <= 1
+    assert b.slow[150:190].sum() <= 2
+    # ...while a job in 2 % jitter gets the same relative stretch flagged throughout
+    q = _series(21, 240, 0.02)
+    q[150:190] *= 1.06
+    assert _run(q).slow[150:190].mean() >= 0.9
 
 
 def test_healthy_steps_between_two_close_large_faults_are_not_carried_along() -> None:
