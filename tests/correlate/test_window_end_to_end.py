@@ -84,6 +84,18 @@ def _attributed(db_conn: psycopg.Connection, sc: Scenario, steps: list[int]) -> 
     return out
 
 
+def _each_slow_step_named_and_the_rest_healthy(service_url: str, db_conn: psycopg.Connection, sc: Scenario,
+                                               f: Fault) -> None:
+    post(service_url, sc)
+    slow = [t.step for t in sc.truth.values() if t.slow]
+    assert len(slow) >= 3
+    got = _attributed(db_conn, sc, slow)
+    assert all((lay, comp) == (f.layer, f.component) for _, lay, comp in got), got
+    for s in (t.step for t in sc.truth.values() if t.slow is False and t.step > 8):
+        h = ENGINE.attribute_step(db_conn, job=sc.job, step=s, store=False)
+        assert h is not None and not h["slow"], h
+
+
 def _confined(kind: str, variant: str, seed: int, onset: bool) -> tuple[Fault, Scenario]:
     """A 3-step fault (steps 20-22) whose telemetry starts 70 % into step 20 (`onset`) or stops 30 %
     into step 22, its collectors sampling every 5-10 s (one interval per collector)."""
@@ -130,14 +142,7 @@ def test_collectors_sampling_every_7_to_10_s(service_url: str, db_conn: psycopg.
     f = _fault(kind, variant, seed, start=20, steps=4)
     sc = _gen([f], seed=seed + 40, name="slow")
     resample(sc, _per_collector(sc, 7, 10, np.random.default_rng(seed)), np.random.default_rng(seed + 3))
-    post(service_url, sc)
-    slow = [t.step for t in sc.truth.values() if t.slow]
-    assert len(slow) >= 3
-    got = _attributed(db_conn, sc, slow)
-    assert all((lay, comp) == (f.layer, f.component) for _, lay, comp in got), got
-    for s in (t.step for t in sc.truth.values() if t.slow is False and t.step > 8):
-        h = ENGINE.attribute_step(db_conn, job=sc.job, step=s, store=False)
-        assert h is not None and not h["slow"], h
+    _each_slow_step_named_and_the_rest_healthy(service_url, db_conn, sc, f)
 
 
 @pytest.mark.parametrize("faulty_is_slow", [True, False], ids=["fault-on-10s-switch", "fault-on-1s-switch"])
@@ -153,11 +158,4 @@ def test_a_series_sampled_every_10_s_among_1_s_peers(service_url: str, db_conn: 
     if not faulty_is_slow:
         leaf = next(s.split(":", 1)[0] for s in sc.cluster.leaf_down if not s.startswith(leaf + ":"))
     resample(sc, {s: 10 for s in set(sc.streams.sources) if s.split(":", 1)[0] == leaf}, np.random.default_rng(9))
-    post(service_url, sc)
-    slow = [t.step for t in sc.truth.values() if t.slow]
-    assert len(slow) >= 3
-    got = _attributed(db_conn, sc, slow)
-    assert all((lay, comp) == (f.layer, f.component) for _, lay, comp in got), got
-    for s in (t.step for t in sc.truth.values() if t.slow is False and t.step > 8):
-        h = ENGINE.attribute_step(db_conn, job=sc.job, step=s, store=False)
-        assert h is not None and not h["slow"], h
+    _each_slow_step_named_and_the_rest_healthy(service_url, db_conn, sc, f)
