@@ -99,7 +99,6 @@ class AttributionEngine:
             built, built_at = (ranks, hit[2][1], hit[2][2]), hit[3]
         else:
             meta = series_groups(q.series_meta(conn, sources=topo.sources, metrics=list(FLOORS)), topo)
-            self._arrays.put(id(meta), (meta, q.scoring_arrays(meta)))
             built, built_at = (ranks, topo, meta), now
         self._topo.put(key, (stamp, now, built, built_at))
         return built
@@ -294,12 +293,13 @@ class AttributionEngine:
         ranks, _, _ = self._job_topo(conn, job)
         summ = self._step_summaries(conn, job, lo - self.config.history_steps, hi + SEQ_LOOKAHEAD_STEPS, len(ranks))
         bl = _baselines_for(summ)
-        now = dict(zip(summ["step"].astype(int), bl.slow, strict=True))
+        steps = summ["step"].astype(int)
+        now = dict(zip(steps, bl.slow, strict=True))
         rows = q.stored_attributions(conn, job=job, lo=lo, hi=hi)
         stored = {int(r[0]): bool(r[1]) for r in rows if int(r[0]) < hi}
         changed = [s for s, slow in sorted(stored.items()) if s in now and bool(now[s]) != slow]
         # ...or answered `unknown` before a step of its episode named a cause (episode.py)
-        changed += [s for s in restate_unknown(rows, dict(zip(summ["step"].astype(int), bl.episode, strict=True)))
+        changed += [s for s in restate_unknown(rows, dict(zip(steps, bl.episode, strict=True)))
                     if s < hi and s not in changed]
         for s in changed:
             self.attribute_step(conn, job=job, step=s, store=True)
