@@ -65,6 +65,9 @@ class Baselines:
     episode: np.ndarray
     # bool: slow by the per-step test alone (what the step shows by itself, without its neighbours)
     step_slow: np.ndarray
+    # the healthy window's robust sigma and trimmed mean when each step was judged (NaN: too little history)
+    sigma: np.ndarray
+    centre: np.ndarray
 
 
 def _robust(x: np.ndarray) -> tuple[float, float]:
@@ -112,6 +115,17 @@ def episodes(slow: np.ndarray, seq_marked: np.ndarray, gap: int = EPISODE_GAP_ST
     return out
 
 
+def _checkpoints_in_faults(slow: np.ndarray, is_ckpt: np.ndarray, ck_x: np.ndarray, seq: SeqParams) -> None:
+    """A checkpoint step next to a slow step (the one before or after it) is slow when it runs
+    `ckpt_next_to_slow` over its own baseline: a fault that spans it or ends with it adds to it as to
+    any step, but its own bar is wide (checkpoint writes vary), so alone it would read healthy."""
+    plain = np.flatnonzero(~is_ckpt)
+    for i in np.flatnonzero(is_ckpt & ~slow):
+        k = int(np.searchsorted(plain, i))
+        near = (k > 0 and slow[plain[k - 1]]) or (k < len(plain) and slow[plain[k]])
+        slow[i] = bool(near) and ck_x[i] > seq.ckpt_next_to_slow
+
+
 class _Segment:
     """The CUSUM's current excursion: evidence, onset, peak and the steps held back from the window."""
 
@@ -125,6 +139,7 @@ class _Segment:
         self.marked = -1  # steps up to here are marked slow already
         self.sigma = 0.0  # healthy sigma when it began
         self.srel = 0.0  # ...relative to the baseline
+        self.quiet_for = 0  # steps under the per-step threshold that added evidence
         self.steps: list[int] = []  # non-checkpoint steps since onset
         self.x: list[float] = []  # their relative excess over the baseline
 
@@ -137,6 +152,8 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     base = np.full(n, np.nan)
     base_t = np.full(n, np.nan)
     thr = np.full(n, np.nan)
+    sig = np.full(n, np.nan)
+    centre = np.full(n, np.nan)
     slow = np.zeros(n, bool)
     live = np.zeros(n, bool)
     ck_x = np.zeros(n)  # checkpoint steps' relative excess over their own baseline
@@ -144,6 +161,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     hist: deque[int] = deque(maxlen=WINDOW)  # indices of healthy steps
     hist_ck: deque[float] = deque(maxlen=CKPT_HISTORY)  # checkpoint extra over the normal baseline
     seg = _Segment()
+    prev = -1  # the last step judged by the per-step test (not a checkpoint step)
 
     def admit(steps: list[int]) -> None:
         hist.extend(j for j in steps if not slow[j])
@@ -201,7 +219,21 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         t = b + max(K_SIGMA * sigma, REL * b)
         slow[i] = d > t
         base[i], base_t[i], thr[i] = b, med_t, t
+        sig[i], centre[i] = sigma, _trimmed_mean(duration[idx])
         noisy = sigma > seq.max_noise * b
+        if seq.enabled and seq.pair_z and prev >= 0 and not noisy:
+            # two steps in a row both well over the noise: a short fault (2-3 steps of +10-15 %) that
+            # neither the per-step threshold (one hiccup must not do) nor the CUSUM (needs h / cap
+            # steps) can prove alone
+            xi, xp = d - centre[i], duration[prev] - centre[prev]
+            if (xi >= max(seq.pair_z * sigma, seq.pair_min * b)
+                    and xp >= max(seq.pair_z * sig[prev], seq.pair_min * base[prev])):
+                slow[i] = True
+                if not slow[prev]:
+                    slow[prev] = True
+                    if prev in hist:
+                        hist.remove(prev)
+        prev = i
         if noisy and seg.onset >= 0:
             admit(seg.steps)  # the job became too noisy to judge a small shift: no open excursion
             seg.reset()
@@ -217,7 +249,18 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         # tuned to the smallest shift that matters (5%), or in a noisy job to `shift_sigmas` of its
         # noise: a fixed 5% design gains ~nothing per step from a +100% step when sigma is 30%
         delta = max(seq.shift, seq.shift_sigmas * s_rel)
+        if seq.adaptive and seg.x:
+            # an open excursion is tested against its own level once that is above the design
+            # shift: a step back at the baseline after +40 % steps is not "a 5 % shift, maybe",
+            # it ends the excursion (adaptive CUSUM)
+            delta = max(delta, float(np.median(seg.x)))
         llr = delta * (x - delta / 2) / (s_rel * s_rel)
+        if seq.reset_after_loud and seg.onset >= 0 and not slow[i] and llr <= 0 and not seg.quiet_for:
+            # the excursion so far is steps the per-step test flagged already, and the first step
+            # after them is back at the baseline: a large fault, not a small shift; start afresh
+            seg.reset()
+        if not slow[i] and llr > 0:
+            seg.quiet_for += 1
         seg.s = max(0.0, seg.s + min(max(llr, -seq.cap), seq.cap))
         if seg.s <= 0.0:
             admit(seg.steps)  # the excursion was noise: its steps were healthy after all
@@ -262,7 +305,9 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         # still open: its end is not proven yet, so the steps since its peak are slow for now (a
         # fault's step under the noise must not read healthy mid-fault); later steps decide
         mark(seg.onset, n - 1, n - 1)
+    if seq.ckpt_next_to_slow:
+        _checkpoints_in_faults(slow, is_ckpt, ck_x, seq)
     step_slow = np.zeros(n, bool)
     ok = np.isfinite(thr) & np.isfinite(duration)
     step_slow[ok] = duration[ok] > thr[ok]
-    return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow)
+    return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow, sig, centre)

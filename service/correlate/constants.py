@@ -78,8 +78,30 @@ class SeqParams:
     # of steps; a CUSUM there flagged 87 steps outside every fault of one lab run. Such a job keeps
     # the per-step test alone, as before.
     max_noise: float = 0.05
-    # Healthy steps needed before the sequential test runs: its sigma must be settled first.
-    min_history: int = 20
+    # Healthy steps needed before the sequential test runs. 20 left a fault that begins in a job's
+    # first 20 steps in the window it is judged by: it raised its own bar and hid the faults after it
+    # (#15: whole runs missed when a +5-9 % fault began at step 16). With the adaptive end and the
+    # reset below, 6 to 14 give the same answers on the tuning seeds and no false slow step; 10 is
+    # the middle (a sigma from 10 steps is within ~25 % of the true one).
+    min_history: int = 10
+    # An excursion made only of steps the per-step test flagged already restarts at the first step
+    # that is back at the baseline: without this, a large fault's capped evidence (4 a step) sat just
+    # under `h`, and the jitter of the next healthy steps proved a "small shift" that was not there.
+    reset_after_loud: bool = True
+    # An open excursion is tested against its own level (the median excess of its steps) when that
+    # is above the design shift (adaptive CUSUM): healthy steps then drain a large fault's evidence
+    # at once, where a 5 % design drains ~1 a step and carried it into the next fault.
+    adaptive: bool = True
+    # Two steps in a row both at least `pair_z` sigmas and `pair_min` over the window's centre are
+    # slow: a 2-3 step fault of +10-15 %, which the per-step threshold (one hiccup must not do) and
+    # the CUSUM (h / cap = 4 steps at least) cannot prove. 3 sigmas and the design shift picked on the
+    # tuning seeds of both benches (bench/attribution.py recall, bench/sequential_detection.py false
+    # slow steps on fault-free series <= 0.1 %; 4 % instead of 5 % went over it).
+    pair_z: float = 3.0
+    pair_min: float = 0.05
+    # A checkpoint step next to a slow step is slow when it runs this much over its own baseline (a
+    # fault that ends with it adds to it; 0: off). The design shift; 2.5 % flagged healthy ones.
+    ckpt_next_to_slow: float = 0.05
     enabled: bool = True
 
 
