@@ -30,6 +30,7 @@ import numpy as np
 
 from fabricscope.service.correlate.constants import (
     BOOTSTRAP_MAX_RATIO,
+    BORDER_Z,
     CHANGE_HALF_AGREE,
     CHANGE_RUN,
     CHANGE_SIGMA_RATIO,
@@ -68,6 +69,9 @@ class Baselines:
     # the healthy window's robust sigma and trimmed mean when each step was judged (NaN: too little history)
     sigma: np.ndarray
     centre: np.ndarray
+    # bool: healthy by the timing alone but over it by `BORDER_Z` sigmas and REL: slow if the step's
+    # own telemetry names a cause (engine.py: a corroborated step)
+    borderline: np.ndarray
 
 
 def _robust(x: np.ndarray) -> tuple[float, float]:
@@ -310,4 +314,9 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     step_slow = np.zeros(n, bool)
     ok = np.isfinite(thr) & np.isfinite(duration)
     step_slow[ok] = duration[ok] > thr[ok]
-    return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow, sig, centre)
+    over = duration - centre
+    with np.errstate(invalid="ignore"):
+        border = (~slow & ~is_ckpt & np.isfinite(over) & (over >= BORDER_Z * sig) & (over >= REL * base)
+                  & (sig <= seq.max_noise * base) & seq.enabled)
+    return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow, sig, centre,
+                     border)

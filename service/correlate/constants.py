@@ -23,6 +23,10 @@ MIN_HISTORY = 5
 K_SIGMA = 6.0
 # ...and never for less than 4% over the baseline (below that nobody loses real time).
 REL = 0.04
+# A step under the bar but BORDER_Z sigmas and REL over the window's centre is "borderline": slow
+# when its own telemetry names a cause (engine.py, corroborate_min_confidence). Timing alone cannot
+# tell a 1-2 step +5 % fault from jitter; a counter that moved in the same seconds can.
+BORDER_Z = 1.5
 # Sigma floor relative to the median: a perfectly steady job (MAD 0) must not flag 0.1% noise.
 MIN_SIGMA_REL = 0.002
 # Steps a flat slow run must last before it is the job's new level (a new training phase) rather
@@ -178,6 +182,10 @@ SOLO_FLOOR_SHARE = 0.1
 
 @dataclass(frozen=True)
 class EngineConfig:
+    # -- corroborated steps ----------------------------------------------------------------------
+    # A borderline step (baseline.py) is slow when the cause its telemetry names (not `unknown`) has at
+    # least this confidence; 0 or more than 1: never.
+    corroborate_min_confidence: float = 0.5
     # -- history and windows --------------------------------------------------------------------
     # Steps of history fetched to rebuild the baseline: three baseline windows (48 healthy steps)
     # so that a fault of a dozen steps still leaves enough healthy ones behind it.

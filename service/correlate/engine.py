@@ -174,14 +174,17 @@ class AttributionEngine:
                             "baseline_s": None if math.isnan(base) else round(base, 6), "start": _iso(start),
                             "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0,
                             "evidence": [], "causes": []}
+        explain = lambda into: self._explain(  # noqa: E731
+            conn, into, job=job, topo=topo, meta=meta, ranks=ranks, row=row,
+            base_t=float(bl.base_transfer[i]), base=base, start=start, d=d)
         if math.isnan(base):
             out["confidence"] = 0.0  # not enough history to judge
         elif not out["slow"]:
-            below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
-            out["confidence"] = round(cfg.healthy_confidence_base + cfg.healthy_confidence_span * below, 3)
+            if not (bl.borderline[i] and self._corroborated(out, explain, base=base, sigma=float(bl.sigma[i]))):
+                below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
+                out["confidence"] = round(cfg.healthy_confidence_base + cfg.healthy_confidence_span * below, 3)
         else:
-            self._explain(conn, out, job=job, topo=topo, meta=meta, ranks=ranks, row=row,
-                          base_t=float(bl.base_transfer[i]), base=base, start=start, d=d)
+            explain(out)
             if borrow and out["layer"] == "unknown" and bl.episode[i] >= 0:
                 from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
@@ -189,6 +192,25 @@ class AttributionEngine:
         if store:
             q.store_attribution(conn, job=job, attribution=out)
         return out
+
+    def _corroborated(self, out: Attribution, explain: Any, *, base: float, sigma: float) -> bool:
+        """A borderline step (over the noise, under the bar) is slow when its own telemetry names a
+        cause with `corroborate_min_confidence`: `out` is then that attribution, with an evidence row
+        `kind: corroborated` saying the timing alone did not decide."""
+        need = self.config.corroborate_min_confidence
+        if not 0.0 < need <= 1.0:
+            return False
+        draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
+        explain(draft)
+        if draft["layer"] == "unknown" or draft["confidence"] < need:
+            return False
+        d = draft["duration_s"]
+        draft["evidence"].append({"source": draft["component"] or "", "metric": "step_duration_seconds",
+                                  "value": round(d, 6), "baseline": round(base, 6),
+                                  "score": round((d - base) / max(sigma, 1e-9), 3), "unit": "seconds",
+                                  "kind": "corroborated"})
+        out.update(draft)
+        return True
 
     def _explain(self, conn: Any, out: Attribution, *, job: str, topo: Topo, meta: pd.DataFrame,
                  ranks: pd.DataFrame, row: Any, base_t: float, base: float, start: float, d: float) -> None:
@@ -241,15 +263,18 @@ class AttributionEngine:
         summ = self._step_summaries(conn, job, rng[0] - self.config.history_steps, rng[1] + SEQ_LOOKAHEAD_STEPS,
                                     len(ranks))
         bl = _baselines_for(summ)
+        # borderline steps are slow when their stored attribution was corroborated by telemetry
+        corroborated = {int(r[0]) for r in q.stored_attributions(conn, job=job, lo=rng[0], hi=rng[1]) if r[1]}
         lo = from_ts.timestamp() if from_ts else -math.inf
         hi = to_ts.timestamp() if to_ts else math.inf
         out: list[StepRow] = []
         for j, (s, start, d) in enumerate(zip(summ["step"], summ["start"], summ["dur"], strict=False)):
-            if not rng[0] <= s <= rng[1] or not lo <= start <= hi or (slow_only and not bl.slow[j]):
+            slow = bool(bl.slow[j]) or (bool(bl.borderline[j]) and int(s) in corroborated)
+            if not rng[0] <= s <= rng[1] or not lo <= start <= hi or (slow_only and not slow):
                 continue
             b = bl.base[j]
             out.append({"step": int(s), "start": _iso(float(start)), "duration_s": round(float(d), 6),
-                        "baseline_s": None if math.isnan(b) else round(float(b), 6), "slow": bool(bl.slow[j])})
+                        "baseline_s": None if math.isnan(b) else round(float(b), 6), "slow": slow})
         return out
 
     def process_pending(self, conn: Any, *, job: str | None = None, limit: int | None = None) -> int:
@@ -297,7 +322,10 @@ class AttributionEngine:
         now = dict(zip(steps, bl.slow, strict=True))
         rows = q.stored_attributions(conn, job=job, lo=lo, hi=hi)
         stored = {int(r[0]): bool(r[1]) for r in rows if int(r[0]) < hi}
-        changed = [s for s, slow in sorted(stored.items()) if s in now and bool(now[s]) != slow]
+        # a borderline step stored slow was corroborated by its telemetry, which later steps do not change
+        border = dict(zip(steps, bl.borderline, strict=True))
+        changed = [s for s, slow in sorted(stored.items())
+                   if s in now and bool(now[s]) != slow and not (slow and border[s])]
         # ...or answered `unknown` before a step of its episode named a cause (episode.py)
         changed += [s for s in restate_unknown(rows, dict(zip(steps, bl.episode, strict=True)))
                     if s < hi and s not in changed]

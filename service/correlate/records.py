@@ -18,7 +18,9 @@ class EvidenceRow(TypedDict):
     unit: str  # per_second (counter rate), value (gauge), seconds (a timing) or events (#17: XIDs)
     labels: NotRequired[dict[str, str]]  # the series' labels, when it has any
     rank: NotRequired[int]  # timing evidence: the straggling rank
-    kind: NotRequired[str]  # "timing" for a rank's phase time, "event" for a logged event (a GPU XID, #17)
+    # "timing" for a rank's phase time, "event" for a logged event (a GPU XID, #17), "episode" for a cause
+    # borrowed from the step's episode, "corroborated" for a step its telemetry made slow (#15)
+    kind: NotRequired[str]
 
 
 class Cause(TypedDict):

@@ -4,11 +4,14 @@ to the fault's layer and component."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import psycopg
 import pytest
 
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG
 from fabricscope.service.simulate.faults import LEVEL_CHANGE, make_fault
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.model import JobSpec
@@ -81,3 +84,27 @@ def test_steps_between_slow_checkpoints_list_the_episode_cause(service_url: str,
     db_conn.execute("DELETE FROM attributions WHERE job = %s", (sc.job,))
     a = AttributionEngine().attribute_step(db_conn, job=sc.job, step=lo, store=False)
     assert a is not None and (a["layer"], a["component"]) == ("storage", f.component)
+
+
+def test_one_step_fault_under_the_bar_is_slow_when_its_telemetry_names_it(
+        service_url: str, db_conn: psycopg.Connection) -> None:
+    """A one-step +7 % NIC fault in 1.5 % jitter: under the per-step bar, and one step proves nothing to
+    the sequential tests. Its own counters name the NIC, so it is slow ("corroborated"), in the
+    attribution and in the steps listing; with corroboration off it is healthy."""
+    at = 73  # not a checkpoint step (every 10th)
+    f = make_fault(build_cluster(SPEC), "nic_degradation", start_step=at, steps=1, severity=0.08,
+                   rng=np.random.default_rng(41))
+    sc = post(service_url, generate(SPEC, job="seq-corroborated", steps=90, faults=[f], seed=41, t0=1.78e9,
+                                    job_spec=JobSpec(step_jitter=0.015)))
+    t = sc.truth[at]
+    assert t.delay_s >= 0.04 * t.fault_free_s  # lost real time (the truth's own flag calls +4-8 % ambiguous)
+    off = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_min_confidence=0.0))
+    assert not off.attribute_step(db_conn, job=sc.job, step=at, store=False)["slow"]
+    engine = AttributionEngine()
+    engine.process_pending(db_conn, job=sc.job)
+    a = engine.attribute_step(db_conn, job=sc.job, step=at, store=False)
+    assert a["slow"] and (a["layer"], a["component"]) == (f.layer, f.component), (a["layer"], a["component"])
+    assert any(e.get("kind") == "corroborated" for e in a["evidence"])
+    listed = {r["step"] for r in engine.list_steps(db_conn, job=sc.job, slow_only=True)}
+    assert at in listed
+    assert not [s for s in listed if s != at and s >= 20]
