@@ -286,6 +286,13 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             upto = [x for j, x in zip(seg.steps, seg.x, strict=True) if j <= seg.peak]
             seg.proven = bool(upto) and float(np.mean(upto)) >= seq.min_mean
         if not seg.proven:
+            if seq.end_unproven and seg.peak_s - seg.s >= seq.h_end:
+                # ended before it was proven: its own evidence fell short, and a later excursion
+                # must not inherit it (it marked the healthy steps between two faults slow)
+                admit(seg.steps)
+                seg.reset()
+                live[i] = slow[i]
+                continue
             if len(seg.steps) > WINDOW:  # a long unproven drift: let its oldest steps in
                 admit(seg.steps[:1])
                 del seg.steps[0], seg.x[0]

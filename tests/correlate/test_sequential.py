@@ -249,3 +249,14 @@ def test_checkpoint_step_that_a_fault_ends_with_is_slow() -> None:
     assert b.slow[57:61].all() and not b.slow[61:].any() and not b.slow[:57].any()
     alone = _run(d, ckpt, replace(DEFAULT_SEQ, ckpt_next_to_slow=0.0))
     assert alone.slow[57:60].all() and not alone.slow[60]
+
+
+def test_an_excursion_that_ended_unproven_does_not_lend_its_evidence_to_the_next() -> None:
+    # +7% for 4 steps (evidence just short of proof), 3 healthy steps, then +30% for 4: the healthy
+    # steps between must stay healthy; when the second excursion inherited the first's evidence, the
+    # proof reached back over them to the first one's onset
+    d = _fault(_fault(_series(86, 120, 0.015), 87, 60, 4, 0.07), 88, 67, 4, 0.3)
+    b = _run(d)
+    assert b.slow[67:71].all() and not b.slow[64:67].any()
+    assert not b.slow[:59].any() and not b.slow[72:].any()
+    assert _run(d, seq=replace(DEFAULT_SEQ, end_unproven=False)).slow[64:67].all()
