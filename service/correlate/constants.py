@@ -137,11 +137,6 @@ MIN_SCORE = 3.0
 PEER_MIN_Z = 3.0
 # Outliers returned per window: more than any real fault lights up, bounded for a fabric-wide storm.
 MAX_OUTLIERS = 64
-# Sort and hash memory of the per-step scoring query (queries.outliers, SET LOCAL): it holds ~60 bytes
-# per scored series in each of its stages (7 MB at 4,096 ranks); at PostgreSQL's default 4 MB those
-# spill to temporary files from ~1,000 ranks on (measured: 1,024 ranks, 210-350 ms of database CPU
-# per step at 4 MB, 140-150 ms at 32 MB). Per query node, for this query only.
-SCORING_WORK_MEM = "32MB"
 # A series without own history counts its peer score discounted: it could be always this high.
 NO_HISTORY_DISCOUNT = 0.7
 # -- series without peers (#15): a shared volume (a storage system's volume every host reads) is a
