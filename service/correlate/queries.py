@@ -59,14 +59,15 @@ WHERE src.name = ANY(%(sources)s)
 
 # The samples of the job's scoring set that describe the step's window (window.py has how they weigh):
 # those in (ws, we] and the seconds just after it (NEXT_SCAN_S, where 1-2-s collectors have their next
-# sample), flagged when after we. One array per column, sent as the arrays' binary form: 500,000 rows
-# at 4,096 ranks, which as rows (or as a COPY: one message each) cost more to receive than to read.
-# The planner sees the ids (an unnamed statement, never prepared): ~125,000 of them are one range of
-# the BRIN index on ts, a few thousand an index range per series.
+# sample). One array per column, sent as the arrays' binary form: 500,000 rows at 4,096 ranks, which as
+# rows (or as a COPY: one message each) cost more to receive than to read. Times go as they are stored
+# (window.epoch_s and window.pg_us do in numpy what date_part and to_timestamp do, to the bit): a
+# conversion or a comparison per row here cost ~10 % of the query. The planner sees the ids (an
+# unnamed statement, never prepared): ~125,000 of them are one range of the BRIN index on ts, a few
+# thousand an index range per series.
 WINDOW_SQL = """
-SELECT array_send(array_agg(series_id)), array_send(array_agg(date_part('epoch', ts))),
-       array_send(array_agg(value)), array_send(array_agg(coalesce(rate, 'NaN'))),
-       array_send(array_agg(ts > to_timestamp(%(we)s)))
+SELECT array_send(array_agg(series_id)), array_send(array_agg(ts)), array_send(array_agg(value)),
+       array_send(array_agg(coalesce(rate, 'NaN')))
 FROM samples
 WHERE series_id = ANY(%(ids)s::int[]) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s + %(scan)s)
 """
@@ -198,8 +199,9 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
         with conn.cursor(binary=True) as cur:
             r = cur.execute(WINDOW_SQL, p, prepare=False).fetchone()
         assert r is not None
-        scan = win.Samples(_unsend(r[0], ">i4"), _unsend(r[1], ">f8"), _unsend(r[2], ">f8"), _unsend(r[3], ">f8"))
-        raw, later = win.first_after(scan, _unsend(r[4], ">?"))
+        ts = _unsend(r[1], ">i8")
+        scan = win.Samples(_unsend(r[0], ">i4"), win.epoch_s(ts), _unsend(r[2], ">f8"), _unsend(r[3], ">f8"))
+        raw, later = win.first_after(scan, ts > win.pg_us(we))
         need = np.setdiff1d(sc.ids, later, assume_unique=True)
         rows = conn.execute(PROBES_SQL, {**p, "need": pg_array(need)}).fetchall()
     probe = np.array(sorted((i, t, v, np.nan if r is None else r) for i, t, v, r in rows if t is not None),
@@ -209,7 +211,9 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     lb = np.array([(i, v) for i, t, v, _ in rows if t is None], float).reshape(-1, 2)
     lb_pos = np.searchsorted(sc.ids, lb[:, 0].astype(np.int64))
     # greatest(window, look-back) over the series with either: a FULL JOIN of the two
-    allpos = np.union1d(pos, lb_pos)
+    has = np.zeros(len(sc.ids), bool)
+    has[pos] = has[lb_pos] = True
+    allpos = np.flatnonzero(has)
     cw = np.full(len(allpos), np.nan)
     cw[np.searchsorted(allpos, pos)] = cur_w
     cur = cw.copy()

@@ -55,6 +55,20 @@ class Samples:
     rate: np.ndarray
 
 
+_PG_EPOCH_US = 946_684_800_000_000  # 1970-01-01 in PostgreSQL's timestamps (microseconds from 2000)
+
+
+def epoch_s(ts_us: np.ndarray) -> np.ndarray:
+    """date_part('epoch', ts) of stored timestamps (int64 microseconds from 2000): PostgreSQL divides
+    the microseconds since 1970 by 1e6 in double precision, as this does."""
+    return (ts_us + _PG_EPOCH_US).astype(np.float64) / 1e6
+
+
+def pg_us(seconds: float) -> np.int64:
+    """to_timestamp(seconds) as stored: rounded to the microsecond (rint) after the shift to 2000."""
+    return np.int64(np.rint((seconds - _PG_EPOCH_US / 1e6) * 1e6))
+
+
 def first_after(s: Samples, after: np.ndarray) -> tuple[Samples, np.ndarray]:
     """`s` in (series, time) order without the samples after the window but each series' first one;
     and the series that have none after it (they need a probe further on)."""
