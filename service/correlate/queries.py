@@ -176,7 +176,7 @@ def scoring_arrays(meta: pd.DataFrame) -> Scoring:
                         "lb_gauge": pg_array(meta.loc[lb, "gauge"].to_numpy(bool))})
 
 
-def _unsend(buf: bytes | None, dtype: str) -> np.ndarray:
+def unsend_array(buf: bytes | None, dtype: str) -> np.ndarray:
     """A one-dimensional array without NULLs from array_send's bytes (20 bytes of header, then each
     element's 4-byte length and its big-endian value)."""
     if buf is None or len(buf) <= 12:  # NULL (no rows) or an empty array (no dimension)
@@ -199,8 +199,8 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
         with conn.cursor(binary=True) as cur:
             r = cur.execute(WINDOW_SQL, p, prepare=False).fetchone()
         assert r is not None
-        ts = _unsend(r[1], ">i8")
-        scan = win.Samples(_unsend(r[0], ">i4"), win.epoch_s(ts), _unsend(r[2], ">f8"), _unsend(r[3], ">f8"))
+        sid, ts, value, rate = (unsend_array(b, t) for b, t in zip(r, (">i4", ">i8", ">f8", ">f8"), strict=True))
+        scan = win.Samples(sid, win.epoch_s(ts), value, rate)
         raw, later = win.first_after(scan, ts > win.pg_us(we))
         need = np.setdiff1d(sc.ids, later, assume_unique=True)
         rows = conn.execute(PROBES_SQL, {**p, "need": pg_array(need)}).fetchall()
