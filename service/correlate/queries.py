@@ -196,30 +196,26 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
         # A plan this size costs far above jit_above_cost, and compiling it took longer (~0.8 s at
         # 4,096 ranks) than running it, every step: a query planned each time gains nothing from JIT.
         conn.execute("SELECT set_config('jit', 'off', true)")
-        with conn.cursor(binary=True) as cur:
-            r = cur.execute(WINDOW_SQL, p, prepare=False).fetchone()
-        assert r is not None
-        sid, ts, value, rate = (unsend_array(b, t) for b, t in zip(r, (">i4", ">i8", ">f8", ">f8"), strict=True))
-        scan = win.Samples(sid, win.epoch_s(ts), value, rate)
-        raw, later = win.first_after(scan, ts > win.pg_us(we))
+        raw, later = _window_samples(conn, p, we)
         need = np.setdiff1d(sc.ids, later, assume_unique=True)
         rows = conn.execute(PROBES_SQL, {**p, "need": pg_array(need)}).fetchall()
     probe = np.array(sorted((i, t, v, np.nan if r is None else r) for i, t, v, r in rows if t is not None),
                      float).reshape(-1, 4)
     raw = win.with_probes(raw, win.Samples(probe[:, 0].astype(np.int64), probe[:, 1], probe[:, 2], probe[:, 3]))
     pos, cur_w = win.window_values(raw, sc, ws, we, max(we - ws, 1e-3))
+    del raw
     lb = np.array([(i, v) for i, t, v, _ in rows if t is None], float).reshape(-1, 2)
-    lb_pos = np.searchsorted(sc.ids, lb[:, 0].astype(np.int64))
-    # greatest(window, look-back) over the series with either: a FULL JOIN of the two
-    has = np.zeros(len(sc.ids), bool)
-    has[pos] = has[lb_pos] = True
-    allpos = np.flatnonzero(has)
-    cw = np.full(len(allpos), np.nan)
-    cw[np.searchsorted(allpos, pos)] = cur_w
-    cur = cw.copy()
-    at = np.searchsorted(allpos, lb_pos)
-    cur[at] = np.fmax(cur[at], lb[:, 1])
+    allpos, cur, cw = win.with_lookback(sc, pos, cur_w, lb[:, 0].astype(np.int64), lb[:, 1])
     return win.peer_scores(sc, allpos, cur, cw, min_z, limit)
+
+
+def _window_samples(conn: Any, p: dict[str, Any], we: float) -> tuple[win.Samples, np.ndarray]:
+    """WINDOW_SQL's samples as win.first_after leaves them, and the series with a sample after we."""
+    with conn.cursor(binary=True) as cur:
+        r = cur.execute(WINDOW_SQL, p, prepare=False).fetchone()
+    assert r is not None
+    sid, ts, value, rate = (unsend_array(b, t) for b, t in zip(r, (">i4", ">i8", ">f8", ">f8"), strict=True))
+    return win.first_after(win.Samples(sid, win.epoch_s(ts), value, rate), ts > win.pg_us(we))
 
 
 def history(conn: Any, *, ids: list[int], hs: float, he: float) -> pd.DataFrame:

@@ -131,6 +131,22 @@ def window_values(s: Samples, sc: Scoring, ws: float, we: float, wlen: float) ->
     return pos[b[bst]], np.maximum.reduceat(v, bst)
 
 
+def with_lookback(sc: Scoring, pos: np.ndarray, cur_w: np.ndarray, lb_ids: np.ndarray,
+                  lb_max: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The series with a window value or a look-back maximum (what SQL's FULL JOIN of the two kept):
+    their positions, greatest(window, look-back) and the window's alone (NaN: none)."""
+    lb_pos = np.searchsorted(sc.ids, lb_ids)
+    has = np.zeros(len(sc.ids), bool)
+    has[pos] = has[lb_pos] = True
+    allpos = np.flatnonzero(has)
+    cw = np.full(len(allpos), np.nan)
+    cw[np.searchsorted(allpos, pos)] = cur_w
+    cur = cw.copy()
+    at = np.searchsorted(allpos, lb_pos)
+    cur[at] = np.fmax(cur[at], lb_max)
+    return allpos, cur, cw
+
+
 def _median_by(grp: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Per row, percentile_cont(0.5) of `v` over the rows of its group (PostgreSQL's interpolation:
     lo + (hi - lo) * 0.5, not (lo + hi) / 2, which can differ in the last bit)."""
