@@ -14,6 +14,7 @@ import pandas as pd
 
 from fabricscope.service.correlate import window as win
 from fabricscope.service.correlate.constants import (
+    BITMAP_MAX_SPAN,
     MAX_OUTLIERS,
     MAX_SAMPLE_GAP_S,
     NEXT_SCAN_S,
@@ -62,15 +63,19 @@ WHERE src.name = ANY(%(sources)s)
 # sample). One array per column, sent as the arrays' binary form: 500,000 rows at 4,096 ranks, which as
 # rows (or as a COPY: one message each) cost more to receive than to read. Times go as they are stored
 # (window.epoch_s and window.pg_us do in numpy what date_part and to_timestamp do, to the bit): a
-# conversion or a comparison per row here cost ~10 % of the query. The planner sees the ids (an
-# unnamed statement, never prepared): ~125,000 of them are one range of the BRIN index on ts, a few
-# thousand an index range per series.
-WINDOW_SQL = """
+# conversion or a comparison per row here cost ~10 % of the query.
+WINDOW_COLUMNS = """
 SELECT array_send(array_agg(series_id)), array_send(array_agg(ts)), array_send(array_agg(value)),
        array_send(array_agg(coalesce(rate, 'NaN')))
-FROM samples
-WHERE series_id = ANY(%(ids)s::int[]) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s + %(scan)s)
-"""
+FROM samples WHERE ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s + %(scan)s) AND """
+# The planner sees the ids (an unnamed statement, never prepared) and picks an index range per series
+# or, for many, the window's range of the BRIN index on ts with the ids as a (hashed) filter.
+WINDOW_SQL = WINDOW_COLUMNS + "series_id = ANY(%(ids)s::int[])"
+# A job with most of the database's series (window.use_bitmap) reads the window's time range and keeps
+# its series by one bit each: the hashed `= ANY` over 125,000 ids cost ~0.1 us a row, 90 of the 300 ms
+# of this query at 4,096 ranks (a million rows in the range, half of them the job's); get_bit ~0.01.
+WINDOW_BITS_SQL = WINDOW_COLUMNS + """series_id BETWEEN %(lo)s::int AND %(hi)s::int
+  AND get_bit(%(bits)s::varbit, series_id - %(lo)s::int) = 1"""
 
 # One index probe per series: for each of `need` (no sample in the scan after the window: a slower
 # collector) its first sample further on, bounded by MAX_SAMPLE_GAP_S; for each series whose signal
@@ -167,13 +172,19 @@ def scoring_arrays(meta: pd.DataFrame) -> Scoring:
     meta = meta.sort_values("series_id")
     lb = meta["lookback"] > 0
     solo = meta["solo"] if "solo" in meta else pd.Series(False, index=meta.index)
-    return Scoring(ids=meta["series_id"].to_numpy(np.int64), grp=meta["grp"].to_numpy(np.int64),
+    ids = meta["series_id"].to_numpy(np.int64)
+    bits = {}
+    if len(ids) and ids[-1] - ids[0] < BITMAP_MAX_SPAN * len(ids):  # one bit per id from the lowest
+        b = np.zeros(int(ids[-1] - ids[0]) + 1, np.uint8)
+        b[ids - ids[0]] = 1
+        bits = {"lo": str(ids[0]), "hi": str(ids[-1]), "bits": (b + ord("0")).tobytes().decode()}
+    return Scoring(ids=ids, grp=meta["grp"].to_numpy(np.int64),
                    gauge=meta["gauge"].to_numpy(bool), floor=meta["floor"].to_numpy(float),
                    net=meta["net"].to_numpy(bool), solo=solo.to_numpy(bool),
                    lit={"ids": pg_array(meta["series_id"].to_numpy()),
                         "lb_ids": pg_array(meta.loc[lb, "series_id"].to_numpy()),
                         "lb_s": pg_array(meta.loc[lb, "lookback"].to_numpy(float)),
-                        "lb_gauge": pg_array(meta.loc[lb, "gauge"].to_numpy(bool))})
+                        "lb_gauge": pg_array(meta.loc[lb, "gauge"].to_numpy(bool)), **bits})
 
 
 def unsend_array(buf: bytes | None, dtype: str) -> np.ndarray:
@@ -196,7 +207,9 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
         # A plan this size costs far above jit_above_cost, and compiling it took longer (~0.8 s at
         # 4,096 ranks) than running it, every step: a query planned each time gains nothing from JIT.
         conn.execute("SELECT set_config('jit', 'off', true)")
-        raw, later = _window_samples(conn, p, we)
+        n_series = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'series'::regclass").fetchone()
+        sql = WINDOW_BITS_SQL if win.use_bitmap(sc, float(n_series[0]) if n_series else -1.0) else WINDOW_SQL
+        raw, later = _window_samples(conn, sql, p, we)
         need = np.setdiff1d(sc.ids, later, assume_unique=True)
         rows = conn.execute(PROBES_SQL, {**p, "need": pg_array(need)}).fetchall()
     probe = np.array(sorted((i, t, v, np.nan if r is None else r) for i, t, v, r in rows if t is not None),
@@ -209,10 +222,10 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     return win.peer_scores(sc, allpos, cur, cw, min_z, limit)
 
 
-def _window_samples(conn: Any, p: dict[str, Any], we: float) -> tuple[win.Samples, np.ndarray]:
+def _window_samples(conn: Any, sql: str, p: dict[str, Any], we: float) -> tuple[win.Samples, np.ndarray]:
     """WINDOW_SQL's samples as win.first_after leaves them, and the series with a sample after we."""
     with conn.cursor(binary=True) as cur:
-        r = cur.execute(WINDOW_SQL, p, prepare=False).fetchone()
+        r = cur.execute(sql, p, prepare=False).fetchone()
     assert r is not None
     sid, ts, value, rate = (unsend_array(b, t) for b, t in zip(r, (">i4", ">i8", ">f8", ">f8"), strict=True))
     return win.first_after(win.Samples(sid, win.epoch_s(ts), value, rate), ts > win.pg_us(we))

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fabricscope.service.correlate.constants import BITMAP_MIN_SERIES, BITMAP_MIN_SHARE
+
 
 @dataclass(frozen=True)
 class Scoring:
@@ -67,6 +69,16 @@ def epoch_s(ts_us: np.ndarray) -> np.ndarray:
 def pg_us(seconds: float) -> np.int64:
     """to_timestamp(seconds) as stored: rounded to the microsecond (rint) after the shift to 2000."""
     return np.int64(np.rint((seconds - _PG_EPOCH_US / 1e6) * 1e6))
+
+
+def use_bitmap(sc: Scoring, n_series: float) -> bool:
+    """Whether to read the window's whole time range and keep the job's series by bitmap
+    (queries.WINDOW_BITS_SQL) rather than let the planner choose with the ids: when the job has at
+    least BITMAP_MIN_SERIES series and BITMAP_MIN_SHARE of the database's (`n_series`: the planner's
+    count, -1 when unknown), the range is mostly the job's and reading it all costs less than
+    ~3 us of index descent per series. Both give the same samples."""
+    return ("bits" in sc.lit and len(sc.ids) >= BITMAP_MIN_SERIES and n_series > 0
+            and len(sc.ids) >= BITMAP_MIN_SHARE * n_series)
 
 
 def first_after(s: Samples, after: np.ndarray) -> tuple[Samples, np.ndarray]:

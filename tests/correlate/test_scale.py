@@ -5,15 +5,19 @@ computed from the window's samples in numpy are the database's to the bit."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import psycopg
+import pytest
 
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
+from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate import window as win
 from fabricscope.service.correlate.localize import SIGNALS, SWITCH_ROLES, series_groups
 from fabricscope.service.correlate.queries import pg_array, unsend_array
-from tests.correlate.test_end_to_end import _send
+from tests.correlate.test_end_to_end import STEPS, _send
 from tests.correlate.test_queue_pfc_direction import _topo
 
 
@@ -119,6 +123,26 @@ def test_window_arithmetic_in_numpy_is_the_databases_to_the_bit(db_conn: psycopg
                           (pg_array(grp), pg_array(vals[:-1]))).fetchall()
     med = win._median_by(grp, vals[:-1])
     assert [(g, float(m)) for g, m in got] == sorted({(int(g), float(m)) for g, m in zip(grp, med, strict=True)})
+
+
+def test_the_bitmap_scan_reads_what_the_scan_by_ids_reads(service_url: str, db_conn: psycopg.Connection,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large job's window is read by time range with a bitmap of its series (WINDOW_BITS_SQL): every
+    series' window value, peer median, MAD and z are the ones the scan by ids gives."""
+    sc = _send(service_url, [], seed=83, name="bitmap")
+    _, _, meta = AttributionEngine()._job_topo(db_conn, sc.job)
+    arrays = q.scoring_arrays(meta)
+    assert "bits" in arrays.lit
+    for s in range(2, STEPS, 7):
+        ws = sc.t0 + float(sc.timeline.start[s].min())
+        we = sc.t0 + float(sc.timeline.end[s].max()) + 1.0
+        got = []
+        for bitmap in (False, True):
+            monkeypatch.setattr(win, "use_bitmap", lambda *_, b=bitmap: b)
+            out, have = q.outliers(db_conn, meta=meta, ws=ws, we=we, min_z=-math.inf, limit=10**6, arrays=arrays)
+            got.append((out.sort_values("series_id").reset_index(drop=True), have))
+        assert got[0][1] == got[1][1] > 0, (got[0][1], got[1][1], len(got[0][0]), len(got[1][0]), len(meta))
+        pd.testing.assert_frame_equal(got[0][0], got[1][0], check_exact=True)
 
 
 def test_the_topology_is_rebuilt_after_topo_rebuild_s_even_when_its_stamp_is_the_same(
