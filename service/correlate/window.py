@@ -1,7 +1,7 @@
 """Per-series window values and peer scores of one step (queries.outliers), in numpy.
 
 The database reads the window's samples (one array per column, queries.WINDOW_SQL) and the few
-index probes around it (queries.PROBES_SQL); the rest is here. As SQL (sorts, two window
+index probes around it (queries.PROBES_SQL, LOOKBACK_SQL); the rest is here. As SQL (sorts, two window
 aggregates, a group aggregate and a percentile per peer group over 500,000 rows and 125,000 series
 at 4,096 ranks) it cost ~1 s of database CPU per step, nearly all of it executor overhead per row;
 the same arithmetic on arrays costs tens of milliseconds. Every expression keeps the order of
@@ -36,7 +36,8 @@ from fabricscope.service.correlate.constants import BITMAP_MIN_SERIES, BITMAP_MI
 @dataclass(frozen=True)
 class Scoring:
     """A job's scoring set as arrays, by position in `ids` (ascending series ids); built once per
-    topology (engine.py keeps it). `lit`: the database's array literals (queries.pg_array)."""
+    topology (engine.py keeps it). `lit`: the database's array literals (queries.pg_array);
+    `lookback`: per (seconds, gauge) class of the series with a look-back, the literal of their ids."""
 
     ids: np.ndarray
     grp: np.ndarray
@@ -45,6 +46,7 @@ class Scoring:
     net: np.ndarray
     solo: np.ndarray
     lit: dict[str, str]
+    lookback: tuple[tuple[float, bool, str], ...] = ()
 
 
 @dataclass
