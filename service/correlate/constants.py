@@ -169,11 +169,16 @@ MIN_SCORE = 3.0
 PEER_MIN_Z = 3.0
 # Outliers returned per window: more than any real fault lights up, bounded for a fabric-wide storm.
 MAX_OUTLIERS = 64
-# Sort and hash memory of the per-step scoring query (queries.outliers, SET LOCAL): it holds ~60 bytes
-# per scored series in each of its stages (7 MB at 4,096 ranks); at PostgreSQL's default 4 MB those
-# spill to temporary files from ~1,000 ranks on (measured: 1,024 ranks, 210-350 ms of database CPU
-# per step at 4 MB, 140-150 ms at 32 MB). Per query node, for this query only.
-SCORING_WORK_MEM = "32MB"
+# When the step-window query reads the window's whole time range (BRIN) and keeps the job's series
+# by bitmap instead of an index range per series (window.use_bitmap): a job of at least this many
+# scored series (~1,000 ranks) holding at least this share of the database's series. Reading the
+# range costs ~40 ns per sample in it (any series'), an index range ~3 us per series; a series has
+# ~4 samples in a window, so the range wins from a share of ~1/20 on (measured at 4,096 ranks with
+# half the database: 205 vs 310 ms of database CPU). BITMAP_MAX_SPAN: most bits per scored series
+# (the bitmap spans the job's lowest to highest series id; ids far apart make it too long to send).
+BITMAP_MIN_SERIES = 20_000
+BITMAP_MIN_SHARE = 0.125
+BITMAP_MAX_SPAN = 16
 # A series without own history counts its peer score discounted: it could be always this high.
 NO_HISTORY_DISCOUNT = 0.7
 # -- series without peers (#15): a shared volume (a storage system's volume every host reads) is a

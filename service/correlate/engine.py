@@ -34,6 +34,7 @@ from fabricscope.service.correlate.episode import from_episode, restate_unknown
 from fabricscope.service.correlate.localize import FLOORS, Topo, build_topo, candidates, finish_scores, series_groups
 from fabricscope.service.correlate.records import Attribution, StepRow
 from fabricscope.service.correlate.report import summarize
+from fabricscope.service.correlate.window import Scoring
 from fabricscope.service.observability.metrics import attribution_timer
 
 _SUMMARY_COLS = ["step", "n", "dur", "start", "ckpt_max", "ckpt_med", "transfer"]
@@ -67,7 +68,7 @@ class AttributionEngine:
         self._topo: LruCache[tuple[str, str], tuple[tuple[Any, ...], float, JobTopo, float]] = LruCache(
             max_size=config.topo_cache_size)
         # The scoring arrays of each cached `meta` frame (queries.scoring_arrays), by identity.
-        self._arrays: LruCache[int, tuple[pd.DataFrame, dict[str, str]]] = LruCache(max_size=config.topo_cache_size)
+        self._arrays: LruCache[int, tuple[pd.DataFrame, Scoring]] = LruCache(max_size=config.topo_cache_size)
         # Only final steps go in (they no longer change), so no TTL.
         self._summaries: LruCache[tuple[str, str, int], tuple[Any, ...] | None] = LruCache(
             max_size=config.summary_cache_size)
@@ -103,7 +104,7 @@ class AttributionEngine:
         self._topo.put(key, (stamp, now, built, built_at))
         return built
 
-    def _scoring_arrays(self, meta: pd.DataFrame) -> dict[str, str]:
+    def _scoring_arrays(self, meta: pd.DataFrame) -> Scoring:
         hit = self._arrays.get(id(meta))
         if hit is not None and hit[0] is meta:  # the same frame (an id is reused only once it is freed)
             return hit[1]

@@ -12,13 +12,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fabricscope.service.correlate import window as win
 from fabricscope.service.correlate.constants import (
+    BITMAP_MAX_SPAN,
     MAX_OUTLIERS,
     MAX_SAMPLE_GAP_S,
     NEXT_SCAN_S,
     PEER_MIN_Z,
-    SCORING_WORK_MEM,
 )
+from fabricscope.service.correlate.window import Scoring
 
 SUMMARY_SQL = """
 WITH st AS (
@@ -56,88 +58,42 @@ JOIN metrics m ON m.id = se.metric_id AND m.name = ANY(%(metrics)s)
 WHERE src.name = ANY(%(sources)s)
 """
 
-# Per series, a value for the step's window [ws, we], then the peer median/MAD per group, all in the
-# database; only outliers come back, plus one row (series_id -1) counting the network series that had
-# any sample overlapping the window.
-#
-# Interval-aware window (#15): a sample at t whose series sampled before at t' covers (t', t] (its rate
-# is the mean over that span; a gauge reads the span's state). The samples that overlap the window are
-# those in (ws, we] and the first one after we (its span holds the window's tail, or the whole window
-# when a slow collector has no sample inside it). One index range per series reads the window and
-# NEXT_SCAN_S beyond it (where 1-2-s collectors have their next sample); only series with nothing
-# there get an index probe, bounded by MAX_SAMPLE_GAP_S. No look-back probe: the first in-window
-# sample's overlap is t - ws whatever its predecessor. Each series' interval is learnt from these
-# spans (the shortest: a lost sample lengthens one); the first sample's own span is not seen and
-# takes it.
-# Value: the highest sample, each sample's deviation from the series' time-weighted mean over the
-# window counted in proportion to its share c = overlap / min(span, window). A sample inside the window
-# (c = 1) counts whole, as does a 10-s sample that holds the whole 2-s window (it is all that is known
-# of it); an edge sample mostly about a neighbouring step counts for its share. The max (rather than
-# the mean) keeps an anomaly that fills only part of the window (a fault starting 70 % into the step)
-# at its height instead of averaging it away over the healthy rest.
-OUTLIERS_SQL = """
-WITH meta AS (
-  SELECT * FROM unnest(%(ids)s::int[], %(grp)s::int[], %(gauge)s::bool[], %(floor)s::float8[], %(net)s::bool[],
-                       %(solo)s::bool[])
-    AS t(series_id, grp, gauge, floor, net, solo)
-), scan AS MATERIALIZED (  -- one index range per series: the window and the seconds just after it
-  SELECT series_id, ts, value, rate FROM samples
-  WHERE series_id = ANY(%(ids)s) AND ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s + %(scan)s)
-), raw AS (
-  SELECT * FROM scan WHERE ts <= to_timestamp(%(we)s)
-  UNION ALL  -- the first sample after the window: its span overlaps the window's end
-  (SELECT DISTINCT ON (series_id) * FROM scan WHERE ts > to_timestamp(%(we)s) ORDER BY series_id, ts)
-  UNION ALL  -- a slower collector's, further on: one index probe for each series that has none in the scan
-  SELECT need.series_id, x.ts, x.value, x.rate FROM (  -- EXCEPT, not NOT EXISTS: a set operation is never
-    -- planned as a nested loop, which a cached generic plan (10 guessed ids) makes of an anti-join
-    SELECT series_id FROM meta EXCEPT SELECT series_id FROM scan WHERE ts > to_timestamp(%(we)s)) need
-  CROSS JOIN LATERAL (
-    SELECT ts, value, rate FROM samples WHERE series_id = need.series_id AND ts > to_timestamp(%(we)s + %(scan)s)
-      AND ts <= to_timestamp(%(we)s + %(gap)s) ORDER BY ts LIMIT 1) x
-), sp AS (
-  SELECT series_id, x, t - prev AS span, least(t, %(we)s) - greatest(coalesce(prev, %(ws)s), %(ws)s) AS ov FROM (
-    SELECT r.series_id, date_part('epoch', r.ts) AS t, CASE WHEN meta.gauge THEN r.value ELSE r.rate END AS x,
-           lag(date_part('epoch', r.ts)) OVER (PARTITION BY r.series_id ORDER BY r.ts) AS prev
-    FROM raw r JOIN meta USING (series_id)) y
-), lv AS (  -- per series, over the same partitions (no new sort): the interval and the time-weighted mean
-  SELECT series_id, x, span, ov, min(span) OVER p AS iv,
-         sum(ov * x) FILTER (WHERE x IS NOT NULL) OVER p / nullif(sum(ov) FILTER (WHERE x IS NOT NULL) OVER p, 0) AS m
-  FROM sp WINDOW p AS (PARTITION BY series_id)
-), win AS (
-  SELECT series_id, max(coalesce(m, x) + least(1.0, greatest(ov, 0.0) / greatest(least(
-           coalesce(span, iv, %(wlen)s), %(wlen)s), 1e-9)) * (x - coalesce(m, x))) AS cur_w
-  FROM lv WHERE x IS NOT NULL GROUP BY series_id
-), lb AS (  -- the seconds before the window that some signals still explain: one index probe each
-  SELECT u.series_id, x.mx FROM unnest(%(lb_ids)s::int[], %(lb_s)s::float8[]) AS u(series_id, lb)
-  JOIN meta USING (series_id)
-  CROSS JOIN LATERAL (SELECT max(CASE WHEN meta.gauge THEN value ELSE rate END) AS mx FROM samples
-                      WHERE series_id = u.series_id AND ts > to_timestamp(%(ws)s - u.lb)
-                        AND ts <= to_timestamp(%(ws)s)) x
-  WHERE x.mx IS NOT NULL
-), w AS MATERIALIZED (
-  SELECT series_id, greatest(win.cur_w, lb.mx) AS cur, win.cur_w FROM win FULL JOIN lb USING (series_id)
-), v AS (
-  SELECT meta.series_id, meta.grp, meta.floor, meta.solo, w.cur,
-         w.cur_w  -- the window alone, without lookback
-  FROM meta JOIN w USING (series_id)
-), g AS (
-  SELECT grp, percentile_cont(0.5) WITHIN GROUP (ORDER BY cur) AS med FROM v WHERE cur IS NOT NULL GROUP BY grp
-), d AS (
-  SELECT v.*, g.med FROM v JOIN g USING (grp) WHERE v.cur IS NOT NULL
-), m AS (
-  SELECT grp, 1.4826 * percentile_cont(0.5) WITHIN GROUP (ORDER BY abs(cur - med)) AS mad FROM d GROUP BY grp
-), z AS (
-  SELECT d.series_id, d.cur, d.med, m.mad, (d.cur - d.med) / greatest(m.mad, d.floor) AS peer_z, d.cur_w,
-         d.solo
-  FROM d JOIN m USING (grp)
-)
-(SELECT series_id, cur, med, mad, peer_z, cur_w FROM z WHERE NOT solo AND peer_z >= %(min_z)s
- ORDER BY peer_z DESC LIMIT %(limit)s)
-UNION ALL  -- #15: series with no peers (a shared volume) come back with no peer score (NULL); their own
-           -- history judges them (finish_scores). Only groups of one are solo: a handful per job.
-(SELECT series_id, cur, med, mad, NULL, cur_w FROM z WHERE solo ORDER BY series_id LIMIT %(limit)s)
-UNION ALL
-SELECT -1, (SELECT count(*) FROM w JOIN meta USING (series_id) WHERE meta.net)::float8, NULL, NULL, NULL, NULL
+# The samples of the job's scoring set that describe the step's window (window.py has how they weigh):
+# those in (ws, we] and the seconds just after it (NEXT_SCAN_S, where 1-2-s collectors have their next
+# sample). One array per column, sent as the arrays' binary form: 500,000 rows at 4,096 ranks, which as
+# rows (or as a COPY: one message each) cost more to receive than to read. Times go as they are stored
+# (window.epoch_s and window.pg_us do in numpy what date_part and to_timestamp do, to the bit): a
+# conversion or a comparison per row here cost ~10 % of the query.
+WINDOW_COLUMNS = """
+SELECT array_send(array_agg(series_id)), array_send(array_agg(ts)), array_send(array_agg(value)),
+       array_send(array_agg(coalesce(rate, 'NaN')))
+FROM samples WHERE ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s + %(scan)s) AND """
+# The planner sees the ids (an unnamed statement, never prepared) and picks an index range per series
+# or, for many, the window's range of the BRIN index on ts with the ids as a (hashed) filter.
+WINDOW_SQL = WINDOW_COLUMNS + "series_id = ANY(%(ids)s::int[])"
+# A job with most of the database's series (window.use_bitmap) reads the window's time range and keeps
+# its series by one bit each: the hashed `= ANY` over 125,000 ids cost ~0.1 us a row, 90 of the 300 ms
+# of this query at 4,096 ranks (a million rows in the range, half of them the job's); get_bit ~0.01.
+WINDOW_BITS_SQL = WINDOW_COLUMNS + """series_id BETWEEN %(lo)s::int AND %(hi)s::int
+  AND get_bit(%(bits)s::varbit, series_id - %(lo)s::int) = 1"""
+
+# One index probe per series of `need` (no sample in the scan after the window: a slower collector):
+# its first sample further on, bounded by MAX_SAMPLE_GAP_S.
+PROBES_SQL = """
+SELECT u.series_id, date_part('epoch', x.ts) AS t, x.value, x.rate FROM unnest(%(need)s::int[]) AS u(series_id)
+CROSS JOIN LATERAL (
+  SELECT ts, value, rate FROM samples WHERE series_id = u.series_id AND ts > to_timestamp(%(we)s + %(scan)s)
+    AND ts <= to_timestamp(%(we)s + %(gap)s) ORDER BY ts LIMIT 1) x
+"""
+
+# The highest value in the seconds before the window (`lb`) that a signal still explains, for the
+# series of one (look-back, gauge) class (Scoring.lookback; one class today, link_down_total): one
+# index scan over all of them, 50-60 ms at 4,096 ranks against 90 for a probe per series with its own
+# look-back and kind.
+LOOKBACK_SQL = """
+SELECT series_id, max(CASE WHEN %(gauge)s THEN value ELSE rate END) AS mx FROM samples
+WHERE series_id = ANY(%(lb_ids)s::int[]) AND ts > to_timestamp(%(ws)s - %(lb)s) AND ts <= to_timestamp(%(ws)s)
+GROUP BY series_id HAVING max(CASE WHEN %(gauge)s THEN value ELSE rate END) IS NOT NULL
 """
 
 # A source's own past: median and MAD (scaled to sigma). MAD rather than the interquartile range: a
@@ -213,34 +169,68 @@ def pg_array(values: np.ndarray) -> str:
 _NONFINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
-def scoring_arrays(meta: pd.DataFrame) -> dict[str, str]:
-    """OUTLIERS_SQL's per-series arrays of `meta` (see outliers()) as array literals."""
+def scoring_arrays(meta: pd.DataFrame) -> Scoring:
+    """The scoring set of `meta` (see outliers()) as arrays, and the array literals the queries take."""
+    meta = meta.sort_values("series_id")
     lb = meta["lookback"] > 0
     solo = meta["solo"] if "solo" in meta else pd.Series(False, index=meta.index)
-    return {"ids": pg_array(meta["series_id"].to_numpy()), "grp": pg_array(meta["grp"].to_numpy()),
-            "gauge": pg_array(meta["gauge"].to_numpy(bool)), "floor": pg_array(meta["floor"].to_numpy(float)),
-            "net": pg_array(meta["net"].to_numpy(bool)), "solo": pg_array(solo.to_numpy(bool)),
-            "lb_ids": pg_array(meta.loc[lb, "series_id"].to_numpy()),
-            "lb_s": pg_array(meta.loc[lb, "lookback"].to_numpy(float))}
+    ids = meta["series_id"].to_numpy(np.int64)
+    bits = {}
+    if len(ids) and ids[-1] - ids[0] < BITMAP_MAX_SPAN * len(ids):  # one bit per id from the lowest
+        b = np.zeros(int(ids[-1] - ids[0]) + 1, np.uint8)
+        b[ids - ids[0]] = 1
+        bits = {"lo": str(ids[0]), "hi": str(ids[-1]), "bits": (b + ord("0")).tobytes().decode()}
+    return Scoring(ids=ids, grp=meta["grp"].to_numpy(np.int64),
+                   gauge=meta["gauge"].to_numpy(bool), floor=meta["floor"].to_numpy(float),
+                   net=meta["net"].to_numpy(bool), solo=solo.to_numpy(bool),
+                   lit={"ids": pg_array(meta["series_id"].to_numpy()), **bits},
+                   lookback=tuple((float(s), bool(g), pg_array(x["series_id"].to_numpy()))
+                                  for (s, g), x in meta[lb].groupby(["lookback", "gauge"])))
+
+
+def unsend_array(buf: bytes | None, dtype: str) -> np.ndarray:
+    """A one-dimensional array without NULLs from array_send's bytes (20 bytes of header, then each
+    element's 4-byte length and its big-endian value)."""
+    if buf is None or len(buf) <= 12:  # NULL (no rows) or an empty array (no dimension)
+        return np.zeros(0, dtype)
+    return np.frombuffer(buf, dtype=[("n", ">i4"), ("v", dtype)], offset=20)["v"].astype(dtype.lstrip(">"))
 
 
 def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: float = PEER_MIN_Z,
-             limit: int = MAX_OUTLIERS, arrays: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, int]:
+             limit: int = MAX_OUTLIERS, arrays: Scoring | None = None) -> tuple[pd.DataFrame, int]:
     """Series whose window value stands out from their peer group (`meta`: series_id, grp, gauge,
-    floor, net, lookback: seconds the window reaches back for that series), and how many network
-    series had a sample overlapping the window (see OUTLIERS_SQL for how samples are weighted).
+    floor, net, solo, lookback: seconds the window reaches back for that series), and how many
+    network series had a sample overlapping the window (see window.py for how samples weigh).
     `arrays`: scoring_arrays(meta), when the caller keeps them."""
-    params: dict[str, Any] = {**(arrays if arrays is not None else scoring_arrays(meta)), "ws": ws, "we": we,
-                              "min_z": min_z, "limit": limit,
-                              "gap": MAX_SAMPLE_GAP_S, "scan": NEXT_SCAN_S, "wlen": max(we - ws, 1e-3)}
-    with conn.transaction():  # work_mem for this query only (set_config(..., true): until the commit)
-        conn.execute("SELECT set_config('work_mem', %s, true)", (SCORING_WORK_MEM,))
-        df = _frame(conn, OUTLIERS_SQL, params)
-    have = df[df["series_id"] == -1]
-    n = int(have["cur"].iloc[0]) if len(have) else 0
-    df = df[df["series_id"] != -1].astype({"cur": float, "med": float, "mad": float, "peer_z": float,
-                                           "cur_w": float})
-    return df.rename(columns={"med": "peer_med", "mad": "peer_mad"}), n
+    sc = arrays if arrays is not None else scoring_arrays(meta)
+    p: dict[str, Any] = {**sc.lit, "ws": ws, "we": we, "gap": MAX_SAMPLE_GAP_S, "scan": NEXT_SCAN_S}
+    with conn.transaction():
+        # A plan this size costs far above jit_above_cost, and compiling it took longer (~0.8 s at
+        # 4,096 ranks) than running it, every step: a query planned each time gains nothing from JIT.
+        conn.execute("SELECT set_config('jit', 'off', true)")
+        n_series = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'series'::regclass").fetchone()
+        sql = WINDOW_BITS_SQL if win.use_bitmap(sc, float(n_series[0]) if n_series else -1.0) else WINDOW_SQL
+        raw, later = _window_samples(conn, sql, p, we)
+        need = np.setdiff1d(sc.ids, later, assume_unique=True)
+        rows = conn.execute(PROBES_SQL, {**p, "need": pg_array(need)}).fetchall()
+        lbs = [r for lb_s, gauge, ids in sc.lookback for r in conn.execute(
+            LOOKBACK_SQL, {"ws": ws, "lb": lb_s, "gauge": gauge, "lb_ids": ids}, prepare=False).fetchall()]
+    probe = np.array(sorted((i, t, v, np.nan if r is None else r) for i, t, v, r in rows), float).reshape(-1, 4)
+    raw = win.with_probes(raw, win.Samples(probe[:, 0].astype(np.int64), probe[:, 1], probe[:, 2], probe[:, 3]))
+    pos, cur_w = win.window_values(raw, sc, ws, we, max(we - ws, 1e-3))
+    del raw
+    lb = np.array(lbs, float).reshape(-1, 2)
+    allpos, cur, cw = win.with_lookback(sc, pos, cur_w, lb[:, 0].astype(np.int64), lb[:, 1])
+    return win.peer_scores(sc, allpos, cur, cw, min_z, limit)
+
+
+def _window_samples(conn: Any, sql: str, p: dict[str, Any], we: float) -> tuple[win.Samples, np.ndarray]:
+    """WINDOW_SQL's samples as win.first_after leaves them, and the series with a sample after we."""
+    with conn.cursor(binary=True) as cur:
+        r = cur.execute(sql, p, prepare=False).fetchone()
+    assert r is not None
+    sid, ts, value, rate = (unsend_array(b, t) for b, t in zip(r, (">i4", ">i8", ">f8", ">f8"), strict=True))
+    return win.first_after(win.Samples(sid, win.epoch_s(ts), value, rate), ts > win.pg_us(we))
 
 
 def history(conn: Any, *, ids: list[int], hs: float, he: float) -> pd.DataFrame:
@@ -404,7 +394,7 @@ def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) ->
 
 # Per series of the given sources and metrics: the window's min and max value and max rate, and the
 # median value and rate of the source's own past with the rate's MAD (scaled to sigma).
-# Interval-aware (#15), as OUTLIERS_SQL: a GPU/host state (link width, a throttle flag, a clock) holds
+# Interval-aware (#15), as window.py: a GPU/host state (link width, a throttle flag, a clock) holds
 # from one reading to the next, so the state the step ran in is the last reading at or before ws plus
 # the readings inside the window, however long the series' interval is; a counter's rate covers the span
 # up to its sample, so the rates that overlap the window are those inside it plus the first one after

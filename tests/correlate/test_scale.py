@@ -1,17 +1,23 @@
 """What keeps attribution fast on large jobs (#15 Scale) without changing its answers: the job's
 topology is rebuilt only when its inputs change, series that can never be evidence are not scored,
-and the scoring arrays go to the database as literals that mean the same values."""
+the scoring arrays go to the database as literals that mean the same values, and the window values
+computed from the window's samples in numpy are the database's to the bit."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
 import psycopg
+import pytest
 
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
+from fabricscope.service.correlate import queries as q
+from fabricscope.service.correlate import window as win
 from fabricscope.service.correlate.localize import SIGNALS, SWITCH_ROLES, series_groups
-from fabricscope.service.correlate.queries import pg_array
-from tests.correlate.test_end_to_end import _send
+from fabricscope.service.correlate.queries import pg_array, unsend_array
+from tests.correlate.test_end_to_end import STEPS, _send
 from tests.correlate.test_queue_pfc_direction import _topo
 
 
@@ -86,6 +92,57 @@ def test_array_literals_read_back_as_the_same_values(db_conn: psycopg.Connection
     assert got is not None
     assert got[0] == ints.tolist() and got[2] == bools.tolist() and got[3] == []
     np.testing.assert_array_equal(np.array(got[1], float), floats)  # exact, NaN where NaN
+
+
+def test_window_arithmetic_in_numpy_is_the_databases_to_the_bit(db_conn: psycopg.Connection) -> None:
+    """What outliers() moved out of SQL: array_send's bytes, date_part('epoch'), to_timestamp()'s
+    rounding and percentile_cont(0.5) per group give exactly the values the database does."""
+    rng = np.random.default_rng(3)
+    us = 1.6e15 + rng.integers(0, 10**11, 400)
+    secs = [float(x) for x in (us / 1e6 + 946684800.0 + rng.normal(0, 1e-7, len(us)))]
+    vals = np.append(rng.normal(0, 1e3, 399), np.nan)
+    grp = rng.integers(0, 7, len(vals[:-1]))
+    with db_conn.cursor(binary=True) as cur:
+        r = cur.execute(
+            "SELECT array_send(array_agg(ts ORDER BY i)), array_send(array_agg(date_part('epoch', ts) ORDER BY i)), "
+            "array_send(array_agg(v ORDER BY i)), array_send(array_agg(g ORDER BY i)), "
+            "array_send(array_agg(to_timestamp(s) ORDER BY i)) FROM unnest(%s::float8[], %s::int[], %s::float8[], "
+            "%s::float8[]) WITH ORDINALITY AS u(us, g, v, s, i), LATERAL (SELECT timestamptz '2000-01-01 UTC' "
+            "+ us * interval '1 microsecond' AS ts) t",
+            (pg_array(us), pg_array(np.append(grp, 0)), pg_array(vals), pg_array(np.array(secs))),
+            prepare=False).fetchone()
+    assert r is not None
+    ts = unsend_array(r[0], ">i8")
+    np.testing.assert_array_equal(ts, us.astype(np.int64))
+    np.testing.assert_array_equal(win.epoch_s(ts), unsend_array(r[1], ">f8"))
+    np.testing.assert_array_equal(unsend_array(r[2], ">f8"), vals)
+    np.testing.assert_array_equal(unsend_array(r[3], ">i4"), np.append(grp, 0))
+    np.testing.assert_array_equal(unsend_array(r[4], ">i8"), [win.pg_us(x) for x in secs])
+    got = db_conn.execute("SELECT g, percentile_cont(0.5) WITHIN GROUP (ORDER BY v) FROM unnest(%s::int[], "
+                          "%s::float8[]) AS u(g, v) GROUP BY g ORDER BY g",
+                          (pg_array(grp), pg_array(vals[:-1]))).fetchall()
+    med = win._median_by(grp, vals[:-1])
+    assert [(g, float(m)) for g, m in got] == sorted({(int(g), float(m)) for g, m in zip(grp, med, strict=True)})
+
+
+def test_the_bitmap_scan_reads_what_the_scan_by_ids_reads(service_url: str, db_conn: psycopg.Connection,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large job's window is read by time range with a bitmap of its series (WINDOW_BITS_SQL): every
+    series' window value, peer median, MAD and z are the ones the scan by ids gives."""
+    sc = _send(service_url, [], seed=83, name="bitmap")
+    _, _, meta = AttributionEngine()._job_topo(db_conn, sc.job)
+    arrays = q.scoring_arrays(meta)
+    assert "bits" in arrays.lit
+    for s in range(2, STEPS, 7):
+        ws = sc.t0 + float(sc.timeline.start[s].min())
+        we = sc.t0 + float(sc.timeline.end[s].max()) + 1.0
+        got = []
+        for bitmap in (False, True):
+            monkeypatch.setattr(win, "use_bitmap", lambda *_, b=bitmap: b)
+            out, have = q.outliers(db_conn, meta=meta, ws=ws, we=we, min_z=-math.inf, limit=10**6, arrays=arrays)
+            got.append((out.sort_values("series_id").reset_index(drop=True), have))
+        assert got[0][1] == got[1][1] > 0, (got[0][1], got[1][1], len(got[0][0]), len(got[1][0]), len(meta))
+        pd.testing.assert_frame_equal(got[0][0], got[1][0], check_exact=True)
 
 
 def test_the_topology_is_rebuilt_after_topo_rebuild_s_even_when_its_stamp_is_the_same(

@@ -1,0 +1,199 @@
+"""Per-series window values and peer scores of one step (queries.outliers), in numpy.
+
+The database reads the window's samples (one array per column, queries.WINDOW_SQL) and the few
+index probes around it (queries.PROBES_SQL, LOOKBACK_SQL); the rest is here. As SQL (sorts, two window
+aggregates, a group aggregate and a percentile per peer group over 500,000 rows and 125,000 series
+at 4,096 ranks) it cost ~1 s of database CPU per step, nearly all of it executor overhead per row;
+the same arithmetic on arrays costs tens of milliseconds. Every expression keeps the order of
+operations the SQL had (sequential sums in time order, percentile_cont's interpolation) so that the
+values are the same to the last bit.
+
+How a sample weighs (#15, interval-aware): a sample at t whose series sampled before at t' covers
+(t', t] (its rate is the mean over that span; a gauge reads the span's state). The samples that
+overlap the window [ws, we] are those in (ws, we] and the first one after we (its span holds the
+window's tail, or the whole window when a slow collector has no sample inside it). No look-back
+probe: the first in-window sample's overlap is t - ws whatever its predecessor. Each series'
+interval is learnt from these spans (the shortest: a lost sample lengthens one); the first sample's
+own span is not seen and takes it.
+Value: the highest sample, each sample's deviation from the series' time-weighted mean over the
+window counted in proportion to its share c = overlap / min(span, window). A sample inside the window
+(c = 1) counts whole, as does a 10-s sample that holds the whole 2-s window (it is all that is known
+of it); an edge sample mostly about a neighbouring step counts for its share. The max (rather than
+the mean) keeps an anomaly that fills only part of the window (a fault starting 70 % into the step)
+at its height instead of averaging it away over the healthy rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fabricscope.service.correlate.constants import BITMAP_MIN_SERIES, BITMAP_MIN_SHARE
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """A job's scoring set as arrays, by position in `ids` (ascending series ids); built once per
+    topology (engine.py keeps it). `lit`: the database's array literals (queries.pg_array);
+    `lookback`: per (seconds, gauge) class of the series with a look-back, the literal of their ids."""
+
+    ids: np.ndarray
+    grp: np.ndarray
+    gauge: np.ndarray
+    floor: np.ndarray
+    net: np.ndarray
+    solo: np.ndarray
+    lit: dict[str, str]
+    lookback: tuple[tuple[float, bool, str], ...] = ()
+
+
+@dataclass
+class Samples:
+    """Samples of the window's series: series id, epoch seconds, value, rate (NaN: NULL)."""
+
+    sid: np.ndarray
+    t: np.ndarray
+    value: np.ndarray
+    rate: np.ndarray
+
+
+_PG_EPOCH_US = 946_684_800_000_000  # 1970-01-01 in PostgreSQL's timestamps (microseconds from 2000)
+
+
+def epoch_s(ts_us: np.ndarray) -> np.ndarray:
+    """date_part('epoch', ts) of stored timestamps (int64 microseconds from 2000): PostgreSQL divides
+    the microseconds since 1970 by 1e6 in double precision, as this does."""
+    return (ts_us + _PG_EPOCH_US).astype(np.float64) / 1e6
+
+
+def pg_us(seconds: float) -> np.int64:
+    """to_timestamp(seconds) as stored: rounded to the microsecond (rint) after the shift to 2000."""
+    return np.int64(np.rint((seconds - _PG_EPOCH_US / 1e6) * 1e6))
+
+
+def use_bitmap(sc: Scoring, n_series: float) -> bool:
+    """Whether to read the window's whole time range and keep the job's series by bitmap
+    (queries.WINDOW_BITS_SQL) rather than let the planner choose with the ids: when the job has at
+    least BITMAP_MIN_SERIES series and BITMAP_MIN_SHARE of the database's (`n_series`: the planner's
+    count, -1 when unknown), the range is mostly the job's and reading it all costs less than
+    ~3 us of index descent per series. Both give the same samples."""
+    return ("bits" in sc.lit and len(sc.ids) >= BITMAP_MIN_SERIES and n_series > 0
+            and len(sc.ids) >= BITMAP_MIN_SHARE * n_series)
+
+
+def first_after(s: Samples, after: np.ndarray) -> tuple[Samples, np.ndarray]:
+    """`s` in (series, time) order without the samples after the window but each series' first one;
+    and the series that have none after it (they need a probe further on)."""
+    o = np.lexsort((s.t, s.sid))
+    sid, after = s.sid[o], after[o]
+    a_sid = sid[after]
+    first = np.ones(len(a_sid), bool)
+    first[1:] = a_sid[1:] != a_sid[:-1]
+    keep = ~after
+    keep[np.flatnonzero(after)[first]] = True
+    o = o[keep]
+    return Samples(s.sid[o], s.t[o], s.value[o], s.rate[o]), a_sid[first]
+
+
+def with_probes(s: Samples, p: Samples) -> Samples:
+    """`s` (sorted) with each probe's sample appended after its series' samples (it is later)."""
+    if not len(p.sid):
+        return s
+    at = np.searchsorted(s.sid, p.sid, side="right")
+    return Samples(*(np.insert(a, at, b) for a, b in ((s.sid, p.sid), (s.t, p.t), (s.value, p.value),
+                                                        (s.rate, p.rate))))
+
+
+def window_values(s: Samples, sc: Scoring, ws: float, we: float, wlen: float) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (in sc.ids) of the series with a usable sample in the window, and their values."""
+    n = len(s.sid)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0)
+    new = np.ones(n, bool)
+    new[1:] = s.sid[1:] != s.sid[:-1]
+    starts = np.flatnonzero(new)
+    blk = np.cumsum(new) - 1
+    pos = np.searchsorted(sc.ids, s.sid[starts])
+    gauge = sc.gauge[pos][blk]
+    x = np.where(gauge, s.value, s.rate)
+    xok = ~np.isnan(x)
+    prev = np.empty(n)
+    prev[0] = np.nan
+    prev[1:] = s.t[:-1]
+    prev[new] = np.nan
+    span = s.t - prev
+    ov = np.minimum(s.t, we) - np.maximum(np.where(np.isnan(prev), ws, prev), ws)
+    iv = np.fmin.reduceat(span, starts)  # NaN (NULL) for a series with one sample
+    # sum() in SQL adds in row order, as bincount does: the same sums to the last bit
+    s1 = np.bincount(blk[xok], weights=(ov * x)[xok], minlength=len(starts))
+    s2 = np.bincount(blk[xok], weights=ov[xok], minlength=len(starts))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = np.where(s2 != 0, s1 / np.where(s2 != 0, s2, 1.0), np.nan)[blk]
+        cm = np.where(np.isnan(m), x, m)
+        own = np.where(np.isnan(span), iv[blk], span)
+        own = np.where(np.isnan(own), wlen, own)
+        c = np.minimum(1.0, np.maximum(ov, 0.0) / np.maximum(np.minimum(own, wlen), 1e-9))
+        v = (cm + c * (x - cm))[xok]
+    b = blk[xok]
+    if not len(b):
+        return np.zeros(0, np.int64), np.zeros(0)
+    bnew = np.ones(len(b), bool)
+    bnew[1:] = b[1:] != b[:-1]
+    bst = np.flatnonzero(bnew)
+    return pos[b[bst]], np.maximum.reduceat(v, bst)
+
+
+def with_lookback(sc: Scoring, pos: np.ndarray, cur_w: np.ndarray, lb_ids: np.ndarray,
+                  lb_max: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The series with a window value or a look-back maximum (what SQL's FULL JOIN of the two kept):
+    their positions, greatest(window, look-back) and the window's alone (NaN: none)."""
+    lb_pos = np.searchsorted(sc.ids, lb_ids)
+    has = np.zeros(len(sc.ids), bool)
+    has[pos] = has[lb_pos] = True
+    allpos = np.flatnonzero(has)
+    cw = np.full(len(allpos), np.nan)
+    cw[np.searchsorted(allpos, pos)] = cur_w
+    cur = cw.copy()
+    at = np.searchsorted(allpos, lb_pos)
+    cur[at] = np.fmax(cur[at], lb_max)
+    return allpos, cur, cw
+
+
+def _median_by(grp: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Per row, percentile_cont(0.5) of `v` over the rows of its group (PostgreSQL's interpolation:
+    lo + (hi - lo) * 0.5, not (lo + hi) / 2, which can differ in the last bit)."""
+    o = np.lexsort((v, grp))
+    g, sv = grp[o], v[o]
+    new = np.ones(len(g), bool)
+    new[1:] = g[1:] != g[:-1]
+    st = np.flatnonzero(new)
+    cnt = np.diff(np.append(st, len(g)))
+    k = 0.5 * (cnt - 1)
+    lo, hi = st + np.floor(k).astype(np.int64), st + np.ceil(k).astype(np.int64)
+    med = np.where(lo == hi, sv[lo], sv[lo] + (sv[hi] - sv[lo]) * (k - np.floor(k)))
+    out = np.empty(len(v))
+    out[o] = np.repeat(med, cnt)
+    return out
+
+
+def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray, min_z: float,
+                limit: int) -> tuple[pd.DataFrame, int]:
+    """Series whose value stands out from their peer group's median by `min_z` MADs (the highest
+    `limit`), the solo series (no peers: no peer score), and how many network series have a value."""
+    n_net = int(sc.net[pos].sum())
+    grp = sc.grp[pos]
+    med = _median_by(grp, cur)
+    mad = 1.4826 * _median_by(grp, np.abs(cur - med))
+    z = (cur - med) / np.maximum(mad, sc.floor[pos])
+    solo = sc.solo[pos]
+    hit = np.flatnonzero(~solo & (z >= min_z))
+    hit = hit[np.argsort(-z[hit], kind="stable")][:limit]
+    alone = np.flatnonzero(solo)
+    alone = alone[np.argsort(sc.ids[pos[alone]], kind="stable")][:limit]
+    pick = np.concatenate([hit, alone])
+    zz = z[pick]
+    zz[len(hit):] = np.nan
+    return pd.DataFrame({"series_id": sc.ids[pos[pick]], "cur": cur[pick], "peer_med": med[pick],
+                         "peer_mad": mad[pick], "peer_z": zz, "cur_w": cur_w[pick]}), n_net
