@@ -47,7 +47,7 @@ LOSS = """
 table inet fsloss {
   chain input {
     type filter hook input priority 0; policy accept;
-    tcp dport 5001 numgen random mod 100 < 5 drop
+    tcp dport 5001 numgen random mod 100 < 20 drop
   }
 }
 """
@@ -111,7 +111,7 @@ def test_retransmits_rise_under_loss_in_that_namespace(two_netns: tuple[str, str
         col = TcpCollector("nsA", proc_root=Path(f"/proc/{client.pid}"))
         host_before = _counters(TcpCollector("host"))
         sent_clean, retrans_clean = _phase(col, client, 8 << 20)
-        _sh("ip", "netns", "exec", b, "nft", "-f", "-", stdin=LOSS)  # drop 5 % of data arriving at the server
+        _sh("ip", "netns", "exec", b, "nft", "-f", "-", stdin=LOSS)  # drop 20 % of data arriving at the server
         sent_loss, retrans_loss = _phase(col, client, 2 << 20)
         host_after = _counters(TcpCollector("host"))
     finally:
@@ -120,8 +120,9 @@ def test_retransmits_rise_under_loss_in_that_namespace(two_netns: tuple[str, str
             p.wait(10)
     seen = f"clean {retrans_clean:.0f}/{sent_clean:.0f}, loss {retrans_loss:.0f}/{sent_loss:.0f} retransmitted/sent"
     assert sent_clean > 0 and sent_loss > 0, seen
-    # A clean veth can still retransmit a little on a starved VM (tail-loss probes, a spurious RTO);
-    # 5 % of data packets dropped retransmits about 5 % of segments (measured 72-130 of ~1,470).
+    # A clean veth can still retransmit a little on a starved VM (tail-loss probes, spurious RTOs: 140
+    # of 5,857 segments once in CI, where 5 % loss then gave 70 of 1,476 and the comparison failed);
+    # 20 % of data packets dropped retransmits ~28 % of segments (measured 414-417 of ~1,455, clean 0).
     assert retrans_loss >= 10, seen
     assert retrans_loss / sent_loss > max(0.01, 3 * retrans_clean / sent_clean), seen
     # The test's own namespace did not carry that stream: its counters moved by far less.
