@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -175,9 +176,10 @@ class AttributionEngine:
                             "baseline_s": None if math.isnan(base) else round(base, 6), "start": _iso(start),
                             "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0,
                             "evidence": [], "causes": []}
-        explain = lambda into: self._explain(  # noqa: E731
-            conn, into, job=job, topo=topo, meta=meta, ranks=ranks, row=row,
-            base_t=float(bl.base_transfer[i]), base=base, start=start, d=d)
+        def explain(into: Attribution) -> None:
+            self._explain(conn, into, job=job, topo=topo, meta=meta, ranks=ranks, row=row,
+                          base_t=float(bl.base_transfer[i]), base=base, start=start, d=d)
+
         if math.isnan(base):
             out["confidence"] = 0.0  # not enough history to judge
         elif not out["slow"]:
@@ -194,7 +196,8 @@ class AttributionEngine:
             q.store_attribution(conn, job=job, attribution=out)
         return out
 
-    def _corroborated(self, out: Attribution, explain: Any, *, base: float, sigma: float) -> bool:
+    def _corroborated(self, out: Attribution, explain: Callable[[Attribution], None], *, base: float,
+                      sigma: float) -> bool:
         """A borderline step (over the noise, under the bar) is slow when its own telemetry names a
         cause with `corroborate_min_confidence`: `out` is then that attribution, with an evidence row
         `kind: corroborated` saying the timing alone did not decide."""
@@ -265,7 +268,7 @@ class AttributionEngine:
                                     len(ranks))
         bl = _baselines_for(summ)
         # borderline steps are slow when their stored attribution was corroborated by telemetry
-        corroborated = {int(r[0]) for r in q.stored_attributions(conn, job=job, lo=rng[0], hi=rng[1]) if r[1]}
+        corroborated = q.stored_slow_steps(conn, job=job, lo=rng[0], hi=rng[1])
         lo = from_ts.timestamp() if from_ts else -math.inf
         hi = to_ts.timestamp() if to_ts else math.inf
         out: list[StepRow] = []

@@ -376,6 +376,12 @@ def stored_attributions(conn: Any, *, job: str, lo: int, hi: int) -> list[tuple[
         "WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall()]
 
 
+def stored_slow_steps(conn: Any, *, job: str, lo: int, hi: int) -> set[int]:
+    """The steps in [lo, hi] whose stored attribution says slow."""
+    return {int(r[0]) for r in conn.execute(
+        "SELECT step FROM attributions WHERE job = %s AND step BETWEEN %s AND %s AND slow", (job, lo, hi)).fetchall()}
+
+
 def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) -> None:
     a = attribution
     conn.execute(
