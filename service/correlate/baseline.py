@@ -119,17 +119,17 @@ def episodes(slow: np.ndarray, seq_marked: np.ndarray, gap: int = EPISODE_GAP_ST
     return out
 
 
-def _checkpoints_in_faults(slow: np.ndarray, is_ckpt: np.ndarray, ck_x: np.ndarray, quiet: np.ndarray,
+def _checkpoints_in_faults(slow: np.ndarray, is_ckpt: np.ndarray, ck_x: np.ndarray, calm: np.ndarray,
                           seq: SeqParams) -> None:
     """A checkpoint step next to a slow step (the one before or after it) is slow when it runs
     `ckpt_next_to_slow` over its own baseline: a fault that spans it or ends with it adds to it as to
     any step, but its own bar is wide (checkpoint writes vary), so alone it would read healthy. Only
-    in a job no noisier than `max_noise` (`quiet`, per step): in a job whose steps vary 20 %, 5 % says
+    in a job no noisier than `max_noise` (`calm`, per step): in a job whose steps vary 20 %, 5 % says
     nothing."""
     plain = np.flatnonzero(~is_ckpt)
     for i in np.flatnonzero(is_ckpt & ~slow):
         k = int(np.searchsorted(plain, i))
-        near = [plain[j] for j in (k - 1, k) if 0 <= j < len(plain) and slow[plain[j]] and quiet[plain[j]]]
+        near = [plain[j] for j in (k - 1, k) if 0 <= j < len(plain) and slow[plain[j]] and calm[plain[j]]]
         slow[i] = bool(near) and ck_x[i] > seq.ckpt_next_to_slow
 
 
@@ -319,14 +319,16 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         # still open: its end is not proven yet, so the steps since its peak are slow for now (a
         # fault's step under the noise must not read healthy mid-fault); later steps decide
         mark(seg.onset, n - 1, n - 1)
-    if seq.enabled and seq.ckpt_next_to_slow:
-        _checkpoints_in_faults(slow, is_ckpt, ck_x, sig <= seq.max_noise * base, seq)
+    # steps judged in a job calm enough for the multi-step tests (`max_noise`, as `noisy` above)
+    with np.errstate(invalid="ignore"):
+        calm = (sig <= seq.max_noise * base) & seq.enabled
+    if seq.ckpt_next_to_slow:
+        _checkpoints_in_faults(slow, is_ckpt, ck_x, calm, seq)
     step_slow = np.zeros(n, bool)
     ok = np.isfinite(thr) & np.isfinite(duration)
     step_slow[ok] = duration[ok] > thr[ok]
     over = duration - centre
     with np.errstate(invalid="ignore"):
-        border = (~slow & ~is_ckpt & np.isfinite(over) & (over >= BORDER_Z * sig) & (over >= REL * base)
-                  & (sig <= seq.max_noise * base) & seq.enabled)
+        border = ~slow & ~is_ckpt & calm & np.isfinite(over) & (over >= BORDER_Z * sig) & (over >= REL * base)
     return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow, sig, centre,
                      border)
