@@ -314,6 +314,10 @@ class EngineConfig:
     # A step whose own evidence names nothing lists its episode's best-evidenced cause at this share
     # of that cause's confidence: the same event is likely, but this step's telemetry did not show it.
     episode_confidence_factor: float = 0.6
+    # A step whose own top cause is under this confidence lists its episode's cause first when that,
+    # scaled down as above, is stronger (episode.py: a coarse-sampled switch leaves some steps of a
+    # long fault with only noise to show).
+    episode_weak_confidence: float = 0.25
     # Steps of the episode attributed to find that cause when none is stored yet (a GET of an old
     # step): the ones the per-step test flagged, worst first; a few show the cause if any does.
     episode_max_donors: int = 3

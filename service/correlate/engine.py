@@ -188,7 +188,8 @@ class AttributionEngine:
                 out["confidence"] = round(cfg.healthy_confidence_base + cfg.healthy_confidence_span * below, 3)
         else:
             explain(out)
-            if borrow and out["layer"] == "unknown" and bl.episode[i] >= 0:
+            weak = out["layer"] == "unknown" or out["confidence"] < cfg.episode_weak_confidence
+            if borrow and weak and bl.episode[i] >= 0:
                 from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
                              attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))

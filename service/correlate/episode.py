@@ -7,7 +7,11 @@ after it are a few percent slower from the write-back, with nothing in their own
 stands out. Answering `unknown` for those would hide the episode rather than explain it. The steps
 of one episode (`Baselines.episode`) are one event, so a step whose own evidence names nothing lists
 the cause that the episode's best-evidenced step names, with lower confidence and an evidence row
-(`kind: episode`) that says where the answer came from. A step that names a cause itself keeps it.
+(`kind: episode`) that says where the answer came from. A step that names a cause itself keeps it,
+unless that cause is weak (`EngineConfig.episode_weak_confidence`) and the episode's, scaled down,
+is still stronger: a switch port sampled every 6 s has no new sample in some 2-s steps of a
+30-step link-error episode, and the faint pause of one NIC in such a step is noise next to the
+symbol errors the episode showed for 20 steps. The step's own cause then follows the episode's.
 """
 
 from __future__ import annotations
@@ -84,11 +88,15 @@ def from_episode(conn: Any, out: Attribution, *, job: str, steps: np.ndarray, du
         return
     c = borrowed(out, got[0], got[1], int(steps[int(bl.episode[i])]), cfg)
     conf = capped(c["confidence"])
+    if named(out["layer"]) and (c["component"] == out["component"] or conf <= out["confidence"]):
+        return  # its own answer is the episode's, or stronger than the borrowed one
     first: Cause = {"layer": c["layer"], "component": c["component"], "lost_s": round(c["lost_s"], 6),
                     "confidence": conf}
+    own = [x for x in out["causes"] if named(x["layer"]) and x["component"] != c["component"]]
+    if own:  # a weak own cause: the episode's takes the lost time it claimed, it keeps the rest
+        first["lost_s"] = own[0]["lost_s"]
     out.update({"layer": c["layer"], "component": c["component"], "confidence": conf,
-                "evidence": c["evidence"] + out["evidence"],
-                "causes": [first] + [x for x in out["causes"] if named(x["layer"])]})
+                "evidence": c["evidence"] + out["evidence"], "causes": [first] + own})
 
 
 def restate_unknown(rows: list[tuple[Any, ...]], episode: dict[int, int]) -> list[int]:
