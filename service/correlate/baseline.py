@@ -41,10 +41,13 @@ from fabricscope.service.correlate.constants import (
     DEFAULT_SEQ,
     EPISODE_GAP_STEPS,
     EPISODE_MIN_STEPS,
+    FAINT_REL,
+    FAINT_Z,
     K_SIGMA,
     MAD_TO_SIGMA,
     MIN_HISTORY,
     MIN_SIGMA_REL,
+    NEAR_SLOW_STEPS,
     REL,
     SEG_MEMBER_SIGMAS,
     WINDOW,
@@ -72,6 +75,14 @@ class Baselines:
     # bool: healthy by the timing alone but over it by `BORDER_Z` sigmas and REL: slow if the step's
     # own telemetry names a cause (engine.py: a corroborated step)
     borderline: np.ndarray
+    # bool: the borderline steps only FAINT_Z sigmas and FAINT_REL over (under BORDER_Z or REL): their
+    # telemetry must name a cause more surely (EngineConfig.corroborate_faint_confidence)
+    faint: np.ndarray | None = None
+    # bool: the borderline steps within NEAR_SLOW_STEPS of a slow step. A 5-10-s sample that covers a
+    # fault's last (or first) seconds covers the healthy steps beside it too, and timing under the
+    # bar cannot say which of them it was about: only the step's own rank timings (a straggler) can
+    # corroborate such a step.
+    near_slow: np.ndarray | None = None
 
 
 def _robust(x: np.ndarray) -> tuple[float, float]:
@@ -329,6 +340,12 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     step_slow[ok] = duration[ok] > thr[ok]
     over = duration - centre
     with np.errstate(invalid="ignore"):
-        border = ~slow & ~is_ckpt & calm & np.isfinite(over) & (over >= BORDER_Z * sig) & (over >= REL * base)
+        near = ~slow & ~is_ckpt & calm & np.isfinite(over)
+        border = near & (over >= BORDER_Z * sig) & (over >= REL * base)
+        faint = near & ~border & (over >= FAINT_Z * sig) & (over >= FAINT_REL * base)
+    near_slow = np.zeros(n, bool)
+    for k in range(1, NEAR_SLOW_STEPS + 1):
+        near_slow[k:] |= slow[:-k]
+        near_slow[:-k] |= slow[k:]
     return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow, sig, centre,
-                     border)
+                     border | faint, faint, (border | faint) & near_slow)

@@ -27,6 +27,19 @@ REL = 0.04
 # when its own telemetry names a cause (engine.py, corroborate_min_confidence). Timing alone cannot
 # tell a 1-2 step +5 % fault from jitter; a counter that moved in the same seconds can.
 BORDER_Z = 1.5
+# ...and "faint" between FAINT_Z sigmas and FAINT_REL over it (under BORDER_Z or REL): slow only when
+# its telemetry names a cause with corroborate_faint_confidence. The stronger the telemetry, the less
+# timing it needs: a 3-step +5 % fault in 4 % jitter measures 1.2-1.5 sigma, and a noisy step a +4 %
+# fault slowed by 3.5 %, while a volume's latency or a host's throttling shows in the same seconds.
+# Picked on the tuning seeds (1.0 / 3 %: every such miss there whose telemetry was >= 0.8).
+FAINT_Z = 1.0
+FAINT_REL = 0.03
+# A borderline or faint step this many steps or fewer from a slow step is corroborated only by its own
+# rank timings (a straggler), not by sampled telemetry: a switch sampled every 4-10 s has one sample
+# for two to five 2-s steps, and the one that holds a fault's first or last seconds reads as an
+# anomaly of the healthy steps beside it (a development seed set: 2 such false slow steps, two steps
+# before and after a 2-step incast on a 4-s switch).
+NEAR_SLOW_STEPS = 3
 # Sigma floor relative to the median: a perfectly steady job (MAD 0) must not flag 0.1% noise.
 MIN_SIGMA_REL = 0.002
 # Steps a flat slow run must last before it is the job's new level (a new training phase) rather
@@ -196,7 +209,10 @@ class EngineConfig:
     # -- corroborated steps ----------------------------------------------------------------------
     # A borderline step (baseline.py) is slow when the cause its telemetry names (not `unknown`) has at
     # least this confidence; 0 or more than 1: never.
-    corroborate_min_confidence: float = 0.5
+    corroborate_min_confidence: float = 0.25
+    # A faint step (baseline.py: FAINT_Z, FAINT_REL) needs this much: most of a healthy step's own
+    # telemetry names nothing, and what it names (a neighbouring fault's tail in a 10-s sample) is weak.
+    corroborate_faint_confidence: float = 0.8
     # -- history and windows --------------------------------------------------------------------
     # Steps of history fetched to rebuild the baseline: three baseline windows (48 healthy steps)
     # so that a fault of a dozen steps still leaves enough healthy ones behind it.

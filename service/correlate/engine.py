@@ -176,14 +176,18 @@ class AttributionEngine:
                             "baseline_s": None if math.isnan(base) else round(base, 6), "start": _iso(start),
                             "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0,
                             "evidence": [], "causes": []}
-        def explain(into: Attribution) -> None:
+        def explain(into: Attribution, current_only: bool = False) -> None:
             self._explain(conn, into, job=job, topo=topo, meta=meta, ranks=ranks, row=row,
-                          base_t=float(bl.base_transfer[i]), base=base, start=start, d=d)
+                          base_t=float(bl.base_transfer[i]), base=base, start=start, d=d, current_only=current_only)
 
         if math.isnan(base):
             out["confidence"] = 0.0  # not enough history to judge
         elif not out["slow"]:
-            if not (bl.borderline[i] and self._corroborated(out, explain, base=base, sigma=float(bl.sigma[i]))):
+            faint = bl.faint is not None and bool(bl.faint[i])
+            need = cfg.corroborate_faint_confidence if faint else cfg.corroborate_min_confidence
+            own = bl.near_slow is not None and bool(bl.near_slow[i])
+            if not (bl.borderline[i] and self._corroborated(out, explain, base=base, sigma=float(bl.sigma[i]),
+                                                            need=need, own_timing=own)):
                 below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
                 out["confidence"] = round(cfg.healthy_confidence_base + cfg.healthy_confidence_span * below, 3)
         else:
@@ -197,17 +201,22 @@ class AttributionEngine:
             q.store_attribution(conn, job=job, attribution=out)
         return out
 
-    def _corroborated(self, out: Attribution, explain: Callable[[Attribution], None], *, base: float,
-                      sigma: float) -> bool:
+    def _corroborated(self, out: Attribution, explain: Callable[[Attribution, bool], None], *, base: float,
+                      sigma: float, need: float, own_timing: bool = False) -> bool:
         """A borderline step (over the noise, under the bar) is slow when its own telemetry names a
-        cause with `corroborate_min_confidence`: `out` is then that attribution, with an evidence row
-        `kind: corroborated` saying the timing alone did not decide."""
-        need = self.config.corroborate_min_confidence
-        if not 0.0 < need <= 1.0:
+        cause with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a
+        faint one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the
+        timing alone did not decide. `own_timing`: only a cause resting on the step's own rank timings
+        (a straggler's `timing` row) counts, not sampled telemetry (baseline.py: near_slow)."""
+        if not 0.0 < need <= 1.0 or not 0.0 < self.config.corroborate_min_confidence <= 1.0:
             return False
         draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
-        explain(draft)
+        explain(draft, True)
         if draft["layer"] == "unknown" or draft["confidence"] < need:
+            return False
+        host = str(draft["component"]).split(":", 1)[0]  # sources are `host:thing` (localize.build_topo)
+        if own_timing and not any(e.get("kind") == "timing" and e["source"].split(":", 1)[0] == host
+                                  for e in draft["evidence"]):
             return False
         d = draft["duration_s"]
         draft["evidence"].append({"source": draft["component"] or "", "metric": "step_duration_seconds",
@@ -218,8 +227,12 @@ class AttributionEngine:
         return True
 
     def _explain(self, conn: Any, out: Attribution, *, job: str, topo: Topo, meta: pd.DataFrame,
-                 ranks: pd.DataFrame, row: Any, base_t: float, base: float, start: float, d: float) -> None:
-        """Fill `out` (a slow step) with its causes: split the lost time into local work and network."""
+                 ranks: pd.DataFrame, row: Any, base_t: float, base: float, start: float, d: float,
+                 current_only: bool = False) -> None:
+        """Fill `out` (a slow step) with its causes: split the lost time into local work and network.
+        `current_only`: telemetry of the step's own window only, without the aftermath of a signal in
+        the seconds before it (AFTERMATH_S): that explains a step known to be slow, it does not show
+        that a step under the bar was slowed."""
         cfg = self.config
         lost = d - base
         steps_df, coll = q.rank_rows(conn, job=job, step=out["step"])
@@ -231,6 +244,8 @@ class AttributionEngine:
         total = e_comm + e_work or 1.0
         pad = min(max(cfg.window_pad_share * d, cfg.window_pad_min_s), cfg.window_pad_max_s)
         ev, coverage = self._telemetry(conn, meta, start, start + d + pad)
+        if current_only and "aftermath" in ev:
+            ev = ev[~ev["aftermath"].fillna(False).astype(bool)]
         if len(ev):
             ev = follow_backpressure(candidates(ev, topo), topo)
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
