@@ -102,6 +102,8 @@ class AttributionEngine:
         else:
             meta = series_groups(q.series_meta(conn, sources=topo.sources, metrics=list(FLOORS)), topo)
             built, built_at = (ranks, topo, meta), now
+            if not meta.empty:  # with the topology they depend on, not in the first slow step's time
+                self._scoring_arrays(meta)
         self._topo.put(key, (stamp, now, built, built_at))
         return built
 

@@ -195,21 +195,26 @@ def finish_scores(out: pd.DataFrame, meta: pd.DataFrame, hist: pd.DataFrame) -> 
                                                                   "floor"]]
     df = out.merge(mine, on="series_id")
     df = df.merge(hist, on="series_id", how="left")
-    own = (df["cur"] - df["hist_med"]) / np.maximum(df["hist_sigma"].fillna(0), df["floor"])
-    df["baseline"] = df["hist_med"].where(df["hist_med"].notna(), df["peer_med"])
-    df["score"] = np.where(own.notna(), np.minimum(df["peer_z"], own), NO_HISTORY_DISCOUNT * df["peer_z"])
+    # The same arithmetic on the columns' arrays: a step's few dozen rows cost pandas ~0.1 ms per
+    # Series operation, the arrays a few microseconds.
+    cur, peer_z, peer_med = (df[c].to_numpy(float) for c in ("cur", "peer_z", "peer_med"))
+    hist_med, hist_sigma, floor = (df[c].to_numpy(float) for c in ("hist_med", "hist_sigma", "floor"))
+    sigma0 = np.where(np.isnan(hist_sigma), 0.0, hist_sigma)
+    own = (cur - hist_med) / np.maximum(sigma0, floor)
+    df["baseline"] = np.where(np.isnan(hist_med), peer_med, hist_med)
+    score = np.where(~np.isnan(own), np.minimum(peer_z, own), NO_HISTORY_DISCOUNT * peer_z)
     # #15: no peer score (a series with no peers): its own history alone, on a floor relative to its
     # own level; without history there is nothing to compare it with (score NaN, never a candidate).
-    solo = df["peer_z"].isna()
+    solo = np.isnan(peer_z)
     if solo.any():
-        s = df[solo]
-        floor = np.maximum.reduce([s["hist_sigma"].fillna(0).to_numpy(float),
-                                   SOLO_REL_FLOOR * s["hist_med"].abs().to_numpy(float),
-                                   SOLO_FLOOR_SHARE * s["floor"].to_numpy(float)])
-        df.loc[solo, "score"] = (s["cur"] - s["hist_med"]) / floor
+        solo_floor = np.maximum.reduce([sigma0[solo], SOLO_REL_FLOOR * np.abs(hist_med[solo]),
+                                        SOLO_FLOOR_SHARE * floor[solo]])
+        score[solo] = (cur[solo] - hist_med[solo]) / solo_floor
+    df["score"] = score
     if "cur_w" in df.columns:  # anomalous only through the seconds before the window (AFTERMATH_S)?
-        z_now = (df["cur_w"] - df["peer_med"]) / np.maximum(df["peer_mad"].fillna(0), df["floor"])
-        df["aftermath"] = df["metric"].isin(AFTERMATH_S.keys()) & ~(z_now >= MIN_SCORE)
+        mad = df["peer_mad"].to_numpy(float)
+        z_now = (df["cur_w"].to_numpy(float) - peer_med) / np.maximum(np.where(np.isnan(mad), 0.0, mad), floor)
+        df["aftermath"] = df["metric"].isin(AFTERMATH_S.keys()).to_numpy() & ~(z_now >= MIN_SCORE)
     return df
 
 

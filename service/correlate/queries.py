@@ -49,6 +49,13 @@ WHERE s.job = %(job)s AND s.step = %(step)s
 """
 
 COLL_SQL = "SELECT rank, seq, duration_s FROM collectives WHERE job = %(job)s AND step = %(step)s"
+# The same rows as three arrays (array_send, read with np.frombuffer): a step has a row per rank and
+# collective (16,000 at 4,096 ranks), which as Python tuples and a frame built from them cost ~15 ms.
+# seq may be NULL (an array cannot hold it): then, or with no rows, the rows are read as rows.
+COLL_ARRAYS_SQL = """
+SELECT count(*), count(seq), array_send(array_agg(rank)), array_send(array_agg(coalesce(seq, 0))),
+       array_send(array_agg(duration_s))
+FROM collectives WHERE job = %(job)s AND step = %(step)s"""
 
 SERIES_SQL = """
 SELECT se.id AS series_id, src.name AS source, m.name AS metric, m.kind, se.labels::text AS labels
@@ -68,9 +75,17 @@ WINDOW_COLUMNS = """
 SELECT array_send(array_agg(series_id)), array_send(array_agg(ts)), array_send(array_agg(value)),
        array_send(array_agg(coalesce(rate, 'NaN')))
 FROM samples WHERE ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s + %(scan)s) AND """
-# The planner sees the ids (an unnamed statement, never prepared) and picks an index range per series
-# or, for many, the window's range of the BRIN index on ts with the ids as a (hashed) filter.
+# An index range per series of the (series_id, ts) btree, which outliers() makes the planner take
+# (BTREE_SETTINGS): given the ids, it preferred the window's range of the BRIN index on ts with
+# the ids as a filter, which costs about as much on a summarized index (256 ranks: 14 against 28 ms),
+# but a BRIN range that no VACUUM has summarized yet matches every window. Freshly written telemetry,
+# what a running service attributes, is mostly in such ranges: the 256-rank bench job right after
+# its load read all its 7,800 pages (1.1 M rows) for a 6-s window, 70-100 ms per step.
 WINDOW_SQL = WINDOW_COLUMNS + "series_id = ANY(%(ids)s::int[])"
+# Local to the scoring transaction (the look-back after the window is a range per series too). No
+# parallel workers: on 2 cores they save no time, and their CPU is another process's.
+BTREE_SETTINGS = """SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
+       set_config('max_parallel_workers_per_gather', '0', true)"""
 # A job with most of the database's series (window.use_bitmap) reads the window's time range and keeps
 # its series by one bit each: the hashed `= ANY` over 125,000 ids cost ~0.1 us a row, 90 of the 300 ms
 # of this query at 4,096 ranks (a million rows in the range, half of them the job's); get_bit ~0.01.
@@ -141,11 +156,20 @@ def step_summaries(conn: Any, *, job: str, lo: int, hi: int) -> pd.DataFrame:
 
 def rank_rows(conn: Any, *, job: str, step: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     steps = _frame(conn, RANKS_SQL, {"job": job, "step": step})
-    coll = _frame(conn, COLL_SQL, {"job": job, "step": step})
+    coll = _collectives(conn, job=job, step=step)
     for c in ("dur", "data", "fb", "opt", "ckpt"):
         steps[c] = pd.to_numeric(steps[c], errors="coerce")
     coll["duration_s"] = pd.to_numeric(coll["duration_s"], errors="coerce")
     return steps, coll
+
+
+def _collectives(conn: Any, *, job: str, step: int) -> pd.DataFrame:
+    with conn.cursor(binary=True) as cur:
+        r = cur.execute(COLL_ARRAYS_SQL, {"job": job, "step": step}).fetchone()
+    if r is None or r[0] == 0 or r[0] != r[1]:
+        return _frame(conn, COLL_SQL, {"job": job, "step": step})
+    rank, seq, dur = (unsend_array(b, t) for b, t in zip(r[2:], (">i4", ">i8", ">f8"), strict=True))
+    return pd.DataFrame({"rank": rank.astype(np.int64), "seq": seq, "duration_s": dur})
 
 
 def series_meta(conn: Any, *, sources: list[str], metrics: list[str]) -> pd.DataFrame:
@@ -210,6 +234,8 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
         conn.execute("SELECT set_config('jit', 'off', true)")
         n_series = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'series'::regclass").fetchone()
         sql = WINDOW_BITS_SQL if win.use_bitmap(sc, float(n_series[0]) if n_series else -1.0) else WINDOW_SQL
+        if sql is WINDOW_SQL:
+            conn.execute(BTREE_SETTINGS)
         raw, later = _window_samples(conn, sql, p, we)
         need = np.setdiff1d(sc.ids, later, assume_unique=True)
         rows = conn.execute(PROBES_SQL, {**p, "need": pg_array(need)}).fetchall()

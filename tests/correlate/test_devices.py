@@ -120,3 +120,17 @@ def test_gpu_and_host_roles_come_from_the_placement_and_tcp_points_at_the_hosts_
                            ("b2", "host", "tcp_timeouts_total", 6.0)], columns=["source", "role", "metric", "score"])
     top = rank_candidates(candidates(scored, topo), ("nic", "link", "fabric"))
     assert list(zip(top["layer"], top["component"], strict=True)) == [("nic", "a7:eth0"), ("nic", "b2")]
+
+
+def test_a_reference_is_the_highest_window_value_of_its_metric_skipping_missing_readings() -> None:
+    g = "n3:gpu2"
+    width = (g, "pcie_link_width", None, 8, 8, NAN, 16, NAN, NAN)
+    # two readings of the maximum (labels differ): the higher one counts, a missing one is skipped
+    rows = _rows(width, (g, "pcie_link_width_max", {"port": "a"}, NAN, NAN, NAN, 16, NAN, NAN),
+                 (g, "pcie_link_width_max", {"port": "b"}, 8, 8, NAN, 16, NAN, NAN),
+                 (g, "pcie_link_width_max", {"port": "c"}, 16, 16, NAN, 16, NAN, NAN))
+    assert _metrics(judge(rows, GPU_RULES), g)["pcie_link_width"]["baseline"] == 16
+    # only missing readings: no reference, no finding
+    assert not judge(_rows(width, (g, "pcie_link_width_max", None, NAN, NAN, NAN, 16, NAN, NAN)), GPU_RULES)
+    # another GPU's maximum is not this one's reference
+    assert not judge(_rows(width, ("n3:gpu5", "pcie_link_width_max", None, 16, 16, NAN, 16, NAN, NAN)), GPU_RULES)

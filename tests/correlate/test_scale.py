@@ -152,3 +152,21 @@ def test_the_topology_is_rebuilt_after_topo_rebuild_s_even_when_its_stamp_is_the
     first = eng._job_topo(db_conn, sc.job)
     again = eng._job_topo(db_conn, sc.job)
     assert again is not first and again[2] is not first[2] and again[1] == first[1]
+
+
+def test_a_steps_collectives_read_as_arrays_are_the_rows_and_a_null_seq_falls_back_to_rows(
+        db_conn: psycopg.Connection) -> None:
+    job = "coll-arrays"
+    rows = [(0, 5, 0.25), (1, 5, 0.5), (0, 6, 1.0 / 3.0), (1, 6, 2.0 ** -30)]
+    with db_conn.cursor() as cur:
+        cur.execute("DELETE FROM collectives WHERE job = %s", (job,))
+        cur.executemany("INSERT INTO collectives (job, rank, step, seq, op, start_ts, end_ts, duration_s) "
+                        "VALUES (%s, %s, 3, %s, 'allreduce', now(), now(), %s)", [(job, *r) for r in rows])
+        cur.execute("INSERT INTO collectives (job, rank, step, seq, op, start_ts, end_ts, duration_s) "
+                    "VALUES (%s, 2, 4, NULL, 'allreduce', now(), now(), 0.5)", (job,))
+    got = q._collectives(db_conn, job=job, step=3)
+    assert [tuple(r) for r in got.itertuples(index=False)] == rows
+    assert got["rank"].dtype == got["seq"].dtype == np.int64 and got["duration_s"].dtype == np.float64
+    null_seq = q._collectives(db_conn, job=job, step=4)
+    assert len(null_seq) == 1 and null_seq["seq"].isna().all()
+    assert q._collectives(db_conn, job=job, step=5).empty

@@ -12,7 +12,7 @@ import numpy as np
 import psycopg
 
 from fabricscope.service.correlate import AttributionEngine
-from fabricscope.service.correlate.baseline import CHANGE_RUN, Baselines, compute_baselines
+from fabricscope.service.correlate.baseline import CHANGE_RUN, Baselines, _median, compute_baselines
 from fabricscope.service.correlate.constants import DEFAULT_SEQ, SeqParams
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import generate
@@ -260,3 +260,15 @@ def test_an_excursion_that_ended_unproven_does_not_lend_its_evidence_to_the_next
     assert b.slow[67:71].all() and not b.slow[64:67].any()
     assert not b.slow[:59].any() and not b.slow[72:].any()
     assert _run(d, seq=replace(DEFAULT_SEQ, end_unproven=False)).slow[64:67].all()
+
+
+def test_the_baselines_median_is_numpys_to_the_bit() -> None:
+    # the baselines compare medians with thresholds: a last-bit difference could flip a borderline step
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 3, 8, 9, 40, 41):
+        x = 2.0 + rng.normal(0.0, 0.03, n)
+        assert _median(x) == float(np.median(x))
+        assert _median(list(x)) == float(np.median(x))
+    ints = np.array([3, 1, 4, 2])
+    assert _median(ints) == float(np.median(ints)) == 2.5
+    assert np.isnan(_median([1.0, np.nan, 2.0])) and np.isnan(_median([]))
