@@ -208,7 +208,9 @@ SOLO_FLOOR_SHARE = 0.1
 class EngineConfig:
     # -- corroborated steps ----------------------------------------------------------------------
     # A borderline step (baseline.py) is slow when the cause its telemetry names (not `unknown`) has at
-    # least this confidence; 0 or more than 1: never.
+    # least this confidence; 0 or more than 1: never (either tier). 0.25: over unknown_confidence, under
+    # a host's TCP retransmissions alone (0.29-0.49: one series, 100x its past but 3 floors over it);
+    # 0.5 lost those 6 steps of the tuning seeds and no false one.
     corroborate_min_confidence: float = 0.25
     # A faint step (baseline.py: FAINT_Z, FAINT_REL) needs this much: most of a healthy step's own
     # telemetry names nothing, and what it names (a neighbouring fault's tail in a 10-s sample) is weak.

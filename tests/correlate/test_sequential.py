@@ -272,3 +272,22 @@ def test_the_baselines_median_is_numpys_to_the_bit() -> None:
     ints = np.array([3, 1, 4, 2])
     assert _median(ints) == float(np.median(ints)) == 2.5
     assert np.isnan(_median([1.0, np.nan, 2.0])) and np.isnan(_median([]))
+
+
+def test_borderline_and_faint_steps_and_which_are_near_a_slow_step() -> None:
+    # 1 % jitter (the per-step bar: 6 %). +5 % on one step is borderline (>= 1.5 sigma and 4 %), +3.5 % is
+    # faint (>= 1 sigma and 3 %, under 4 %); one three steps after a +40 % fault is near a slow step,
+    # where a coarse sample of the fault can reach (only its own rank timings may corroborate it)
+    d = _series(71, 120, 0.01)
+    centre = float(np.mean(d[40:60]))
+    d[60:62] = 1.4 * centre
+    for at, size in ((64, 0.05), (90, 0.05), (100, 0.035)):
+        d[at] = (1.0 + size) * centre
+    b = _run(d)
+    assert b.faint is not None and b.near_slow is not None
+    assert b.slow[60:62].all() and not b.slow[62:].any()
+    assert b.borderline[64] and b.near_slow[64] and not b.faint[64]
+    assert b.borderline[90] and not b.near_slow[90] and not b.faint[90]
+    assert b.borderline[100] and b.faint[100] and not b.near_slow[100]
+    quiet = [i for i in range(70, 120) if i not in (90, 100)]
+    assert not b.borderline[quiet].any()

@@ -11,7 +11,9 @@ import psycopg
 import pytest
 
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
+from fabricscope.service.correlate.engine import _baselines_for
 from fabricscope.service.simulate.faults import LEVEL_CHANGE, make_fault
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.model import JobSpec
@@ -108,3 +110,27 @@ def test_one_step_fault_under_the_bar_is_slow_when_its_telemetry_names_it(
     listed = {r["step"] for r in engine.list_steps(db_conn, job=sc.job, slow_only=True)}
     assert at in listed
     assert not [s for s in listed if s != at and s >= 20]
+
+
+def test_faint_step_is_slow_only_when_its_telemetry_is_sure(service_url: str, db_conn: psycopg.Connection) -> None:
+    """A one-step +5.5 % CPU-starved data loader in 2.5 % step jitter measures "faint" (over 1 sigma and
+    3 %, under the borderline's 1.5 sigma or 4 %). Its host straggles in the data phase and its own CPU
+    telemetry says why (confidence >= 0.8), so it is slow and names the host; with the faint tier off
+    it is healthy. Nothing else in the job is slow."""
+    at = 73
+    f = make_fault(build_cluster(SPEC), "cpu_starved_loader", start_step=at, steps=1, severity=0.055,
+                   rng=np.random.default_rng(42))
+    sc = post(service_url, generate(SPEC, job="seq-faint", steps=90, faults=[f], seed=42, t0=1.781e9,
+                                    job_spec=JobSpec(step_jitter=0.025)))
+    engine = AttributionEngine()
+    summ = q.step_summaries(db_conn, job=sc.job, lo=0, hi=89)
+    bl = _baselines_for(summ.astype({c: float for c in summ.columns if c != "step"}))
+    assert bl.faint is not None and bool(bl.faint[at]) and not bl.slow[at]
+    off = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_faint_confidence=2.0))
+    assert not off.attribute_step(db_conn, job=sc.job, step=at, store=False)["slow"]
+    a = engine.attribute_step(db_conn, job=sc.job, step=at, store=False)
+    assert a["slow"] and (a["layer"], a["component"]) == (f.layer, f.component), (a["layer"], a["component"])
+    assert a["confidence"] >= DEFAULT_CONFIG.corroborate_faint_confidence
+    assert any(e.get("kind") == "corroborated" for e in a["evidence"])
+    engine.process_pending(db_conn, job=sc.job)
+    assert {r["step"] for r in engine.list_steps(db_conn, job=sc.job, slow_only=True)} == {at}
