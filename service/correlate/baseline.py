@@ -189,6 +189,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     slow = np.zeros(n, bool)
     live = np.zeros(n, bool)
     ck_x = np.zeros(n)  # checkpoint steps' relative excess over their own baseline
+    ck_near = np.zeros(n, bool)  # checkpoint steps over their baseline by a borderline margin
     transfer = np.where(np.isfinite(transfer), transfer, 0.0)
     hist: deque[int] = deque(maxlen=WINDOW)  # indices of healthy steps
     hist_ck: deque[float] = deque(maxlen=CKPT_HISTORY)  # checkpoint extra over the normal baseline
@@ -239,6 +240,9 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             t = b + max(K_SIGMA * sigma + CKPT_SPREAD_SHARE * extra, REL * b)
             ck_x[i] = (d - b) / med
             slow[i] = d > t
+            sig[i] = sigma
+            # over its noise as a plain step's borderline, with the checkpoint's own spread on top
+            ck_near[i] = d - b >= max(BORDER_Z * sigma + CKPT_SPREAD_SHARE * extra, REL * b)
             # inside an open proven segment it carries the shift too (final once the end is known)
             live[i] = slow[i] or (seg.proven and ck_x[i] > seq.shift / 2)
             if not live[i]:
@@ -355,6 +359,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         near = ~slow & ~is_ckpt & calm & np.isfinite(over)
         border = near & (over >= BORDER_Z * sig) & (over >= REL * base)
         faint = near & ~border & (over >= FAINT_Z * sig) & (over >= FAINT_REL * base)
+        border |= ck_near & ~slow & calm
     near_slow = np.zeros(n, bool)
     for k in range(1, NEAR_SLOW_STEPS + 1):
         near_slow[k:] |= slow[:-k]

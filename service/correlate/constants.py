@@ -154,6 +154,11 @@ MIN_EXCESS_S = 0.01
 # Spread floor of local work: 0.3% of the median, at least 5 ms (timer and scheduling noise).
 WORK_MAD_FLOOR_REL = 0.003
 WORK_MAD_FLOOR_S = 0.005
+# A host whose ranks all wrote their checkpoint this many of the other ranks' sigmas longer (and
+# everyone waited for it) is a checkpoint straggler at a checkpoint step with no other straggler
+# (decompose.checkpoint_straggler): a write's own spread across hosts is 4-5 % of it, so a throttled
+# local volume's +20 % is 4 sigma, under MIN_Z. Only for hosts with a volume the job checkpoints to.
+CKPT_MIN_Z = 3.5
 # Ranks slow in the same phase by at least half the worst one's excess are slow with it.
 MEMBER_SHARE = 0.5
 # A straggler is host-level when its slow ranks are all on one host and at least half of that host.

@@ -28,7 +28,7 @@ from fabricscope.service.correlate.causes import (
     work_cause,
 )
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, SEQ_LOOKAHEAD_STEPS, EngineConfig
-from fabricscope.service.correlate.decompose import decompose, find_straggler
+from fabricscope.service.correlate.decompose import checkpoint_straggler, decompose, find_straggler
 from fabricscope.service.correlate.device_probe import gpu_or_network, with_device_evidence
 from fabricscope.service.correlate.direction import follow_backpressure
 from fabricscope.service.correlate.episode import from_episode, restate_unknown
@@ -178,9 +178,9 @@ class AttributionEngine:
                             "baseline_s": None if math.isnan(base) else round(base, 6), "start": _iso(start),
                             "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0,
                             "evidence": [], "causes": []}
-        def explain(into: Attribution, current_only: bool = False) -> None:
+        def explain(into: Attribution, corroborating: bool = False) -> None:
             self._explain(conn, into, job=job, topo=topo, meta=meta, ranks=ranks, row=row,
-                          base_t=float(bl.base_transfer[i]), base=base, start=start, d=d, current_only=current_only)
+                          base_t=float(bl.base_transfer[i]), base=base, start=start, d=d, corroborating=corroborating)
 
         if math.isnan(base):
             out["confidence"] = 0.0  # not enough history to judge
@@ -230,23 +230,28 @@ class AttributionEngine:
 
     def _explain(self, conn: Any, out: Attribution, *, job: str, topo: Topo, meta: pd.DataFrame,
                  ranks: pd.DataFrame, row: Any, base_t: float, base: float, start: float, d: float,
-                 current_only: bool = False) -> None:
+                 corroborating: bool = False) -> None:
         """Fill `out` (a slow step) with its causes: split the lost time into local work and network.
-        `current_only`: telemetry of the step's own window only, without the aftermath of a signal in
-        the seconds before it (AFTERMATH_S): that explains a step known to be slow, it does not show
-        that a step under the bar was slowed."""
+        `corroborating` (a step under the bar, `_corroborated`): telemetry of the step's own window
+        only, without the aftermath of a signal in the seconds before it (AFTERMATH_S: that explains a
+        step known to be slow, it does not show that a step under the bar was slowed); and at a
+        checkpoint step a host that wrote its checkpoint slowly is a straggler at a lower bar
+        (decompose.checkpoint_straggler). Not for a slow step: a checkpoint's spread across hosts has
+        a 3.5-sigma host often enough that it took the cause of slow shared-volume and link steps."""
         cfg = self.config
         lost = d - base
         steps_df, coll = q.rank_rows(conn, job=job, step=out["step"])
         per_rank = decompose(steps_df, coll) if len(steps_df) else steps_df
         st = find_straggler(per_rank) if len(per_rank) else None
+        if st is None and corroborating and len(per_rank) and topo.checkpoint_volumes and row["ckpt_max"] > 0:
+            st = checkpoint_straggler(per_rank, {topo.host_of[v] for v in topo.checkpoint_volumes if v in topo.host_of})
         transfer = float(row["transfer"]) if pd.notna(row["transfer"]) else base_t
         e_comm = max(transfer - base_t, 0.0) if math.isfinite(base_t) else 0.0
         e_work = max((d - transfer) - (base - base_t), 0.0) if math.isfinite(base_t) else lost
         total = e_comm + e_work or 1.0
         pad = min(max(cfg.window_pad_share * d, cfg.window_pad_min_s), cfg.window_pad_max_s)
         ev, coverage = self._telemetry(conn, meta, start, start + d + pad)
-        if current_only and "aftermath" in ev:
+        if corroborating and "aftermath" in ev:
             ev = ev[~ev["aftermath"].fillna(False).astype(bool)]
         if len(ev):
             ev = follow_backpressure(candidates(ev, topo), topo)

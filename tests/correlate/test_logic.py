@@ -149,3 +149,36 @@ def test_the_checkpoint_volume_is_the_one_the_job_wrote_to_whatever_its_name() -
     # without events and with several volumes, no volume is guessed (least of all by its name)
     cause = work_cause(st, no_ev, build_topo(ranks, pd.DataFrame({"a": [], "b": []}), volumes), 1.0)
     assert (cause["layer"], cause["component"]) == ("storage", "node01")
+
+
+def _checkpoint_step(slow_host: int | None, extra: float, seed: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """8 hosts x 4 ranks at a checkpoint step: each host's write takes 0.8 s with a 4 % spread across
+    hosts (ranks of a host alike), each rank's compute 1.6 s with 2 % of its own; `slow_host` writes
+    `extra` longer. Everyone waits in the collective after it for the rank with the most work."""
+    rng = np.random.default_rng(seed)
+    hosts = np.repeat([f"h{i}" for i in range(8)], 4)
+    ck = np.repeat(0.8 * (1 + rng.normal(0, 0.04, 8)), 4) + rng.normal(0, 0.002, 32)
+    if slow_host is not None:
+        ck[hosts == f"h{slow_host}"] += extra
+    fb = 1.6 * (1 + rng.normal(0, 0.02, 32))
+    wait = (fb + ck).max() - (fb + ck)
+    coll = pd.DataFrame([(r, 0, 0.05 + wait[r]) for r in range(32)], columns=["rank", "seq", "duration_s"])
+    dur = fb + ck + 0.05 + 0.05 + wait
+    steps = pd.DataFrame({"rank": range(32), "dur": dur, "data": 0.05, "fb": fb, "opt": 0.0, "ckpt": ck,
+                          "host": hosts, "gpu": [f"gpu{r % 4}" for r in range(32)]})
+    return steps, coll
+
+
+def test_a_host_that_wrote_its_checkpoint_slowly_is_a_checkpoint_straggler() -> None:
+    from fabricscope.service.correlate.decompose import checkpoint_straggler
+
+    steps, coll = _checkpoint_step(3, 0.16)  # +20 %: about 4 sigmas of the write's spread, under MIN_Z
+    per_rank = decompose(steps, coll)
+    assert find_straggler(per_rank) is None
+    everyone = {f"h{i}" for i in range(8)}
+    st = checkpoint_straggler(per_rank, everyone)
+    assert st is not None and (st.host, st.phase, st.host_level) == ("h3", "checkpoint", True)
+    assert len(st.members) == 4 and abs(st.excess_s - 0.16) < 0.06
+    # only a host whose volume the job checkpoints to, and not the healthy spread of the writes
+    assert checkpoint_straggler(per_rank, everyone - {"h3"}) is None
+    assert checkpoint_straggler(decompose(*_checkpoint_step(None, 0.0)), everyone) is None

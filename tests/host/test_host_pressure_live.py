@@ -109,11 +109,11 @@ def test_retransmits_rise_under_loss_in_that_namespace(two_netns: tuple[str, str
     try:
         # /proc/<pid>/net is the network namespace of process <pid>: the client's, not this test's.
         col = TcpCollector("nsA", proc_root=Path(f"/proc/{client.pid}"))
-        host_before = _counters(TcpCollector("host"))
         sent_clean, retrans_clean = _phase(col, client, 8 << 20)
         _sh("ip", "netns", "exec", b, "nft", "-f", "-", stdin=LOSS)  # drop 20 % of data arriving at the server
         sent_loss, retrans_loss = _phase(col, client, 2 << 20)
-        host_after = _counters(TcpCollector("host"))
+        ns_total = _counters(col)["tcp_out_segments_total"]
+        host_total = _counters(TcpCollector("host"))["tcp_out_segments_total"]
     finally:
         for p in (client, server):
             p.kill()
@@ -125,8 +125,11 @@ def test_retransmits_rise_under_loss_in_that_namespace(two_netns: tuple[str, str
     # 20 % of data packets dropped retransmits ~28 % of segments (measured 414-417 of ~1,455, clean 0).
     assert retrans_loss >= 10, seen
     assert retrans_loss / sent_loss > max(0.01, 3 * retrans_clean / sent_clean), seen
-    # The test's own namespace did not carry that stream: its counters moved by far less.
-    assert host_after["tcp_out_segments_total"] - host_before["tcp_out_segments_total"] < sent_clean / 10
+    # The counters are the new namespace's own: all it ever sent is this test's stream (and its
+    # handshake), while the host's count all the machine sent before. (Not "the host's moved less":
+    # other work on the machine talks TCP over loopback, 932 segments during one loaded run.)
+    assert ns_total <= sent_clean + sent_loss + 100, (ns_total, seen)
+    assert host_total > ns_total + sent_clean, (host_total, ns_total)
 
 
 @pytest.fixture
