@@ -82,7 +82,10 @@ def test_gloo_baseline_identical_run_and_throttled_run(own_service: Callable[...
             for b, x in again.items():
                 assert x["scale"] == "same" and x["baseline_busbw_gbps"] == pytest.approx(
                     achieved[b]["busbw_median_gbps"])
-                assert 1 / 3 < x["fraction"] < 3, (b, x["fraction"])  # medians of noisy sub-ms timings
+                # medians of noisy sub-ms timings: never near the alert's 0.3; faster than the
+                # baseline by up to 3.5x was seen on a 2-core CI VM (the 256-byte bucket), and a faster
+                # run is not what is tested here
+                assert 1 / 3 < x["fraction"] < 10, (b, x["fraction"])
 
             # 3. The throttled run: from step 20 rank 0 sleeps 20 ms inside each all-reduce.
             slow = unique("slow")
