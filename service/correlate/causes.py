@@ -64,16 +64,19 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
     conf = strength * conf_t
     if st.phase in ("data", "checkpoint"):
         mine = storage[storage["component"].map(topo.host_of).eq(st.host)] if len(storage) else storage
-        written = mine[mine["component"].isin(topo.checkpoint_volumes)] if len(mine) else mine
-        if st.phase == "checkpoint" and len(written):
-            # the volume the hook's events say the checkpoint went to, over the disk under it (the
-            # storage agent reports both, and which shows the slow write more is a coin toss: the lab's
-            # throttled loop disk outscored its mount on 2 of 4 checkpoint steps) or another volume
-            mine = written
         if len(mine):
-            comp = mine.iloc[0]["component"]
+            shown = comp = mine.iloc[0]["component"]
+            if st.phase == "checkpoint":
+                # the volume the hook's events say the checkpoint went to, over the disk under it (the
+                # storage agent reports both, and which shows the slow write more is a coin toss: in
+                # the lab the throttled loop disk outscored its mount on 2 of 4 checkpoint steps); the
+                # telemetry that showed it stays the evidence
+                vols = sorted(v for v in topo.checkpoint_volumes if topo.host_of.get(v) == st.host)
+                written = mine[mine["component"].isin(vols)]
+                comp = written.iloc[0]["component"] if len(written) else (vols[0] if len(vols) == 1 else comp)
+                shown = comp if len(written) else shown
             return {"layer": "storage", "component": comp, "confidence": conf,
-                    "evidence": [timing] + evidence_rows(ev, layer="storage", component=comp, n=n)}
+                    "evidence": [timing] + evidence_rows(ev, layer="storage", component=shown, n=n)}
         if st.phase == "checkpoint":
             vols = sorted(s for s, h in topo.host_of.items() if h == st.host and topo.role.get(s) == "volume")
             written = [v for v in vols if v in topo.checkpoint_volumes]
