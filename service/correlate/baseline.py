@@ -78,12 +78,12 @@ class Baselines:
     borderline: np.ndarray
     # bool: the borderline steps only FAINT_Z sigmas and FAINT_REL over (under BORDER_Z or REL): their
     # telemetry must name a cause more surely (EngineConfig.corroborate_faint_confidence)
-    faint: np.ndarray | None = None
+    faint: np.ndarray
     # bool: the borderline steps within NEAR_SLOW_STEPS of a slow step. A 5-10-s sample that covers a
     # fault's last (or first) seconds covers the healthy steps beside it too, and timing under the
     # bar cannot say which of them it was about: only the step's own rank timings (a straggler) can
     # corroborate such a step.
-    near_slow: np.ndarray | None = None
+    near_slow: np.ndarray
 
 
 def _median(x: Iterable[float] | np.ndarray) -> float:

@@ -111,12 +111,10 @@ def checkpoint_straggler(df: pd.DataFrame, hosts: set[str]) -> Straggler | None:
         return None
     ck = df["ckpt"].to_numpy(float)
     host_of = df["host"].to_numpy()
-    mine = np.isin(host_of, list(hosts))
-    if not mine.any() or float(np.median(ck)) <= 0:
+    if not np.isin(host_of, list(hosts)).any() or float(np.median(ck)) <= 0:
         return None
     per_host = df.assign(_ck=ck).groupby("host")[["_ck", "work"]].median()
-    per_host = per_host[per_host.index.isin(list(hosts))]
-    host = str(per_host["_ck"].idxmax())
+    host = str(per_host.loc[per_host.index.isin(list(hosts)), "_ck"].idxmax())
     on = host_of == host
     # The others' spread is that of 7-63 hosts' writes, too few for a steady MAD (healthy writes of 8
     # hosts with a 4 % spread gave one at 3.9 "sigmas" of their MAD): never under the checkpoint
@@ -124,8 +122,7 @@ def checkpoint_straggler(df: pd.DataFrame, hosts: set[str]) -> Straggler | None:
     floor = max(CKPT_SPREAD_SHARE * float(np.median(ck)), WORK_MAD_FLOOR_S)
     med, z = _z(ck[~on], float(np.median(ck[on])), floor)
     excess = float(np.median(ck[on])) - med
-    work = df.groupby("host")["work"].median()
-    if z < CKPT_MIN_Z or excess < MIN_EXCESS_S or str(work.idxmax()) != host:
+    if z < CKPT_MIN_Z or excess < MIN_EXCESS_S or str(per_host["work"].idxmax()) != host:
         return None
     members = np.flatnonzero(on & (ck - med >= MEMBER_SHARE * excess))
     if len(members) < HOST_LEVEL_SHARE * int(on.sum()):

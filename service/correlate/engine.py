@@ -185,11 +185,11 @@ class AttributionEngine:
         if math.isnan(base):
             out["confidence"] = 0.0  # not enough history to judge
         elif not out["slow"]:
-            faint = bl.faint is not None and bool(bl.faint[i])
+            faint = bool(bl.faint[i])
             need = cfg.corroborate_faint_confidence if faint else cfg.corroborate_min_confidence
-            own = bl.near_slow is not None and bool(bl.near_slow[i])
+            own = bool(bl.near_slow[i])
             if not (bl.borderline[i] and self._corroborated(out, explain, base=base, sigma=float(bl.sigma[i]),
-                                                            need=need, own_timing=own)):
+                                                            need=need, own_timing=own, host_of=topo.host_of)):
                 below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
                 out["confidence"] = round(cfg.healthy_confidence_base + cfg.healthy_confidence_span * below, 3)
         else:
@@ -204,20 +204,23 @@ class AttributionEngine:
         return out
 
     def _corroborated(self, out: Attribution, explain: Callable[[Attribution, bool], None], *, base: float,
-                      sigma: float, need: float, own_timing: bool = False) -> bool:
+                      sigma: float, need: float, own_timing: bool = False,
+                      host_of: dict[str, str] | None = None) -> bool:
         """A borderline step (over the noise, under the bar) is slow when its own telemetry names a
         cause with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a
         faint one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the
         timing alone did not decide. `own_timing`: only a cause resting on the step's own rank timings
-        (a straggler's `timing` row) counts, not sampled telemetry (baseline.py: near_slow)."""
+        (a straggler's `timing` row) counts, not sampled telemetry (baseline.py: near_slow); `host_of`
+        (Topo.host_of) says which host a component or a timing row's source is on."""
         if not 0.0 < need <= 1.0 or not 0.0 < self.config.corroborate_min_confidence <= 1.0:
             return False
         draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
         explain(draft, True)
         if draft["layer"] == "unknown" or draft["confidence"] < need:
             return False
-        host = str(draft["component"]).split(":", 1)[0]  # sources are `host:thing` (localize.build_topo)
-        if own_timing and not any(e.get("kind") == "timing" and e["source"].split(":", 1)[0] == host
+        hosts = host_of or {}
+        host = hosts.get(str(draft["component"]), draft["component"])
+        if own_timing and not any(e.get("kind") == "timing" and hosts.get(e["source"], e["source"]) == host
                                   for e in draft["evidence"]):
             return False
         d = draft["duration_s"]
