@@ -82,10 +82,14 @@ FROM samples WHERE ts > to_timestamp(%(ws)s) AND ts <= to_timestamp(%(we)s + %(s
 # what a running service attributes, is mostly in such ranges: the 256-rank bench job right after
 # its load read all its 7,800 pages (1.1 M rows) for a 6-s window, 70-100 ms per step.
 WINDOW_SQL = WINDOW_COLUMNS + "series_id = ANY(%(ids)s::int[])"
-# Local to the scoring transaction (the look-back after the window is a range per series too). No
-# parallel workers: on 2 cores they save no time, and their CPU is another process's.
-BTREE_SETTINGS = """SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
-       set_config('max_parallel_workers_per_gather', '0', true)"""
+# Local to the scoring transaction (the look-back after the window is a range per series too).
+BTREE_SETTINGS = "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)"
+# Both paths. A plan this size costs far above jit_above_cost, and compiling it took longer (~0.8 s at
+# 4,096 ranks) than running it, every step: a query planned each time gains nothing from JIT. No
+# parallel workers: on 2 cores they save no time, their CPU is another process's (the BRIN range's
+# parallel bitmap scan at 4,096 ranks ran two, unseen by the bench's CPU figure), and a Gather hands
+# rows to array_agg in whatever order the workers finish.
+SCORING_SETTINGS = "SELECT set_config('jit', 'off', true), set_config('max_parallel_workers_per_gather', '0', true)"
 # A job with most of the database's series (window.use_bitmap) reads the window's time range and keeps
 # its series by one bit each: the hashed `= ANY` over 125,000 ids cost ~0.1 us a row, 90 of the 300 ms
 # of this query at 4,096 ranks (a million rows in the range, half of them the job's); get_bit ~0.01.
@@ -229,9 +233,7 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     sc = arrays if arrays is not None else scoring_arrays(meta)
     p: dict[str, Any] = {**sc.lit, "ws": ws, "we": we, "gap": MAX_SAMPLE_GAP_S, "scan": NEXT_SCAN_S}
     with conn.transaction():
-        # A plan this size costs far above jit_above_cost, and compiling it took longer (~0.8 s at
-        # 4,096 ranks) than running it, every step: a query planned each time gains nothing from JIT.
-        conn.execute("SELECT set_config('jit', 'off', true)")
+        conn.execute(SCORING_SETTINGS)
         n_series = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'series'::regclass").fetchone()
         sql = WINDOW_BITS_SQL if win.use_bitmap(sc, float(n_series[0]) if n_series else -1.0) else WINDOW_SQL
         if sql is WINDOW_SQL:
