@@ -377,8 +377,10 @@ def run_latency(dp: DataPath, sizes: list[int], steps: int, seed: int, analyze: 
         t_send = time.perf_counter() - t
         n_samples, ports = sc.n_samples, len(cl.switch_ports) + len(cl.nics)
         del sc
-        if analyze:  # steady state: autovacuum would have analyzed a table this size by now
+        if analyze:  # steady state: autovacuum would have analyzed a table this size by now, and
+            # summarized the BRIN ranges the load filled (migration 0008: autosummarize)
             dp.conn.execute("ANALYZE samples; ANALYZE steps; ANALYZE collectives; ANALYZE series")
+            dp.conn.execute("SELECT brin_summarize_new_values('samples_ts_brin')")
         print(f"    loaded in {t_send:.0f}s; attributing", flush=True)
         out = subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "latency_scale.py"), dp.db_url,
                               f"bench-lat-{seed}-{n}", str(n_steps)], check=True, capture_output=True, text=True)

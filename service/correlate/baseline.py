@@ -49,6 +49,7 @@ from fabricscope.service.correlate.constants import (
     MIN_HISTORY,
     MIN_SIGMA_REL,
     NEAR_SLOW_STEPS,
+    NET_TIMING_Z,
     REL,
     SEG_MEMBER_SIGMAS,
     WINDOW,
@@ -73,12 +74,22 @@ class Baselines:
     # the healthy window's robust sigma and trimmed mean when each step was judged (NaN: too little history)
     sigma: np.ndarray
     centre: np.ndarray
+    # the healthy window's robust sigma of the collectives' pure transfer time (NaN: no history)
+    sigma_transfer: np.ndarray
     # bool: healthy by the timing alone but over it by `BORDER_Z` sigmas and REL: slow if the step's
     # own telemetry names a cause (engine.py: a corroborated step)
     borderline: np.ndarray
     # bool: the borderline steps only FAINT_Z sigmas and FAINT_REL over (under BORDER_Z or REL): their
     # telemetry must name a cause more surely (EngineConfig.corroborate_faint_confidence)
     faint: np.ndarray
+    # bool: checkpoint steps over their own baseline but under the borderline margin (a checkpoint's
+    # write varies more than the few tenths one slow host adds): slow only when one host's ranks wrote
+    # their checkpoint slowly (their own timing) and that host's own telemetry shows it (engine.py)
+    ckpt_faint: np.ndarray
+    # bool: steps not over the bar's margins in total whose collectives' pure transfer time alone is
+    # REL and NET_TIMING_Z of its own spread over its baseline (compute jitter hid a network loss):
+    # slow only when their telemetry names a network cause (engine.py)
+    net_only: np.ndarray
     # bool: the borderline steps within NEAR_SLOW_STEPS of a slow step. A 5-10-s sample that covers a
     # fault's last (or first) seconds covers the healthy steps beside it too, and timing under the
     # bar cannot say which of them it was about: only the step's own rank timings (a straggler) can
@@ -185,11 +196,13 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     base_t = np.full(n, np.nan)
     thr = np.full(n, np.nan)
     sig = np.full(n, np.nan)
+    sig_t = np.full(n, np.nan)
     centre = np.full(n, np.nan)
     slow = np.zeros(n, bool)
     live = np.zeros(n, bool)
     ck_x = np.zeros(n)  # checkpoint steps' relative excess over their own baseline
     ck_near = np.zeros(n, bool)  # checkpoint steps over their baseline by a borderline margin
+    ck_over = np.zeros(n, bool)  # ...by a faint one (FAINT_REL)
     transfer = np.where(np.isfinite(transfer), transfer, 0.0)
     hist: deque[int] = deque(maxlen=WINDOW)  # indices of healthy steps
     hist_ck: deque[float] = deque(maxlen=CKPT_HISTORY)  # checkpoint extra over the normal baseline
@@ -232,7 +245,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             continue
         idx = np.fromiter(hist, int, len(hist))
         med, sigma = _robust(duration[idx])
-        med_t = _median(transfer[idx])
+        med_t, sig_t[i] = _robust(transfer[idx])
         if is_ckpt[i]:
             enough = len(hist_ck) >= CKPT_MIN_HISTORY
             extra = _median(hist_ck) if enough else float(ckpt_med[i]) + CKPT_FIRST_MARGIN_S
@@ -243,6 +256,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             sig[i] = sigma
             # over its noise as a plain step's borderline, with the checkpoint's own spread on top
             ck_near[i] = d - b >= max(BORDER_Z * sigma + CKPT_SPREAD_SHARE * extra, REL * b)
+            ck_over[i] = d - b >= FAINT_REL * b
             # inside an open proven segment it carries the shift too (final once the end is known)
             live[i] = slow[i] or (seg.proven and ck_x[i] > seq.shift / 2)
             if not live[i]:
@@ -359,10 +373,16 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         near = ~slow & ~is_ckpt & calm & np.isfinite(over)
         border = near & (over >= BORDER_Z * sig) & (over >= REL * base)
         faint = near & ~border & (over >= FAINT_Z * sig) & (over >= FAINT_REL * base)
-        border |= ck_near & ~slow & calm
+        ck_faint = ck_over & ~ck_near & ~slow & calm
+        border |= (ck_near | ck_faint) & ~slow & calm
+        # the collectives alone lost REL of the step to the network, whatever the rest of it did
+        x_net = transfer - base_t
+        net_only = (~slow & ~is_ckpt & calm & ~border & ~faint & np.isfinite(x_net)
+                    & (x_net >= np.maximum(NET_TIMING_Z * sig_t, REL * base)))
     near_slow = np.zeros(n, bool)
     for k in range(1, NEAR_SLOW_STEPS + 1):
         near_slow[k:] |= slow[:-k]
         near_slow[:-k] |= slow[k:]
+    judged = border | faint | net_only
     return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow, sig, centre,
-                     border | faint, faint, (border | faint) & near_slow)
+                     sig_t, judged, faint, ck_faint, net_only, judged & near_slow)

@@ -40,6 +40,16 @@ FAINT_REL = 0.03
 # anomaly of the healthy steps beside it (a development seed set: 2 such false slow steps, two steps
 # before and after a 2-step incast on a 4-s switch).
 NEAR_SLOW_STEPS = 3
+# ...except by the step's own collective timings, for a network cause: the collectives' pure transfer
+# time (each collective's fastest rank) over its own baseline by NET_TIMING_Z of its own spread, by
+# NET_TIMING_SHARE of the step's excess and by FAINT_REL of the step (a fault that slowed a step by
+# under 2 % leaves it healthy, and its network share plus compute jitter is no faint step). That is
+# the step's own measurement that the network lost the time, as a straggler's phase timings are for
+# a host or a GPU; a coarse sample's anomaly only says the network was unwell near it. Chosen on the
+# tuning and development seeds: the network faults' first and last partly covered steps measured
+# 31-45 spreads and 4-7 % of the step, the healthy steps beside other faults under 2 spreads.
+NET_TIMING_Z = 4.0
+NET_TIMING_SHARE = 0.5
 # Sigma floor relative to the median: a perfectly steady job (MAD 0) must not flag 0.1% noise.
 MIN_SIGMA_REL = 0.002
 # Steps a flat slow run must last before it is the job's new level (a new training phase) rather

@@ -20,6 +20,7 @@ from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 from fabricscope.service.correlate.cache import LruCache
 from fabricscope.service.correlate.causes import (
+    NET_LAYERS,
     combine_causes,
     merge_same,
     net_cause,
@@ -27,7 +28,15 @@ from fabricscope.service.correlate.causes import (
     unknown_cause,
     work_cause,
 )
-from fabricscope.service.correlate.constants import DEFAULT_CONFIG, SEQ_LOOKAHEAD_STEPS, EngineConfig
+from fabricscope.service.correlate.constants import (
+    DEFAULT_CONFIG,
+    FAINT_REL,
+    MIN_SCORE,
+    NET_TIMING_SHARE,
+    NET_TIMING_Z,
+    SEQ_LOOKAHEAD_STEPS,
+    EngineConfig,
+)
 from fabricscope.service.correlate.decompose import checkpoint_straggler, decompose, find_straggler
 from fabricscope.service.correlate.device_probe import gpu_or_network, with_device_evidence
 from fabricscope.service.correlate.direction import follow_backpressure
@@ -185,11 +194,24 @@ class AttributionEngine:
         if math.isnan(base):
             out["confidence"] = 0.0  # not enough history to judge
         elif not out["slow"]:
-            faint = bool(bl.faint[i])
+            faint, ck_faint = bool(bl.faint[i]), bool(bl.ckpt_faint[i])
             need = cfg.corroborate_faint_confidence if faint else cfg.corroborate_min_confidence
             own = bool(bl.near_slow[i])
+            # the step's collectives measured the network's loss themselves (constants.NET_TIMING_Z)
+            e_net = float(row["transfer"]) - float(bl.base_transfer[i]) if pd.notna(row["transfer"]) else math.nan
+            net_timing = bool(e_net > 0 and e_net >= max(NET_TIMING_Z * float(bl.sigma_transfer[i]),
+                                                         NET_TIMING_SHARE * (d - float(bl.centre[i])),
+                                                         FAINT_REL * base))
+            # a faint or near-slow step between two slow steps that name one cause: inside that fault
+            # (it spans steps), so its telemetry need only name the same cause (the neighbours'
+            # answers are computed without this rule: no chain of them)
+            between = ((lambda c: self._between(conn, job=job, step=step, cause=c))
+                       if borrow and (faint or own) else None)
             if not (bl.borderline[i] and self._corroborated(out, explain, base=base, sigma=float(bl.sigma[i]),
-                                                            need=need, own_timing=own, host_of=topo.host_of)):
+                                                            need=need, own_timing=own or ck_faint,
+                                                            own_device=ck_faint, host_of=topo.host_of,
+                                                            between=between, net_timing=net_timing,
+                                                            network_only=bool(bl.net_only[i]))):
                 below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
                 out["confidence"] = round(cfg.healthy_confidence_base + cfg.healthy_confidence_span * below, 3)
         else:
@@ -204,24 +226,39 @@ class AttributionEngine:
         return out
 
     def _corroborated(self, out: Attribution, explain: Callable[[Attribution, bool], None], *, base: float,
-                      sigma: float, need: float, own_timing: bool = False,
-                      host_of: dict[str, str] | None = None) -> bool:
+                      sigma: float, need: float, own_timing: bool = False, own_device: bool = False,
+                      host_of: dict[str, str] | None = None,
+                      between: Callable[[tuple[str, str | None]], bool] | None = None,
+                      net_timing: bool = False, network_only: bool = False) -> bool:
         """A borderline step (over the noise, under the bar) is slow when its own telemetry names a
         cause with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a
         faint one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the
         timing alone did not decide. `own_timing`: only a cause resting on the step's own rank timings
-        (a straggler's `timing` row) counts, not sampled telemetry (baseline.py: near_slow); `host_of`
-        (Topo.host_of) says which host a component or a timing row's source is on."""
+        (a straggler's `timing` row) counts, not sampled telemetry (baseline.py: near_slow); `own_device`:
+        and a telemetry row of that host's own devices too (baseline.py: ckpt_faint); `host_of`
+        (Topo.host_of) says which host a component or a timing row's source is on. `between`: whether
+        the steps either side are slow with the draft's (layer, component); when they are, the draft
+        needs only corroborate_min_confidence and no timing row of its own. `net_timing`: the step's own
+        collectives lost the time to the network (constants.NET_TIMING_Z): a network cause then needs
+        only corroborate_min_confidence and counts as the step's own timing. `network_only`: only a
+        network cause can corroborate (baseline.py: net_only, a step that is over only in its collectives)."""
         if not 0.0 < need <= 1.0 or not 0.0 < self.config.corroborate_min_confidence <= 1.0:
             return False
         draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
         explain(draft, True)
-        if draft["layer"] == "unknown" or draft["confidence"] < need:
+        if draft["layer"] == "unknown" or draft["confidence"] < self.config.corroborate_min_confidence:
+            return False
+        if network_only and not (net_timing and draft["layer"] in NET_LAYERS):
             return False
         hosts = host_of or {}
         host = hosts.get(str(draft["component"]), draft["component"])
-        if own_timing and not any(e.get("kind") == "timing" and hosts.get(e["source"], e["source"]) == host
-                                  for e in draft["evidence"]):
+        on_host = [e for e in draft["evidence"] if hosts.get(e["source"], e["source"]) == host]
+        net = net_timing and draft["layer"] in NET_LAYERS
+        alone = (draft["confidence"] >= (self.config.corroborate_min_confidence if net else need)
+                 and (not own_timing or net or any(e.get("kind") == "timing" for e in on_host))
+                 and (not own_device or any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE
+                                         for e in on_host)))
+        if not alone and not (between is not None and between((draft["layer"], draft["component"]))):
             return False
         d = draft["duration_s"]
         draft["evidence"].append({"source": draft["component"] or "", "metric": "step_duration_seconds",
@@ -229,6 +266,14 @@ class AttributionEngine:
                                   "score": round((d - base) / max(sigma, 1e-9), 3), "unit": "seconds",
                                   "kind": "corroborated"})
         out.update(draft)
+        return True
+
+    def _between(self, conn: Any, *, job: str, step: int, cause: tuple[str, str | None]) -> bool:
+        """Whether the steps before and after `step` are both slow with `cause` as their answer."""
+        for s in (step - 1, step + 1):
+            a = self._attribute(conn, job=job, step=s, store=False, borrow=False)
+            if a is None or not a["slow"] or (a["layer"], a["component"]) != cause:
+                return False
         return True
 
     def _explain(self, conn: Any, out: Attribution, *, job: str, topo: Topo, meta: pd.DataFrame,
@@ -359,6 +404,13 @@ class AttributionEngine:
         # ...or answered `unknown` before a step of its episode named a cause (episode.py)
         changed += [s for s in restate_unknown(rows, dict(zip(steps, bl.episode, strict=True)))
                     if s < hi and s not in changed]
+        # ...or a faint step stored healthy before the step after it was judged slow with the cause
+        # of the step before it (_between: it is inside that fault)
+        answer = {int(r[0]): (r[3], r[4]) for r in rows if r[1]}
+        weak = dict(zip(steps, bl.faint | bl.near_slow, strict=True))
+        changed += [s for s, slow in sorted(stored.items())
+                    if not slow and weak.get(s) and s not in changed
+                    and answer.get(s - 1) is not None and answer.get(s - 1) == answer.get(s + 1)]
         for s in changed:
             self.attribute_step(conn, job=job, step=s, store=True)
         return len(changed)

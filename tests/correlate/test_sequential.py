@@ -291,3 +291,29 @@ def test_borderline_and_faint_steps_and_which_are_near_a_slow_step() -> None:
     assert b.borderline[100] and b.faint[100] and not b.near_slow[100]
     quiet = [i for i in range(70, 120) if i not in (90, 100)]
     assert not b.borderline[quiet].any()
+
+
+def test_checkpoint_step_just_over_its_baseline_is_ckpt_faint_and_the_transfer_spread_is_measured() -> None:
+    # checkpoint steps every 20 (+0.6 s write): one that runs 3.5 % over its own baseline (under the
+    # borderline margin of a write's spread) is "ckpt faint" (slow only when one host's own write
+    # timing and its volume's telemetry agree, engine.py); one 1 % over is not. The collectives'
+    # transfer time wobbles 1 % around 0.3 s: its own spread is measured per step, and a step whose
+    # collectives alone lost 5 % of the step (compute jitter hid it in the total) is "network only".
+    n = 120
+    ckpt = np.zeros(n, bool)
+    ckpt[20::20] = True
+    d = _series(91, n, 0.01) + np.where(ckpt, 0.6, 0.0)
+    transfer = 0.3 * (1.0 + np.random.default_rng(92).normal(0.0, 0.01, n))
+    b0 = compute_baselines(d, transfer, ckpt, np.where(ckpt, 0.6, 0.0))
+    d[80] = b0.base[80] * 1.035
+    d[100] = b0.base[100] * 1.01
+    transfer[90] += 0.1
+    d[90] = b0.centre[90]
+    b = compute_baselines(d, transfer, ckpt, np.where(ckpt, 0.6, 0.0))
+    assert b.ckpt_faint[80] and b.borderline[80] and not b.slow[80]
+    assert not b.ckpt_faint[100] and not b.borderline[100]
+    assert not b.ckpt_faint[~ckpt].any()
+    assert b.net_only[90] and b.borderline[90] and not b.faint[90]
+    assert not b.net_only[np.arange(n) != 90].any()
+    ok = np.isfinite(b.sigma_transfer)
+    assert ok[40:].all() and np.all((b.sigma_transfer[40:] > 0.001) & (b.sigma_transfer[40:] < 0.01))

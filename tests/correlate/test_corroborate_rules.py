@@ -1,0 +1,97 @@
+"""Which evidence lets a step under the slow bar be slow (engine._corroborated, issue #15): a draft
+attribution of the step as if it were slow (the step's own telemetry, rank and collective timings)
+is judged by rules that could each fail. Only the draft is made up here; the rules are the engine's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG
+from fabricscope.service.correlate.records import Attribution
+
+HOST_OF = {"h3": "h3", "h3:nic1": "h3", "h3:/data": "h3", "h3:gpu2": "h3", "h5": "h5"}
+TCP = {"source": "h3", "metric": "tcp_retransmitted_segments_total", "score": 3.3, "kind": None}
+ROW_TIMING = {"source": "h3", "metric": "checkpoint_seconds", "score": 7.9, "kind": "timing"}
+ROW_WRITE = {"source": "h3:/data", "metric": "write_latency_seconds", "score": 13.2, "kind": None}
+OTHER_HOST_TIMING = {"source": "h5", "metric": "data_seconds", "score": 9.0, "kind": "timing"}
+
+
+def _out() -> Attribution:
+    return {"step": 40, "slow": False, "duration_s": 2.1, "baseline_s": 2.0, "start": None, "layer": "none",
+            "component": None, "confidence": 1.0, "lost_s": 0.0, "evidence": [], "causes": []}
+
+
+def _explain(layer: str, component: str, conf: float, rows: list[dict[str, Any]]) -> Callable[..., None]:
+    def explain(into: Attribution, corroborating: bool = False) -> None:
+        assert corroborating  # the draft is built on the step's own window only
+        into.update({"layer": layer, "component": component, "confidence": conf,
+                     "evidence": [dict(r) for r in rows]})  # type: ignore[typeddict-item]
+    return explain
+
+
+def _judge(explain: Callable[..., None], **kw: Any) -> tuple[bool, Attribution]:
+    out = _out()
+    ok = AttributionEngine()._corroborated(out, explain, base=2.0, sigma=0.05, host_of=HOST_OF, **kw)
+    return ok, out
+
+
+FAINT = DEFAULT_CONFIG.corroborate_faint_confidence
+MIN = DEFAULT_CONFIG.corroborate_min_confidence
+
+
+def test_a_weak_network_cause_on_a_faint_step_needs_the_steps_own_collectives() -> None:
+    tcp = _explain("nic", "h3", 0.29, [TCP])
+    assert not _judge(tcp, need=FAINT)[0]
+    ok, out = _judge(tcp, need=FAINT, net_timing=True)
+    assert ok and out["slow"] and (out["layer"], out["component"]) == ("nic", "h3")
+    assert out["evidence"][-1]["kind"] == "corroborated"
+    # ...and never under the borderline tier's own bar
+    assert not _judge(_explain("nic", "h3", MIN - 0.01, [TCP]), need=FAINT, net_timing=True)[0]
+
+
+def test_next_to_a_slow_step_a_network_cause_counts_its_collectives_as_the_steps_own_timing() -> None:
+    link = _explain("link", "leaf1:p3", 0.9, [{"source": "leaf1:p3", "metric": "symbol_errors_total",
+                                               "score": 50.0, "kind": None}])
+    assert not _judge(link, need=MIN, own_timing=True)[0]
+    assert _judge(link, need=MIN, own_timing=True, net_timing=True)[0]
+    # the collectives say nothing of a host's cause: it still needs the host's own rank timings
+    host = _explain("host", "h3", 0.9, [{"source": "h3", "metric": "cpu_busy_ratio", "score": 9.0, "kind": None}])
+    assert not _judge(host, need=MIN, own_timing=True, net_timing=True)[0]
+    assert not _judge(_explain("host", "h3", 0.9, [OTHER_HOST_TIMING]), need=MIN, own_timing=True)[0]
+    assert _judge(_explain("host", "h3", 0.9, [ROW_TIMING]), need=MIN, own_timing=True)[0]
+
+
+@pytest.mark.parametrize(("rows", "want"), [([ROW_TIMING, ROW_WRITE], True), ([ROW_TIMING], False),
+                                            ([ROW_WRITE], False), ([OTHER_HOST_TIMING, ROW_WRITE], False)])
+def test_a_checkpoint_step_just_over_its_baseline_needs_the_hosts_write_timing_and_its_volume(
+        rows: list[dict[str, Any]], want: bool) -> None:
+    vol = _explain("storage", "h3:/data", 0.68, rows)
+    assert _judge(vol, need=MIN, own_timing=True, own_device=True)[0] is want
+
+
+def test_a_faint_step_between_two_slow_steps_of_one_cause_needs_only_to_name_it() -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    def between(cause: tuple[str, str | None]) -> bool:
+        seen.append(cause)
+        return cause == ("nic", "h3")
+
+    tcp = _explain("nic", "h3", 0.29, [TCP])
+    assert _judge(tcp, need=FAINT, between=between)[0] and seen == [("nic", "h3")]
+    assert not _judge(_explain("nic", "h5", 0.29, [TCP]), need=FAINT, between=between)[0]
+    assert not _judge(_explain("unknown", "h3", 0.29, []), need=FAINT, between=between)[0]
+    # a sure cause does not ask its neighbours
+    seen.clear()
+    assert _judge(_explain("nic", "h3", 0.9, [TCP]), need=FAINT, between=between)[0] and not seen
+
+
+def test_a_step_over_only_in_its_collectives_takes_only_a_network_cause() -> None:
+    link = _explain("link", "leaf1:p3", 0.5, [{"source": "leaf1:p3", "metric": "symbol_errors_total",
+                                               "score": 20.0, "kind": None}])
+    assert _judge(link, need=MIN, network_only=True, net_timing=True)[0]
+    assert not _judge(link, need=MIN, network_only=True)[0]
+    assert not _judge(_explain("host", "h3", 0.95, [ROW_TIMING]), need=MIN, network_only=True, net_timing=True)[0]
