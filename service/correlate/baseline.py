@@ -185,6 +185,26 @@ class _Segment:
         self.quiet_for = 0  # steps under the per-step threshold that added evidence
         self.steps: list[int] = []  # non-checkpoint steps since onset
         self.x: list[float] = []  # their relative excess over the baseline
+        self.ev: list[float] = []  # the evidence after each of them
+        self.loud: list[bool] = []  # whether the per-step test (or the pair test) found it slow
+
+
+def _quiet_prefix(seg: _Segment, seq: SeqParams) -> list[int]:
+    """At the proof of `seg`: when loud steps proved it, and its quiet steps before the first loud
+    one were unproven (evidence under `h`) and fell by `cap` from their peak before it, those steps
+    up to the last one the fall reached (SeqParams.split_quiet_prefix) leave the segment; it starts
+    at the first loud step then. Returns the steps that left (healthy: they are let into the window)."""
+    k = next((n for n, loud in enumerate(seg.loud) if loud), 0)
+    if k == 0:
+        return []
+    pre = seg.ev[:k]
+    top = int(np.argmax(pre))
+    if pre[top] >= seq.h or pre[top] - min(pre[top:]) < seq.cap:
+        return []
+    out = seg.steps[:k]
+    del seg.steps[:k], seg.x[:k], seg.ev[:k], seg.loud[:k]
+    seg.onset = seg.steps[0]
+    return out
 
 
 def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.ndarray,
@@ -321,11 +341,15 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             seg.onset, seg.sigma, seg.srel = i, sigma, s_rel
         seg.steps.append(i)
         seg.x.append(x)
+        seg.ev.append(seg.s)
+        seg.loud.append(bool(slow[i]))
         if seg.s > seg.peak_s:
             seg.peak_s, seg.peak = seg.s, i
         if not seg.proven and seg.peak_s >= seq.h:
             upto = [x for j, x in zip(seg.steps, seg.x, strict=True) if j <= seg.peak]
             seg.proven = bool(upto) and float(np.mean(upto)) >= seq.min_mean
+            if seg.proven and seq.split_quiet_prefix:
+                admit(_quiet_prefix(seg, seq))
         if not seg.proven:
             if seq.end_unproven and seg.peak_s - seg.s >= seq.h_end:
                 # ended before it was proven: its own evidence fell short, and a later excursion
@@ -336,7 +360,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
                 continue
             if len(seg.steps) > WINDOW:  # a long unproven drift: let its oldest steps in
                 admit(seg.steps[:1])
-                del seg.steps[0], seg.x[0]
+                del seg.steps[0], seg.x[0], seg.ev[0], seg.loud[0]
                 seg.onset = seg.steps[0]
             live[i] = slow[i]
             continue
