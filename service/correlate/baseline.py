@@ -49,6 +49,7 @@ from fabricscope.service.correlate.constants import (
     MIN_HISTORY,
     MIN_SIGMA_REL,
     NEAR_SLOW_STEPS,
+    NET_TIMING_SHARE,
     NET_TIMING_Z,
     REL,
     SEG_MEMBER_SIGMAS,
@@ -90,6 +91,10 @@ class Baselines:
     # REL and NET_TIMING_Z of its own spread over its baseline (compute jitter hid a network loss):
     # slow only when their telemetry names a network cause (engine.py)
     net_only: np.ndarray
+    # bool: the collectives' pure transfer time over its baseline by NET_TIMING_Z of its own spread,
+    # NET_TIMING_SHARE of the step's excess and FAINT_REL of the step: the step's own timing of a
+    # network loss (engine.py: a network cause then counts as the step's own timing)
+    net_timing: np.ndarray
     # bool: the borderline steps within NEAR_SLOW_STEPS of a slow step. A 5-10-s sample that covers a
     # fault's last (or first) seconds covers the healthy steps beside it too, and timing under the
     # bar cannot say which of them it was about: only the step's own rank timings (a straggler) can
@@ -223,7 +228,8 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     ck_x = np.zeros(n)  # checkpoint steps' relative excess over their own baseline
     ck_near = np.zeros(n, bool)  # checkpoint steps over their baseline by a borderline margin
     ck_over = np.zeros(n, bool)  # ...by a faint one (FAINT_REL)
-    transfer = np.where(np.isfinite(transfer), transfer, 0.0)
+    raw_transfer_ok = np.isfinite(transfer)
+    transfer = np.where(raw_transfer_ok, transfer, 0.0)
     hist: deque[int] = deque(maxlen=WINDOW)  # indices of healthy steps
     hist_ck: deque[float] = deque(maxlen=CKPT_HISTORY)  # checkpoint extra over the normal baseline
     seg = _Segment()
@@ -400,13 +406,15 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         ck_faint = ck_over & ~ck_near & ~slow & calm
         border |= (ck_near | ck_faint) & ~slow & calm
         # the collectives alone lost REL of the step to the network, whatever the rest of it did
-        x_net = transfer - base_t
+        x_net = np.where(raw_transfer_ok, transfer - base_t, np.nan)
         net_only = (~slow & ~is_ckpt & calm & ~border & ~faint & np.isfinite(x_net)
                     & (x_net >= np.maximum(NET_TIMING_Z * sig_t, REL * base)))
+        net_timing = (x_net > 0) & (x_net >= np.fmax.reduce(  # fmax: a checkpoint step has no centre
+            [NET_TIMING_Z * sig_t, NET_TIMING_SHARE * (duration - centre), FAINT_REL * base]))
     near_slow = np.zeros(n, bool)
     for k in range(1, NEAR_SLOW_STEPS + 1):
         near_slow[k:] |= slow[:-k]
         near_slow[:-k] |= slow[k:]
     judged = border | faint | net_only
     return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow, sig, centre,
-                     sig_t, judged, faint, ck_faint, net_only, judged & near_slow)
+                     sig_t, judged, faint, ck_faint, net_only, net_timing, judged & near_slow)

@@ -30,10 +30,7 @@ from fabricscope.service.correlate.causes import (
 )
 from fabricscope.service.correlate.constants import (
     DEFAULT_CONFIG,
-    FAINT_REL,
     MIN_SCORE,
-    NET_TIMING_SHARE,
-    NET_TIMING_Z,
     SEQ_LOOKAHEAD_STEPS,
     EngineConfig,
 )
@@ -197,11 +194,6 @@ class AttributionEngine:
             faint, ck_faint = bool(bl.faint[i]), bool(bl.ckpt_faint[i])
             need = cfg.corroborate_faint_confidence if faint else cfg.corroborate_min_confidence
             own = bool(bl.near_slow[i])
-            # the step's collectives measured the network's loss themselves (constants.NET_TIMING_Z)
-            e_net = float(row["transfer"]) - float(bl.base_transfer[i]) if pd.notna(row["transfer"]) else math.nan
-            net_timing = bool(e_net > 0 and e_net >= max(NET_TIMING_Z * float(bl.sigma_transfer[i]),
-                                                         NET_TIMING_SHARE * (d - float(bl.centre[i])),
-                                                         FAINT_REL * base))
             # a faint or near-slow step between two slow steps that name one cause: inside that fault
             # (it spans steps), so its telemetry need only name the same cause (the neighbours'
             # answers are computed without this rule: no chain of them)
@@ -210,7 +202,7 @@ class AttributionEngine:
             if not (bl.borderline[i] and self._corroborated(out, explain, base=base, sigma=float(bl.sigma[i]),
                                                             need=need, own_timing=own or ck_faint,
                                                             own_device=ck_faint, host_of=topo.host_of,
-                                                            between=between, net_timing=net_timing,
+                                                            between=between, net_timing=bool(bl.net_timing[i]),
                                                             network_only=bool(bl.net_only[i]))):
                 below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
                 out["confidence"] = round(cfg.healthy_confidence_base + cfg.healthy_confidence_span * below, 3)
