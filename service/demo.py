@@ -68,26 +68,36 @@ def demo_command(
     """Start the API, feed it a simulated cluster with injected faults, print the slow steps and why."""
     from fabricscope.service.db.lifecycle import database
 
+    stop = threading.Event()
+
     def _terminate(*_: object) -> None:
-        raise KeyboardInterrupt  # SIGTERM stops the API and the embedded database like Ctrl-C does
+        # SIGTERM stops the API and the embedded database like Ctrl-C does. The flag outlives the
+        # exception: one raised while the main thread runs a finalizer (__del__) is printed and dropped
+        # by Python, and the serving loop must still end.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+        stop.set()
+        raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _terminate)
-    with database() as dsn:
-        server, thread, engine = _serve_in_thread(host, port)
-        try:
-            base = f"http://{host}:{port}"
-            typer.echo(f"API: {base}  (docs: {base}/docs)", err=True)
-            _feed_and_report(dsn, base, engine, hosts=hosts, gpus_per_host=gpus_per_host, steps=steps,
-                             faults=faults, seed=seed)
-            if not exit_after:
-                typer.echo("serving; Ctrl-C to stop", err=True)
-                while thread.is_alive():
-                    thread.join(0.5)
-        except KeyboardInterrupt:
-            typer.echo("stopping", err=True)
-        finally:
-            server.should_exit = True
-            thread.join(10)
+    try:
+        with database() as dsn:
+            server, thread, engine = _serve_in_thread(host, port)
+            try:
+                base = f"http://{host}:{port}"
+                typer.echo(f"API: {base}  (docs: {base}/docs)", err=True)
+                _feed_and_report(dsn, base, engine, hosts=hosts, gpus_per_host=gpus_per_host, steps=steps,
+                                 faults=faults, seed=seed)
+                if not exit_after and not stop.is_set():
+                    typer.echo("serving; Ctrl-C to stop", err=True)
+                    while thread.is_alive() and not stop.wait(0.5):
+                        pass
+                if stop.is_set():
+                    typer.echo("stopping", err=True)
+            finally:
+                server.should_exit = True
+                thread.join(10)
+    except KeyboardInterrupt:
+        typer.echo("stopped", err=True)
 
 
 def _feed_and_report(dsn: str, base: str, engine: AttributionEngine, *, hosts: int, gpus_per_host: int,

@@ -55,6 +55,34 @@ def sigterm_unwinds() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def signals_deferred(what: str) -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while ``what`` runs, then deliver them to the handlers in place before.
+
+    For the embedded server's start: killed half-way, initdb leaves its single-user backend running
+    and a cluster that never starts, and pg_ctl a postmaster nobody owns. A start is bounded (pg_ctl's
+    own 60 s wait), so the stop waits for it and then runs the usual clean-up.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        if not held:
+            typer.echo(f"stopping once {what} has finished", err=True)
+        held.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
 def database(*, migrate_schema: bool = True) -> Iterator[str]:
     """Yield the DSN in use; start (and afterwards stop) the embedded server when it is the default."""
     from fabricscope.service.db.database import database_url, embedded_for, migrate, redact
@@ -65,7 +93,11 @@ def database(*, migrate_schema: bool = True) -> Iterator[str]:
     try:
         if settings.database_url is None:
             emb = embedded_for(settings)
-            started = emb.start()
+            # Owned from before the start: a SIGTERM or Ctrl-C inside it (pg_ctl's wait, creating the
+            # database) must still stop the server this call launched, not leave it running orphaned.
+            started = not emb.is_running()
+            with signals_deferred("the embedded database's start"):
+                emb.start()
             typer.echo(f"database: embedded PostgreSQL at {emb.url} (data in {emb.pgdata})", err=True)
         url = database_url(settings)
         if migrate_schema:
@@ -75,6 +107,5 @@ def database(*, migrate_schema: bool = True) -> Iterator[str]:
     except ConfigError as exc:
         fail(str(exc))
     finally:
-        if started and emb is not None:
-            emb.stop()
+        if started and emb is not None and emb.stop():
             typer.echo("database: embedded PostgreSQL stopped", err=True)
