@@ -95,6 +95,10 @@ class Baselines:
     # NET_TIMING_SHARE of the step's excess and FAINT_REL of the step: the step's own timing of a
     # network loss (engine.py: a network cause then counts as the step's own timing)
     net_timing: np.ndarray
+    # bool: the same of the ranks' median `data` phase (the loader's read): the step's own timing of a
+    # storage loss that every rank shares (a shared volume), which no straggler can show (engine.py: a
+    # storage cause then counts as the step's own timing). All False when the job records no phases.
+    data_timing: np.ndarray
     # bool: the borderline steps within NEAR_SLOW_STEPS of a slow step. A 5-10-s sample that covers a
     # fault's last (or first) seconds covers the healthy steps beside it too, and timing under the
     # bar cannot say which of them it was about: only the step's own rank timings (a straggler) can
@@ -213,10 +217,17 @@ def _quiet_prefix(seg: _Segment, seq: SeqParams) -> list[int]:
 
 
 def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.ndarray,
-                      ckpt_med: np.ndarray, seq: SeqParams = DEFAULT_SEQ) -> Baselines:
+                      ckpt_med: np.ndarray, seq: SeqParams = DEFAULT_SEQ, data: np.ndarray | None = None) -> Baselines:
     """`duration`: job step time (median over ranks); `transfer`: sum over collectives of the
-    shortest rank's duration (pure transfer, no waiting); `ckpt_med`: median checkpoint phase."""
+    shortest rank's duration (pure transfer, no waiting); `ckpt_med`: median checkpoint phase;
+    `data`: median `data` phase (NaN or None: not recorded)."""
     n = len(duration)
+    if data is None:
+        data = np.full(n, np.nan)
+    raw_data_ok = np.isfinite(data)
+    data = np.where(raw_data_ok, data, 0.0)
+    base_d = np.full(n, np.nan)
+    sig_d = np.full(n, np.nan)
     base = np.full(n, np.nan)
     base_t = np.full(n, np.nan)
     thr = np.full(n, np.nan)
@@ -250,6 +261,8 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         # ...and never above REL: a step that ran 4 % slow (the fault's last, partly covered step)
         # lost real time whatever the segment's level
         cut = min(level / 2 - SEG_MEMBER_SIGMAS * seg.srel, REL)
+        while lo < hi and xs.get(lo, np.inf) < seq.onset_min and not slow[lo]:
+            lo += 1
         for j in range(max(lo, seg.marked + 1), hi + 1):
             if xs.get(j, np.inf) < cut:
                 continue
@@ -272,6 +285,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         idx = np.fromiter(hist, int, len(hist))
         med, sigma = _robust(duration[idx])
         med_t, sig_t[i] = _robust(transfer[idx])
+        base_d[i], sig_d[i] = _robust(data[idx])
         if is_ckpt[i]:
             enough = len(hist_ck) >= CKPT_MIN_HISTORY
             extra = _median(hist_ck) if enough else float(ckpt_med[i]) + CKPT_FIRST_MARGIN_S
@@ -409,12 +423,20 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         x_net = np.where(raw_transfer_ok, transfer - base_t, np.nan)
         net_only = (~slow & ~is_ckpt & calm & ~border & ~faint & np.isfinite(x_net)
                     & (x_net >= np.maximum(NET_TIMING_Z * sig_t, REL * base)))
-        net_timing = (x_net > 0) & (x_net >= np.fmax.reduce(  # fmax: a checkpoint step has no centre
-            [NET_TIMING_Z * sig_t, NET_TIMING_SHARE * (duration - centre), FAINT_REL * base]))
+        net_timing = _own_timing(x_net, sig_t, duration - centre, base)
+        data_timing = _own_timing(np.where(raw_data_ok, data - base_d, np.nan), sig_d, duration - centre, base)
     near_slow = np.zeros(n, bool)
     for k in range(1, NEAR_SLOW_STEPS + 1):
         near_slow[k:] |= slow[:-k]
         near_slow[:-k] |= slow[k:]
     judged = border | faint | net_only
     return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow, sig, centre,
-                     sig_t, judged, faint, ck_faint, net_only, net_timing, judged & near_slow)
+                     sig_t, judged, faint, ck_faint, net_only, net_timing, data_timing, judged & near_slow)
+
+
+def _own_timing(x: np.ndarray, spread: np.ndarray, over: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """A phase of the step (`x`: its excess over the healthy window's median) lost the time itself: by
+    NET_TIMING_Z of its own `spread`, NET_TIMING_SHARE of the step's excess `over` and FAINT_REL of
+    the step. fmax: a checkpoint step has no centre (NaN `over`), and its phase still counts."""
+    with np.errstate(invalid="ignore"):
+        return (x > 0) & (x >= np.fmax.reduce([NET_TIMING_Z * spread, NET_TIMING_SHARE * over, FAINT_REL * base]))

@@ -130,8 +130,17 @@ class SeqParams:
     # (seeds 307/311: the 8 false slow steps of the report, all of this shape; an evidence drop of 4-5,
     # just under `h_end`). Measured with it on: 307/311 false slow steps 8 -> 3 of 1,166, recall and
     # layer unchanged (97.07 %, 96.77 %), tune seeds unchanged, bench/sequential_detection.py
-    # unchanged; off by default until a full CI run has been made with it on (stop 27 ran out of time).
-    split_quiet_prefix: bool = False
+    # unchanged. On by default since stop 27's second try (docs/correlation-engine.md: its figures on
+    # seeds never run before).
+    split_quiet_prefix: bool = True
+    # A proven segment's leading steps under this excess over the window's centre (and not slow on
+    # their own) are not its onset: the CUSUM dates a change from the last step its evidence was zero,
+    # and a healthy step that ran 2-3 % over just before a fault (1-2 sigmas: one in ten) became the
+    # fault's first slow step (0: off). FAINT_REL's 3 %: false slow steps 3 -> 2 (seeds 23, 29) and
+    # 6 -> 5 (503, 509) with recall unchanged on both, tune seeds 7/11 and 13/17 unchanged;
+    # bench/sequential_detection.py held back: healthy steps flagged before a fault 3 -> 2, +5 %
+    # recall unchanged (98.79 %; its tuning seeds 99.58 -> 99.38 %).
+    onset_min: float = FAINT_REL
     # An open excursion is tested against its own level (the median excess of its steps) when that
     # is above the design shift (adaptive CUSUM): healthy steps then drain a large fault's evidence
     # at once, where a 5 % design drains ~1 a step and carried it into the next fault.
@@ -227,7 +236,7 @@ NO_HISTORY_DISCOUNT = 0.7
 # half of a short fault) and at least this share of the metric's floor
 # (FLOORS assumes a host's local volume; a storage system's latency level is its own).
 SOLO_REL_FLOOR = 0.15
-SOLO_FLOOR_SHARE = 0.1
+SOLO_FLOOR_SHARE = 0.05
 
 
 @dataclass(frozen=True)

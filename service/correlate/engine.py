@@ -44,7 +44,7 @@ from fabricscope.service.correlate.report import summarize
 from fabricscope.service.correlate.window import Scoring
 from fabricscope.service.observability.metrics import attribution_timer
 
-_SUMMARY_COLS = ["step", "n", "dur", "start", "ckpt_max", "ckpt_med", "transfer"]
+_SUMMARY_COLS = ["step", "n", "dur", "start", "ckpt_max", "ckpt_med", "transfer", "data"]
 JobTopo = tuple[pd.DataFrame, Topo, pd.DataFrame]  # the job's ranks, its topology, its series' peer groups
 
 
@@ -59,7 +59,8 @@ def _iso(ts: float | None) -> str | None:
 
 def _baselines_for(df: pd.DataFrame) -> Baselines:
     return compute_baselines(df["dur"].to_numpy(float), df["transfer"].to_numpy(float),
-                             (df["ckpt_max"].fillna(0) > 0).to_numpy(), df["ckpt_med"].fillna(0).to_numpy(float))
+                             (df["ckpt_max"].fillna(0) > 0).to_numpy(), df["ckpt_med"].fillna(0).to_numpy(float),
+                             data=df["data"].to_numpy(float))
 
 
 class AttributionEngine:
@@ -203,6 +204,7 @@ class AttributionEngine:
                                                             need=need, own_timing=own or ck_faint,
                                                             own_device=ck_faint, host_of=topo.host_of,
                                                             between=between, net_timing=bool(bl.net_timing[i]),
+                                                            data_timing=bool(bl.data_timing[i]),
                                                             network_only=bool(bl.net_only[i]))):
                 below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
                 out["confidence"] = round(cfg.healthy_confidence_base + cfg.healthy_confidence_span * below, 3)
@@ -221,7 +223,7 @@ class AttributionEngine:
                       sigma: float, need: float, own_timing: bool = False, own_device: bool = False,
                       host_of: dict[str, str] | None = None,
                       between: Callable[[tuple[str, str | None]], bool] | None = None,
-                      net_timing: bool = False, network_only: bool = False) -> bool:
+                      net_timing: bool = False, data_timing: bool = False, network_only: bool = False) -> bool:
         """A borderline step (over the noise, under the bar) is slow when its own telemetry names a
         cause with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a
         faint one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the
@@ -232,7 +234,8 @@ class AttributionEngine:
         the steps either side are slow with the draft's (layer, component); when they are, the draft
         needs only corroborate_min_confidence and no timing row of its own. `net_timing`: the step's own
         collectives lost the time to the network (constants.NET_TIMING_Z): a network cause then needs
-        only corroborate_min_confidence and counts as the step's own timing. `network_only`: only a
+        only corroborate_min_confidence and counts as the step's own timing; `data_timing`: the same of
+        its ranks' `data` phase, for a storage cause (a shared volume has no straggler). `network_only`: only a
         network cause can corroborate (baseline.py: net_only, a step that is over only in its collectives)."""
         if not 0.0 < need <= 1.0 or not 0.0 < self.config.corroborate_min_confidence <= 1.0:
             return False
@@ -245,9 +248,9 @@ class AttributionEngine:
         hosts = host_of or {}
         host = hosts.get(str(draft["component"]), draft["component"])
         on_host = [e for e in draft["evidence"] if hosts.get(e["source"], e["source"]) == host]
-        net = net_timing and draft["layer"] in NET_LAYERS
-        alone = (draft["confidence"] >= (self.config.corroborate_min_confidence if net else need)
-                 and (not own_timing or net or any(e.get("kind") == "timing" for e in on_host))
+        phase = (net_timing and draft["layer"] in NET_LAYERS) or (data_timing and draft["layer"] == "storage")
+        alone = (draft["confidence"] >= (self.config.corroborate_min_confidence if phase else need)
+                 and (not own_timing or phase or any(e.get("kind") == "timing" for e in on_host))
                  and (not own_device or any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE
                                          for e in on_host)))
         if not alone and not (between is not None and between((draft["layer"], draft["component"]))):

@@ -28,7 +28,8 @@ WITH st AS (
          percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_s) AS dur,
          percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM start_ts)::float8) AS start,
          max(coalesce((phases->>'checkpoint')::float8, 0)) AS ckpt_max,
-         percentile_cont(0.5) WITHIN GROUP (ORDER BY coalesce((phases->>'checkpoint')::float8, 0)) AS ckpt_med
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY coalesce((phases->>'checkpoint')::float8, 0)) AS ckpt_med,
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY (phases->>'data')::float8) AS data
   FROM steps WHERE job = %(job)s AND step BETWEEN %(lo)s AND %(hi)s GROUP BY step
 ), tr AS (
   SELECT step, sum(mn) AS transfer FROM (
@@ -36,7 +37,7 @@ WITH st AS (
     WHERE job = %(job)s AND step BETWEEN %(lo)s AND %(hi)s AND op <> 'barrier' GROUP BY step, seq) x
   GROUP BY step
 )
-SELECT st.step, st.n, st.dur, st.start, st.ckpt_max, st.ckpt_med, tr.transfer
+SELECT st.step, st.n, st.dur, st.start, st.ckpt_max, st.ckpt_med, tr.transfer, st.data
 FROM st LEFT JOIN tr USING (step) ORDER BY st.step
 """
 

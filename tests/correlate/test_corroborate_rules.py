@@ -95,3 +95,22 @@ def test_a_step_over_only_in_its_collectives_takes_only_a_network_cause() -> Non
     assert _judge(link, need=MIN, network_only=True, net_timing=True)[0]
     assert not _judge(link, need=MIN, network_only=True)[0]
     assert not _judge(_explain("host", "h3", 0.95, [ROW_TIMING]), need=MIN, network_only=True, net_timing=True)[0]
+
+
+def test_next_to_a_slow_step_a_shared_volume_counts_the_ranks_data_phase_as_the_steps_own_timing() -> None:
+    # a shared volume slows every rank's loader alike: no straggler, so no `timing` row of a host
+    vol = _explain("storage", "nas1:vol7", 0.74, [{"source": "nas1:vol7", "metric": "read_latency_seconds",
+                                                   "score": 27.0, "kind": None}])
+    assert not _judge(vol, need=MIN, own_timing=True)[0]
+    ok, out = _judge(vol, need=MIN, own_timing=True, data_timing=True)
+    assert ok and (out["layer"], out["component"]) == ("storage", "nas1:vol7")
+    # the data phase says nothing of the network: a link cause still needs its collectives
+    link = _explain("link", "leaf1:p3", 0.9, [{"source": "leaf1:p3", "metric": "symbol_errors_total",
+                                               "score": 50.0, "kind": None}])
+    assert not _judge(link, need=MIN, own_timing=True, data_timing=True)[0]
+    # a faint step's storage cause needs only the borderline tier's bar with its data phase, never less
+    weak = _explain("storage", "nas1:vol7", 0.3, [{"source": "nas1:vol7", "metric": "read_latency_seconds",
+                                                   "score": 4.0, "kind": None}])
+    assert not _judge(weak, need=FAINT)[0]
+    assert _judge(weak, need=FAINT, data_timing=True)[0]
+    assert not _judge(_explain("storage", "nas1:vol7", MIN - 0.01, []), need=FAINT, data_timing=True)[0]

@@ -26,6 +26,7 @@ def _bl() -> Baselines:
                      episode=np.zeros(N, int), step_slow=np.zeros(N, bool), sigma=z + 0.02, centre=z + 2.0,
                      sigma_transfer=z + 0.002, borderline=np.zeros(N, bool), faint=np.zeros(N, bool),
                      ckpt_faint=np.zeros(N, bool), net_only=np.zeros(N, bool), net_timing=np.zeros(N, bool),
+                     data_timing=np.zeros(N, bool),
                      near_slow=np.zeros(N, bool))
 
 

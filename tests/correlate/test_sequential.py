@@ -343,3 +343,37 @@ def test_a_small_fault_just_before_a_large_one_does_not_carry_the_healthy_steps_
     assert b.borderline[42] and b.borderline[43] and not b.borderline[44:47].any()
     carried = compute_baselines(*args, seq=replace(DEFAULT_SEQ, split_quiet_prefix=False))
     assert carried.slow[42:53].all()
+
+
+def test_the_ranks_data_phase_over_its_own_spread_is_the_steps_own_timing_of_a_storage_loss() -> None:
+    n = 60
+    d = _series(3, n, 0.012)
+    data = 0.06 * (1.0 + np.random.default_rng(4).normal(0.0, 0.03, n))
+    # a shared volume: every rank's loader waits 0.12 s more on steps 40-42; the step grows by as much
+    d[40:43] += 0.12
+    data[40:43] += 0.12
+    b = compute_baselines(d, np.full(n, 0.3), np.zeros(n, bool), np.zeros(n), data=data)
+    assert b.data_timing[40:43].all()
+    assert not b.data_timing[20:40].any() and not b.data_timing[44:].any()
+    # the same step time lost elsewhere (compute): the data phase did not take it
+    other = compute_baselines(d, np.full(n, 0.3), np.zeros(n, bool), np.zeros(n),
+                              data=np.where(np.arange(n) >= 40, 0.06, data))
+    assert not other.data_timing[40:43].any()
+    # a job that records no phases has no such timing
+    assert not compute_baselines(d, np.full(n, 0.3), np.zeros(n, bool), np.zeros(n)).data_timing.any()
+    assert not compute_baselines(d, np.full(n, 0.3), np.zeros(n, bool), np.zeros(n),
+                                 data=np.full(n, np.nan)).data_timing.any()
+
+
+def test_a_healthy_step_just_over_the_noise_before_a_small_fault_is_not_its_onset() -> None:
+    # step 40 runs 2.8 % over (about 2 sigmas: healthy), then a +7 % fault: the CUSUM's evidence
+    # starts at 40, and without the onset floor the proof dated the fault from it
+    d = _series(31, 70, 0.012)
+    d[40] = float(np.median(d[20:40])) * 1.028
+    d[41:50] *= 1.07
+    b = _run(d)
+    assert b.slow[41:50].all() and not b.slow[40]
+    assert _run(d, seq=replace(DEFAULT_SEQ, onset_min=0.0)).slow[40]
+    # a fault's own first step over the floor stays its onset
+    d[40] = float(np.median(d[20:40])) * 1.045
+    assert _run(d).slow[40:50].all()

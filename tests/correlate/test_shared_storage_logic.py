@@ -46,6 +46,19 @@ def test_a_solo_series_is_scored_on_its_own_history_with_a_floor_relative_to_its
     assert none["score"].isna().all() and candidates(none, build_topo(RANKS, NO_LINKS, VOLUMES)).empty
 
 
+def test_a_fast_shared_volume_is_judged_against_its_own_level_not_a_local_disks() -> None:
+    # a sub-millisecond volume (0.7 ms) sampled every 8 s: a fault in ~1 s of the sample shows as
+    # +70 %; FLOORS' 2 ms (a host's local disk) at the old 10 % share put it at 2.5 floors, under
+    # MIN_SCORE; its own 15 % is 0.1 ms, and the absolute floor no higher than that
+    meta = _meta()
+    out = pd.DataFrame({"series_id": [3, 4], "cur": [0.00122, 0.00084], "peer_med": [0.00122, 0.00084],
+                        "peer_mad": [0.0, 0.0], "peer_z": [np.nan, np.nan], "cur_w": [0.00122, 0.00084]})
+    hist = pd.DataFrame({"series_id": [3, 4], "hist_med": [0.00072, 0.00072], "hist_sigma": [0.00003, 0.00003]})
+    scored = finish_scores(out, meta, hist).set_index("source")
+    assert scored.loc["st9x:v0", "score"] >= 3
+    assert scored.loc["kk2:v0", "score"] < 3  # +17 %: within what a volume's latency wobbles
+
+
 def test_no_straggler_and_a_slow_shared_volume_name_the_volume_with_rising_confidence() -> None:
     meta = _meta()
     topo = build_topo(RANKS, NO_LINKS, VOLUMES)
