@@ -31,7 +31,7 @@ serve: $(VENV)/.installed-server
 
 ## test: the whole suite on the embedded PostgreSQL 18 (the lab's end-to-end run too, as root), then the database suites on PostgreSQL 15
 test: $(VENV)/.installed
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15
 	$(MAKE) --no-print-directory test-pg15
 
 ## test-lab: only the fabric lab end to end (root): real ranks, real counters, injected faults, attributions checked
