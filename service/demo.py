@@ -3,7 +3,6 @@ cluster simulator (when no collectors are configured), then the slow steps it fo
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -66,21 +65,11 @@ def demo_command(
     exit_after: Annotated[bool, typer.Option("--exit", help="exit after printing (do not keep serving)")] = False,
 ) -> None:
     """Start the API, feed it a simulated cluster with injected faults, print the slow steps and why."""
-    from fabricscope.service.db.lifecycle import database
+    from fabricscope.service.db.lifecycle import database, sigterm_unwinds
 
-    stop = threading.Event()
-
-    def _terminate(*_: object) -> None:
-        # SIGTERM stops the API and the embedded database like Ctrl-C does. The flag outlives the
-        # exception: one raised while the main thread runs a finalizer (__del__) is printed and dropped
-        # by Python, and the serving loop must still end.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
-        stop.set()
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _terminate)
+    stop = threading.Event()  # SIGTERM: the serving loop ends even if its exception was lost
     try:
-        with database() as dsn:
+        with sigterm_unwinds(stop), database() as dsn:
             server, thread, engine = _serve_in_thread(host, port)
             try:
                 base = f"http://{host}:{port}"

@@ -30,12 +30,14 @@ class Terminated(BaseException):
 
 
 @contextlib.contextmanager
-def sigterm_unwinds() -> Iterator[None]:
+def sigterm_unwinds(stop: threading.Event | None = None) -> Iterator[None]:
     """Turn SIGTERM (systemctl stop, docker stop) into an exception that unwinds the stack, so every
     ``finally`` runs, the embedded database's stop among them; then end normally (exit status 0).
 
     Needed for uvicorn: it handles SIGTERM itself while serving, and once shut down raises the signal
     again for the handler it found, which by default ends the process on the spot.
+    `stop` is set as well: the flag outlives the exception, which Python prints and drops when it is
+    raised while the main thread runs a finalizer (``__del__``), so a loop that waits on it still ends.
     """
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers belong to the main thread; there is nothing to install elsewhere
@@ -43,6 +45,8 @@ def sigterm_unwinds() -> Iterator[None]:
 
     def handler(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+        if stop is not None:
+            stop.set()
         raise Terminated
 
     previous = signal.signal(signal.SIGTERM, handler)
