@@ -225,6 +225,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     if data is None:
         data = np.full(n, np.nan)
     raw_data_ok = np.isfinite(data)
+    has_data = bool(raw_data_ok.any())  # a job that records no phases: no window statistics to take
     data = np.where(raw_data_ok, data, 0.0)
     base_d = np.full(n, np.nan)
     sig_d = np.full(n, np.nan)
@@ -285,7 +286,8 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         idx = np.fromiter(hist, int, len(hist))
         med, sigma = _robust(duration[idx])
         med_t, sig_t[i] = _robust(transfer[idx])
-        base_d[i], sig_d[i] = _robust(data[idx])
+        if has_data:
+            base_d[i], sig_d[i] = _robust(data[idx])
         if is_ckpt[i]:
             enough = len(hist_ck) >= CKPT_MIN_HISTORY
             extra = _median(hist_ck) if enough else float(ckpt_med[i]) + CKPT_FIRST_MARGIN_S
