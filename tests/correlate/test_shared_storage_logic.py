@@ -30,12 +30,17 @@ def test_a_storage_systems_volume_has_no_peers_whatever_its_name() -> None:
     assert meta.loc[2, "grp"] != meta.loc[3, "grp"]  # the same volume name on two systems: not peers
 
 
+def _solo_rows(cur: list[float], hist_med: list[float], hist_sigma: list[float]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The two storage systems' volumes (series 3, 4) as the database returns solo series: the window
+    value with no peer score (peer_z NULL), and their own history's median and sigma."""
+    out = pd.DataFrame({"series_id": [3, 4], "cur": cur, "peer_med": cur, "peer_mad": [0.0, 0.0],
+                        "peer_z": [np.nan, np.nan], "cur_w": cur})
+    return out, pd.DataFrame({"series_id": [3, 4], "hist_med": hist_med, "hist_sigma": hist_sigma})
+
+
 def test_a_solo_series_is_scored_on_its_own_history_with_a_floor_relative_to_its_level() -> None:
     meta = _meta()
-    # the database returns solo series with no peer score (peer_z NULL)
-    out = pd.DataFrame({"series_id": [3, 4], "cur": [0.006, 0.0013], "peer_med": [0.006, 0.0013],
-                        "peer_mad": [0.0, 0.0], "peer_z": [np.nan, np.nan], "cur_w": [0.006, 0.0013]})
-    hist = pd.DataFrame({"series_id": [3, 4], "hist_med": [0.0015, 0.0012], "hist_sigma": [0.00015, 0.00012]})
+    out, hist = _solo_rows([0.006, 0.0013], [0.0015, 0.0012], [0.00015, 0.00012])
     scored = finish_scores(out, meta, hist).set_index("source")
     # +0.0045 over a level of 0.0015: the floor is 15 % of the level (0.000225), not FLOORS' 0.002
     assert math.isclose(scored.loc["st9x:v0", "score"], 0.0045 / 0.000225)
@@ -50,11 +55,8 @@ def test_a_fast_shared_volume_is_judged_against_its_own_level_not_a_local_disks(
     # a sub-millisecond volume (0.7 ms) sampled every 8 s: a fault in ~1 s of the sample shows as
     # +70 %; FLOORS' 2 ms (a host's local disk) at the old 10 % share put it at 2.5 floors, under
     # MIN_SCORE; its own 15 % is 0.1 ms, and the absolute floor no higher than that
-    meta = _meta()
-    out = pd.DataFrame({"series_id": [3, 4], "cur": [0.00122, 0.00084], "peer_med": [0.00122, 0.00084],
-                        "peer_mad": [0.0, 0.0], "peer_z": [np.nan, np.nan], "cur_w": [0.00122, 0.00084]})
-    hist = pd.DataFrame({"series_id": [3, 4], "hist_med": [0.00072, 0.00072], "hist_sigma": [0.00003, 0.00003]})
-    scored = finish_scores(out, meta, hist).set_index("source")
+    out, hist = _solo_rows([0.00122, 0.00084], [0.00072, 0.00072], [0.00003, 0.00003])
+    scored = finish_scores(out, _meta(), hist).set_index("source")
     assert scored.loc["st9x:v0", "score"] >= 3
     assert scored.loc["kk2:v0", "score"] < 3  # +17 %: within what a volume's latency wobbles
 
