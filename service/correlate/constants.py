@@ -250,6 +250,14 @@ class EngineConfig:
     # A faint step (baseline.py: FAINT_Z, FAINT_REL) needs this much: most of a healthy step's own
     # telemetry names nothing, and what it names (a neighbouring fault's tail in a 10-s sample) is weak.
     corroborate_faint_confidence: float = 0.8
+    # A step under every timing bar is still slow when its ranks waited for a straggler this share of
+    # the baseline longer than for the next-slowest rank (decompose.straggler_loss; engine.py) and its
+    # telemetry names the cause with a `timing` row of its own: the ranks' clocks measure the time the
+    # fault cost, where the step time also carries the step's noise (a +5 % GPU fault in a step whose
+    # collectives ran 3 % faster measures +2 %). REL, the least loss that is a slow step; not tuned.
+    # Healthy steps' stragglers on development seeds (503, 509: 2,143 healthy steps, 12 of them with
+    # a straggler) cost at most 2.3 %. inf: off.
+    corroborate_straggler_loss: float = REL
     # -- history and windows --------------------------------------------------------------------
     # Steps of history fetched to rebuild the baseline: three baseline windows (48 healthy steps)
     # so that a fault of a dozen steps still leaves enough healthy ones behind it.

@@ -100,6 +100,17 @@ def find_straggler(df: pd.DataFrame) -> Straggler | None:
                      [int(df["rank"].iloc[m]) for m in members])
 
 
+def straggler_loss(df: pd.DataFrame, st: Straggler) -> float:
+    """Seconds the ranks waited for `st` beyond what the next-slowest rank (not one of its members)
+    would have cost them: in a synchronous step, what the straggler added to the step, measured on
+    the ranks' own clocks and free of the step time's noise (its collectives' transfer, say)."""
+    work = df["work"].to_numpy(float)
+    others = ~np.isin(df["rank"].to_numpy(), st.members)
+    if not others.any() or not np.isfinite(work).all():
+        return 0.0
+    return max(float(work[df["rank"].to_numpy() == st.rank].max() - work[others].max()), 0.0)
+
+
 def checkpoint_straggler(df: pd.DataFrame, hosts: set[str]) -> Straggler | None:
     """At a checkpoint step with no straggler at MIN_Z: the host of `hosts` (those with a volume the
     job's checkpoint events name) whose ranks all wrote longer than the others, by CKPT_MIN_Z, and

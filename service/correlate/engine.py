@@ -34,7 +34,7 @@ from fabricscope.service.correlate.constants import (
     SEQ_LOOKAHEAD_STEPS,
     EngineConfig,
 )
-from fabricscope.service.correlate.decompose import checkpoint_straggler, decompose, find_straggler
+from fabricscope.service.correlate.decompose import checkpoint_straggler, decompose, find_straggler, straggler_loss
 from fabricscope.service.correlate.device_probe import gpu_or_network, with_device_evidence
 from fabricscope.service.correlate.direction import follow_backpressure
 from fabricscope.service.correlate.episode import from_episode, restate_unknown
@@ -200,12 +200,18 @@ class AttributionEngine:
             # answers are computed without this rule: no chain of them)
             between = ((lambda c: self._between(conn, job=job, step=step, cause=c))
                        if borrow and (faint or own) else None)
-            if not (bl.borderline[i] and self._corroborated(out, explain, base=base, sigma=float(bl.sigma[i]),
+            sigma = float(bl.sigma[i])
+            if not (bl.borderline[i] and self._corroborated(out, explain, base=base, sigma=sigma,
                                                             need=need, own_timing=own or ck_faint,
                                                             own_device=ck_faint, host_of=topo.host_of,
                                                             between=between, net_timing=bool(bl.net_timing[i]),
                                                             data_timing=bool(bl.data_timing[i]),
-                                                            network_only=bool(bl.net_only[i]))):
+                                                            network_only=bool(bl.net_only[i]))
+                    or (d > float(bl.centre[i]) and not row["ckpt_max"] > 0
+                        and self._straggler_lost(conn, job=job, step=step, base=base)
+                        and self._corroborated(out, explain, base=base, sigma=sigma,
+                                               need=cfg.corroborate_min_confidence, own_timing=True,
+                                               host_of=topo.host_of))):
                 below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
                 out["confidence"] = round(cfg.healthy_confidence_base + cfg.healthy_confidence_span * below, 3)
         else:
@@ -262,6 +268,21 @@ class AttributionEngine:
                                   "kind": "corroborated"})
         out.update(draft)
         return True
+
+    def _straggler_lost(self, conn: Any, *, job: str, step: int, base: float) -> bool:
+        """Whether the step's ranks waited for a straggler corroborate_straggler_loss of the baseline longer
+        than for the next-slowest rank: a step its own rank timings show slowed, whatever the step
+        time's noise did (a step above its centre, not a checkpoint step: the caller's tests). Read
+        only for such steps under every timing bar; its cause must still be named by the step's
+        telemetry with a `timing` row of its own (_corroborated with own_timing)."""
+        if not math.isfinite(self.config.corroborate_straggler_loss):
+            return False
+        steps_df, coll = q.rank_rows(conn, job=job, step=step)
+        if len(steps_df) < 3:
+            return False
+        per_rank = decompose(steps_df, coll)
+        st = find_straggler(per_rank)
+        return st is not None and straggler_loss(per_rank, st) >= self.config.corroborate_straggler_loss * base
 
     def _between(self, conn: Any, *, job: str, step: int, cause: tuple[str, str | None]) -> bool:
         """Whether the steps before and after `step` are both slow with `cause` as their answer."""

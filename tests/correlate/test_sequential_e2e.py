@@ -4,6 +4,7 @@ to the fault's layer and component."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -115,8 +116,9 @@ def test_one_step_fault_under_the_bar_is_slow_when_its_telemetry_names_it(
 def test_faint_step_is_slow_only_when_its_telemetry_is_sure(service_url: str, db_conn: psycopg.Connection) -> None:
     """A one-step +5.5 % CPU-starved data loader in 2.5 % step jitter measures "faint" (over 1 sigma and
     3 %, under the borderline's 1.5 sigma or 4 %). Its host straggles in the data phase and its own CPU
-    telemetry says why (confidence >= 0.8), so it is slow and names the host; with the faint tier off
-    it is healthy. Nothing else in the job is slow."""
+    telemetry says why (confidence >= 0.8), so it is slow and names the host. With the faint tier off
+    the ranks' own clocks still show the host's loss (corroborate_straggler_loss), and with that off
+    too it is healthy. Nothing else in the job is slow."""
     at = 73
     f = make_fault(build_cluster(SPEC), "cpu_starved_loader", start_step=at, steps=1, severity=0.055,
                    rng=np.random.default_rng(42))
@@ -126,7 +128,11 @@ def test_faint_step_is_slow_only_when_its_telemetry_is_sure(service_url: str, db
     summ = q.step_summaries(db_conn, job=sc.job, lo=0, hi=89)
     bl = _baselines_for(summ.astype({c: float for c in summ.columns if c != "step"}))
     assert bl.faint is not None and bool(bl.faint[at]) and not bl.slow[at]
-    off = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_faint_confidence=2.0))
+    no_faint = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_faint_confidence=2.0))
+    b = no_faint.attribute_step(db_conn, job=sc.job, step=at, store=False)
+    assert b["slow"] and (b["layer"], b["component"]) == (f.layer, f.component)
+    off = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_faint_confidence=2.0,
+                                    corroborate_straggler_loss=math.inf))
     assert not off.attribute_step(db_conn, job=sc.job, step=at, store=False)["slow"]
     a = engine.attribute_step(db_conn, job=sc.job, step=at, store=False)
     assert a["slow"] and (a["layer"], a["component"]) == (f.layer, f.component), (a["layer"], a["component"])

@@ -1,0 +1,115 @@
+"""A step whose ranks waited for a straggler is slow even when its step time says nothing (issue #15):
+a +6 % GPU fault in a step whose collectives happened to run faster measures ~+1 % and is under
+every timing bar. The ranks' own clocks still show the others waiting for the slow GPU
+(decompose.straggler_loss, engine.py), and the attribution names it, through the real ingest API and
+database."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import psycopg
+import pytest
+
+from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate import queries as q
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG
+from fabricscope.service.correlate.decompose import Straggler, decompose, find_straggler, straggler_loss
+from fabricscope.service.correlate.engine import _baselines_for
+from fabricscope.service.simulate.faults import make_fault
+from fabricscope.service.simulate.generator import Scenario, generate
+from fabricscope.service.simulate.model import JobSpec, Timeline
+from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
+from tests.correlate.scenarios import post
+
+SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
+START, LENGTH, STEPS = 40, 6, 56
+
+
+def _faster_collectives(tl: Timeline, step: int, by_s: float) -> None:
+    """The all-reduces of `step` finish `by_s` sooner in all (the fabric had a quiet moment; each by
+    at most 80 % of its fastest rank's time, in bucket order): the step, its forward-backward (which
+    holds its blocking all-reduces) and the collectives after each move up; local work is unchanged."""
+    left = by_s
+    for b in range(tl.coll_start.shape[2] - 1):  # the last column is the checkpoint barrier
+        cut = min(left, 0.8 * float(np.min(tl.coll_end[step, :, b] - tl.coll_start[step, :, b])))
+        tl.coll_end[step, :, b] -= cut
+        tl.coll_start[step, :, b + 1:] -= cut
+        tl.coll_end[step, :, b + 1:] -= cut
+        tl.fb[step] -= cut
+        tl.end[step] -= cut
+        left -= cut
+    assert left < 1e-9, left
+
+
+def _masked(name: str, seed: int) -> tuple[Scenario, int, object]:
+    f = make_fault(build_cluster(SPEC), "gpu_straggler", start_step=START, steps=LENGTH, severity=0.07,
+                   rng=np.random.default_rng(seed))
+    sc = generate(SPEC, job=f"straggler-loss-{name}", steps=STEPS, faults=[f], seed=seed, t0=1.78e9 + seed * 1e4,
+                  job_spec=JobSpec(compute_noise=0.004))
+    step = START + 2
+    d = sc.timeline.step_duration()
+    healthy = float(np.median(d[10:START]))
+    assert sc.truth[step].slow and d[step] > healthy * (1 + DEFAULT_CONFIG.corroborate_straggler_loss)
+    _faster_collectives(sc.timeline, step, float(d[step]) - healthy * 1.01)  # +1 %: under every bar
+    return sc, step, f
+
+
+def test_a_straggler_the_step_time_hides_is_slow_and_named(service_url: str, db_conn: psycopg.Connection) -> None:
+    sc, step, f = _masked("hidden", 3)
+    post(service_url, sc)
+    engine = AttributionEngine()
+    summ = q.step_summaries(db_conn, job=sc.job, lo=0, hi=STEPS)
+    for c in summ.columns[1:]:
+        summ[c] = pd.to_numeric(summ[c], errors="coerce")
+    bl = _baselines_for(summ)
+    i = int(np.flatnonzero(summ["step"].to_numpy() == step)[0])
+    # the step time alone: not slow, not even borderline (nothing for telemetry to corroborate)
+    assert not bl.slow[i] and not bl.borderline[i] and not bl.faint[i], (bl.base[i], summ["dur"][i])
+    a = engine.attribute_step(db_conn, job=sc.job, step=step)
+    assert a is not None and a["slow"], a
+    assert (a["layer"], a["component"]) == (f.layer, f.component), a  # type: ignore[attr-defined]
+    kinds = [e.get("kind") for e in a["evidence"]]
+    assert "timing" in kinds and kinds[-1] == "corroborated", a["evidence"]
+    # the ranks' clocks: the others waited for the GPU by more than the bar
+    steps_df, coll = q.rank_rows(db_conn, job=sc.job, step=step)
+    per_rank = decompose(steps_df, coll)
+    st = find_straggler(per_rank)
+    bar = DEFAULT_CONFIG.corroborate_straggler_loss * float(bl.base[i])
+    assert st is not None and straggler_loss(per_rank, st) >= bar
+    # ...and without the rule the step is healthy: nothing else made it slow
+    off = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_straggler_loss=math.inf))
+    b = off.attribute_step(db_conn, job=sc.job, step=step, store=False)
+    assert b is not None and not b["slow"], b
+    # no step away from the fault is slow
+    for s in [*range(12, START - 3), *range(START + LENGTH + 3, STEPS - 2)]:
+        b = engine.attribute_step(db_conn, job=sc.job, step=s)
+        assert b is not None and not b["slow"], b
+
+
+def _frame(work: list[float], hosts: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({"rank": range(len(work)), "work": work, "host": hosts, "gpu": [None] * len(work),
+                         "compute": work, "data": 0.0, "ckpt": 0.0, "opt": 0.0})
+
+
+@pytest.mark.parametrize(("work", "hosts", "loss"), [
+    # one slow GPU: the others would have waited for the next-slowest rank (1.01 s)
+    ([1.0, 1.01, 0.99, 1.0, 1.08, 1.0], ["a", "a", "a", "b", "b", "b"], 0.07),
+    # a host slow: its ranks are the straggler's members, the next-slowest (1.01 s) is on another host
+    ([1.0, 1.01, 0.99, 1.0, 1.0, 0.99, 1.0, 1.0, 1.09, 1.08, 1.08, 1.0], [*"aaaabbbbcccc"], 0.08),
+])
+def test_straggler_loss_is_the_wait_beyond_the_next_slowest_rank(work: list[float], hosts: list[str],
+                                                                   loss: float) -> None:
+    df = _frame(work, hosts)
+    st = find_straggler(df)
+    assert isinstance(st, Straggler)
+    assert straggler_loss(df, st) == pytest.approx(loss)
+
+
+def test_straggler_loss_is_zero_when_no_rank_is_left_to_compare() -> None:
+    df = _frame([1.2, 1.2, 1.2], ["a", "a", "a"])
+    st = Straggler("compute", True, 0, "a", None, 1.2, 1.0, 0.2, 9.0, [0, 1, 2])
+    assert straggler_loss(df, st) == 0.0
