@@ -91,6 +91,10 @@ class Baselines:
     # REL and NET_TIMING_Z of its own spread over its baseline (compute jitter hid a network loss):
     # slow only when their telemetry names a network cause (engine.py)
     net_only: np.ndarray
+    # bool: the same of the ranks' median `data` phase (REL and NET_TIMING_Z of its own spread over its
+    # baseline; not net_only): every rank's loader lost the time alike, as a shared volume makes it,
+    # and the step's noise hid it. Slow only when their telemetry names a storage cause (engine.py)
+    data_only: np.ndarray
     # bool: the collectives' pure transfer time over its baseline by NET_TIMING_Z of its own spread,
     # NET_TIMING_SHARE of the step's excess and FAINT_REL of the step: the step's own timing of a
     # network loss (engine.py: a network cause then counts as the step's own timing)
@@ -426,14 +430,18 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         net_only = (~slow & ~is_ckpt & calm & ~border & ~faint & np.isfinite(x_net)
                     & (x_net >= np.maximum(NET_TIMING_Z * sig_t, REL * base)))
         net_timing = _own_timing(x_net, sig_t, duration - centre, base)
-        data_timing = _own_timing(np.where(raw_data_ok, data - base_d, np.nan), sig_d, duration - centre, base)
+        x_data = np.where(raw_data_ok, data - base_d, np.nan)
+        data_only = (~slow & ~is_ckpt & calm & ~border & ~faint & ~net_only & np.isfinite(x_data)
+                     & (x_data >= np.maximum(NET_TIMING_Z * sig_d, REL * base)))
+        data_timing = _own_timing(x_data, sig_d, duration - centre, base)
     near_slow = np.zeros(n, bool)
     for k in range(1, NEAR_SLOW_STEPS + 1):
         near_slow[k:] |= slow[:-k]
         near_slow[:-k] |= slow[k:]
-    judged = border | faint | net_only
+    judged = border | faint | net_only | data_only
     return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow, sig, centre,
-                     sig_t, judged, faint, ck_faint, net_only, net_timing, data_timing, judged & near_slow)
+                     sig_t, judged, faint, ck_faint, net_only, data_only, net_timing, data_timing,
+                     judged & near_slow)
 
 
 def _own_timing(x: np.ndarray, spread: np.ndarray, over: np.ndarray, base: np.ndarray) -> np.ndarray:

@@ -44,6 +44,7 @@ from fabricscope.service.correlate.report import summarize
 from fabricscope.service.correlate.window import Scoring
 from fabricscope.service.observability.metrics import attribution_timer
 
+STORAGE_ONLY = ("storage",)
 _SUMMARY_COLS = ["step", "n", "dur", "start", "ckpt_max", "ckpt_med", "transfer", "data"]
 JobTopo = tuple[pd.DataFrame, Topo, pd.DataFrame]  # the job's ranks, its topology, its series' peer groups
 
@@ -55,6 +56,11 @@ def _db(conn: Any) -> str:
 
 def _iso(ts: float | None) -> str | None:
     return None if ts is None or not math.isfinite(ts) else datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def _only_layers(bl: Baselines, i: int) -> tuple[str, ...]:
+    """The layers that alone may corroborate step `i` (empty: any): a step over only in one phase."""
+    return NET_LAYERS if bl.net_only[i] else STORAGE_ONLY if bl.data_only[i] else ()
 
 
 def _baselines_for(df: pd.DataFrame) -> Baselines:
@@ -206,7 +212,7 @@ class AttributionEngine:
                                                             own_device=ck_faint, host_of=topo.host_of,
                                                             between=between, net_timing=bool(bl.net_timing[i]),
                                                             data_timing=bool(bl.data_timing[i]),
-                                                            network_only=bool(bl.net_only[i]))
+                                                            only_layers=_only_layers(bl, i))
                     or (d > float(bl.centre[i]) and not row["ckpt_max"] > 0
                         and self._straggler_lost(conn, job=job, step=step, base=base)
                         and self._corroborated(out, explain, base=base, sigma=sigma,
@@ -229,7 +235,8 @@ class AttributionEngine:
                       sigma: float, need: float, own_timing: bool = False, own_device: bool = False,
                       host_of: dict[str, str] | None = None,
                       between: Callable[[tuple[str, str | None]], bool] | None = None,
-                      net_timing: bool = False, data_timing: bool = False, network_only: bool = False) -> bool:
+                      net_timing: bool = False, data_timing: bool = False,
+                      only_layers: tuple[str, ...] = ()) -> bool:
         """A borderline step (over the noise, under the bar) is slow when its own telemetry names a
         cause with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a
         faint one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the
@@ -240,25 +247,27 @@ class AttributionEngine:
         the steps either side are slow with the draft's (layer, component); when they are, the draft
         needs only corroborate_min_confidence and no timing row of its own. `net_timing`: the step's own
         collectives lost the time to the network (constants.NET_TIMING_Z): a network cause then needs
-        only corroborate_min_confidence and counts as the step's own timing; `data_timing`: the same of
-        its ranks' `data` phase, for a storage cause (a shared volume has no straggler). `network_only`: only a
-        network cause can corroborate (baseline.py: net_only, a step that is over only in its collectives)."""
+        only corroborate_min_confidence and counts as the step's own timing and device (a checkpoint
+        step's link loss shows in its collectives, not in a host's write); `data_timing`: the same of
+        its ranks' `data` phase, for a storage cause (a shared volume has no straggler). `only_layers`: only a
+        cause of these layers, resting on the matching phase's own timing, can corroborate (baseline.py:
+        net_only and data_only, a step over only in its collectives or in its ranks' data phase)."""
         if not 0.0 < need <= 1.0 or not 0.0 < self.config.corroborate_min_confidence <= 1.0:
             return False
         draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
         explain(draft, True)
         if draft["layer"] == "unknown" or draft["confidence"] < self.config.corroborate_min_confidence:
             return False
-        if network_only and not (net_timing and draft["layer"] in NET_LAYERS):
+        phase = (net_timing and draft["layer"] in NET_LAYERS) or (data_timing and draft["layer"] == "storage")
+        if only_layers and not (phase and draft["layer"] in only_layers):
             return False
         hosts = host_of or {}
         host = hosts.get(str(draft["component"]), draft["component"])
         on_host = [e for e in draft["evidence"] if hosts.get(e["source"], e["source"]) == host]
-        phase = (net_timing and draft["layer"] in NET_LAYERS) or (data_timing and draft["layer"] == "storage")
         alone = (draft["confidence"] >= (self.config.corroborate_min_confidence if phase else need)
                  and (not own_timing or phase or any(e.get("kind") == "timing" for e in on_host))
-                 and (not own_device or any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE
-                                         for e in on_host)))
+                 and (not own_device or phase
+                      or any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE for e in on_host)))
         if not alone and not (between is not None and between((draft["layer"], draft["component"]))):
             return False
         d = draft["duration_s"]

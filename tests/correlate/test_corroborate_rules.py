@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate.causes import NET_LAYERS
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
+from fabricscope.service.correlate.engine import STORAGE_ONLY
 from fabricscope.service.correlate.records import Attribution
 
 HOST_OF = {"h3": "h3", "h3:nic1": "h3", "h3:/data": "h3", "h3:gpu2": "h3", "h5": "h5"}
@@ -73,6 +75,18 @@ def test_a_checkpoint_step_just_over_its_baseline_needs_the_hosts_write_timing_a
     assert _judge(vol, need=MIN, own_timing=True, own_device=True)[0] is want
 
 
+def test_a_checkpoint_step_just_over_its_baseline_takes_a_network_cause_its_collectives_show() -> None:
+    # a link's errors at a checkpoint step: the errors are on a host's NIC, not the switch port's
+    # host, and no host wrote slowly; the step's own collectives lost the time, which is its timing
+    link = _explain("link", "leaf1:p3", 0.88, [{"source": "h3:nic1", "metric": "symbol_errors_total",
+                                                "score": 60.0, "kind": None}])
+    assert not _judge(link, need=MIN, own_timing=True, own_device=True)[0]
+    assert _judge(link, need=MIN, own_timing=True, own_device=True, net_timing=True)[0]
+    # ...and a storage cause still needs its host's write timing and its volume
+    assert not _judge(_explain("storage", "h3:/data", 0.68, [ROW_WRITE]), need=MIN, own_timing=True,
+                      own_device=True, net_timing=True)[0]
+
+
 def test_a_faint_step_between_two_slow_steps_of_one_cause_needs_only_to_name_it() -> None:
     seen: list[tuple[str, str | None]] = []
 
@@ -92,9 +106,22 @@ def test_a_faint_step_between_two_slow_steps_of_one_cause_needs_only_to_name_it(
 def test_a_step_over_only_in_its_collectives_takes_only_a_network_cause() -> None:
     link = _explain("link", "leaf1:p3", 0.5, [{"source": "leaf1:p3", "metric": "symbol_errors_total",
                                                "score": 20.0, "kind": None}])
-    assert _judge(link, need=MIN, network_only=True, net_timing=True)[0]
-    assert not _judge(link, need=MIN, network_only=True)[0]
-    assert not _judge(_explain("host", "h3", 0.95, [ROW_TIMING]), need=MIN, network_only=True, net_timing=True)[0]
+    assert _judge(link, need=MIN, only_layers=NET_LAYERS, net_timing=True)[0]
+    assert not _judge(link, need=MIN, only_layers=NET_LAYERS)[0]
+    assert not _judge(_explain("host", "h3", 0.95, [ROW_TIMING]), need=MIN, only_layers=NET_LAYERS, net_timing=True)[0]
+
+
+def test_a_step_over_only_in_its_ranks_data_phase_takes_only_a_storage_cause() -> None:
+    vol = _explain("storage", "nas1:vol7", 0.6, [{"source": "nas1:vol7", "metric": "read_latency_seconds",
+                                                  "score": 9.0, "kind": None}])
+    assert _judge(vol, need=MIN, only_layers=STORAGE_ONLY, data_timing=True)[0]
+    # the data phase must have lost the time itself, and only a storage cause answers for it
+    assert not _judge(vol, need=MIN, only_layers=STORAGE_ONLY)[0]
+    assert not _judge(_explain("host", "h3", 0.95, [ROW_TIMING]), need=MIN, only_layers=STORAGE_ONLY,
+                      data_timing=True)[0]
+    link = _explain("link", "leaf1:p3", 0.9, [{"source": "leaf1:p3", "metric": "symbol_errors_total",
+                                               "score": 50.0, "kind": None}])
+    assert not _judge(link, need=MIN, only_layers=STORAGE_ONLY, data_timing=True, net_timing=True)[0]
 
 
 def test_next_to_a_slow_step_a_shared_volume_counts_the_ranks_data_phase_as_the_steps_own_timing() -> None:

@@ -25,7 +25,8 @@ def _bl() -> Baselines:
     return Baselines(base=z + 2.0, base_transfer=z, threshold=z + 2.2, slow=np.ones(N, bool), live=np.ones(N, bool),
                      episode=np.zeros(N, int), step_slow=np.zeros(N, bool), sigma=z + 0.02, centre=z + 2.0,
                      sigma_transfer=z + 0.002, borderline=np.zeros(N, bool), faint=np.zeros(N, bool),
-                     ckpt_faint=np.zeros(N, bool), net_only=np.zeros(N, bool), net_timing=np.zeros(N, bool),
+                     ckpt_faint=np.zeros(N, bool), net_only=np.zeros(N, bool), data_only=np.zeros(N, bool),
+                     net_timing=np.zeros(N, bool),
                      data_timing=np.zeros(N, bool),
                      near_slow=np.zeros(N, bool))
 

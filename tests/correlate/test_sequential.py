@@ -365,6 +365,26 @@ def test_the_ranks_data_phase_over_its_own_spread_is_the_steps_own_timing_of_a_s
                                  data=np.full(n, np.nan)).data_timing.any()
 
 
+def test_a_step_whose_ranks_data_phase_alone_lost_the_time_is_data_only() -> None:
+    # a shared volume costs every rank's loader 0.1 s (5 % of the step) at step 50, and the rest of
+    # the step ran 0.06 s faster (the step measures +2 %: under every bar): "data only", judged by a
+    # storage cause alone. A loss of 2 % of the step in the data phase is not; nor is a step whose
+    # total is over the borderline margins (that is borderline already, not data only).
+    n = 80
+    d = _series(5, n, 0.008)
+    data = 0.06 * (1.0 + np.random.default_rng(6).normal(0.0, 0.02, n))
+    b0 = compute_baselines(d, np.full(n, 0.3), np.zeros(n, bool), np.zeros(n), data=data)
+    d[50], data[50] = b0.centre[50] + 0.04, data[50] + 0.1
+    d[60], data[60] = b0.centre[60] + 0.01, data[60] + 0.04
+    d[70], data[70] = b0.centre[70] + 0.12, data[70] + 0.12
+    b = compute_baselines(d, np.full(n, 0.3), np.zeros(n, bool), np.zeros(n), data=data)
+    assert b.data_only[50] and b.borderline[50] and not b.faint[50] and not b.slow[50]
+    assert not b.data_only[60] and not b.borderline[60]
+    assert not b.data_only[70] and (b.borderline[70] or b.slow[70])
+    assert not b.data_only[np.arange(n) != 50].any()
+    assert not compute_baselines(d, np.full(n, 0.3), np.zeros(n, bool), np.zeros(n)).data_only.any()
+
+
 def test_a_healthy_step_just_over_the_noise_before_a_small_fault_is_not_its_onset() -> None:
     # step 40 runs 2.8 % over (about 2 sigmas: healthy), then a +7 % fault: the CUSUM's evidence
     # starts at 40, and without the onset floor the proof dated the fault from it
