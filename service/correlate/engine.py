@@ -207,17 +207,17 @@ class AttributionEngine:
             between = ((lambda c: self._between(conn, job=job, step=step, cause=c))
                        if borrow and (faint or own) else None)
             sigma = float(bl.sigma[i])
-            if not (bl.borderline[i] and self._corroborated(out, explain, base=base, sigma=sigma,
-                                                            need=need, own_timing=own or ck_faint,
-                                                            own_device=ck_faint, host_of=topo.host_of,
-                                                            between=between, net_timing=bool(bl.net_timing[i]),
-                                                            data_timing=bool(bl.data_timing[i]),
-                                                            only_layers=_only_layers(bl, i))
-                    or (d > float(bl.centre[i]) and not row["ckpt_max"] > 0
-                        and self._straggler_lost(conn, job=job, step=step, base=base)
-                        and self._corroborated(out, explain, base=base, sigma=sigma,
-                                               need=cfg.corroborate_min_confidence, own_timing=True,
-                                               host_of=topo.host_of))):
+            corroborated = bool(bl.borderline[i]) and self._corroborated(
+                out, explain, base=base, sigma=sigma, need=need, own_timing=own or ck_faint, own_device=ck_faint,
+                host_of=topo.host_of, between=between, net_timing=bool(bl.net_timing[i]),
+                data_timing=bool(bl.data_timing[i]), only_layers=_only_layers(bl, i))
+            if not corroborated and d > float(bl.centre[i]) and not row["ckpt_max"] > 0:
+                # its timing alone decided nothing: the ranks' own clocks may still show what it hid
+                corroborated = (self._straggler_lost(conn, job=job, step=step, base=base)
+                                and self._corroborated(out, explain, base=base, sigma=sigma,
+                                                       need=cfg.corroborate_min_confidence, own_timing=True,
+                                                       host_of=topo.host_of))
+            if not corroborated:
                 below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
                 out["confidence"] = round(cfg.healthy_confidence_base + cfg.healthy_confidence_span * below, 3)
         else:
