@@ -426,13 +426,13 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         ck_faint = ck_over & ~ck_near & ~slow & calm
         border |= (ck_near | ck_faint) & ~slow & calm
         # the collectives alone lost REL of the step to the network, whatever the rest of it did
+        # ...or the ranks' median data phase alone (every loader, as a shared volume makes it)
         x_net = np.where(raw_transfer_ok, transfer - base_t, np.nan)
-        net_only = (~slow & ~is_ckpt & calm & ~border & ~faint & np.isfinite(x_net)
-                    & (x_net >= np.maximum(NET_TIMING_Z * sig_t, REL * base)))
-        net_timing = _own_timing(x_net, sig_t, duration - centre, base)
         x_data = np.where(raw_data_ok, data - base_d, np.nan)
-        data_only = (~slow & ~is_ckpt & calm & ~border & ~faint & ~net_only & np.isfinite(x_data)
-                     & (x_data >= np.maximum(NET_TIMING_Z * sig_d, REL * base)))
+        unjudged = ~slow & ~is_ckpt & calm & ~border & ~faint
+        net_only = unjudged & _phase_lost(x_net, sig_t, base)
+        data_only = unjudged & ~net_only & _phase_lost(x_data, sig_d, base)
+        net_timing = _own_timing(x_net, sig_t, duration - centre, base)
         data_timing = _own_timing(x_data, sig_d, duration - centre, base)
     near_slow = np.zeros(n, bool)
     for k in range(1, NEAR_SLOW_STEPS + 1):
@@ -442,6 +442,13 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow, sig, centre,
                      sig_t, judged, faint, ck_faint, net_only, data_only, net_timing, data_timing,
                      judged & near_slow)
+
+
+def _phase_lost(x: np.ndarray, spread: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """A phase of the step (`x`: its excess over the healthy window's median) lost REL of the step
+    and NET_TIMING_Z of its own `spread` by itself, whatever the rest of the step did."""
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(x) & (x >= np.maximum(NET_TIMING_Z * spread, REL * base))
 
 
 def _own_timing(x: np.ndarray, spread: np.ndarray, over: np.ndarray, base: np.ndarray) -> np.ndarray:

@@ -62,9 +62,8 @@ def _masked(name: str, seed: int) -> tuple[Scenario, int, object]:
 
 def _flags(conn: psycopg.Connection, job: str, step: int) -> tuple[Baselines, int]:
     summ = q.step_summaries(conn, job=job, lo=0, hi=STEPS)
-    for c in summ.columns[1:]:
-        summ[c] = pd.to_numeric(summ[c], errors="coerce")
-    return _baselines_for(summ), int(np.flatnonzero(summ["step"].to_numpy() == step)[0])
+    bl = _baselines_for(summ.astype({c: float for c in summ.columns if c != "step"}))
+    return bl, int(np.flatnonzero(summ["step"].to_numpy() == step)[0])
 
 
 def test_a_straggler_the_step_time_hides_is_slow_and_named(service_url: str, db_conn: psycopg.Connection) -> None:
