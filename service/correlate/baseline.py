@@ -109,6 +109,15 @@ class Baselines:
     # corroborate such a step.
     near_slow: np.ndarray
 
+    @property
+    def onset(self) -> np.ndarray:
+        """bool: an episode's first step when the per-step test did not flag it: where the sequential
+        test placed a shift's onset. The CUSUM puts it where its evidence last was zero, so a healthy
+        step before a fault that ran a little long is folded in; such a step is slow only when its
+        own telemetry names a cause (engine.py). Not a step after a gap inside an episode: a small
+        fault's steps dip under the bar and back, and there the episode's cause is the step's."""
+        return self.slow & ~self.step_slow & (self.episode == np.arange(len(self.slow)))
+
 
 def _median(x: Iterable[float] | np.ndarray) -> float:
     """np.median of a 1-d sequence, to the bit (the middle value, or the mean of the two middle ones

@@ -45,6 +45,7 @@ from fabricscope.service.correlate.window import Scoring
 from fabricscope.service.observability.metrics import attribution_timer
 
 STORAGE_ONLY = ("storage",)
+ONSET_KIND = "onset"  # the evidence row of an onset step that showed nothing of its own
 _SUMMARY_COLS = ["step", "n", "dur", "start", "ckpt_max", "ckpt_med", "transfer", "data"]
 JobTopo = tuple[pd.DataFrame, Topo, pd.DataFrame]  # the job's ranks, its topology, its series' peer groups
 
@@ -218,12 +219,18 @@ class AttributionEngine:
                                                        need=cfg.corroborate_min_confidence, own_timing=True,
                                                        host_of=topo.host_of))
             if not corroborated:
-                below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
-                out["confidence"] = round(cfg.healthy_confidence_base + cfg.healthy_confidence_span * below, 3)
+                self._healthy(out, d=d, base=base, thr=thr)
         else:
             explain(out)
             weak = out["layer"] == "unknown" or out["confidence"] < cfg.episode_weak_confidence
-            if borrow and weak and bl.episode[i] >= 0:
+            if bl.onset[i] and out["layer"] == "unknown":
+                # only the sequential test put this step in the shift, and its onset is the least sure
+                # step of it (Baselines.onset): with nothing of its own to show, it is not slow
+                self._healthy(out, d=d, base=base, thr=thr)
+                out["evidence"] = [{"source": "", "metric": "step_duration_seconds", "value": round(d, 6),
+                                    "baseline": round(base, 6), "unit": "seconds", "kind": ONSET_KIND,
+                                    "score": round((d - base) / max(float(bl.sigma[i]), 1e-9), 3)}]
+            elif borrow and weak and bl.episode[i] >= 0:
                 from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
                              attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
@@ -348,6 +355,14 @@ class AttributionEngine:
             "causes": [{"layer": c["layer"], "component": c["component"], "lost_s": round(c.get("lost_s", 0.0), 6),
                         "confidence": self._capped(c["confidence"])} for c in causes]})
 
+    def _healthy(self, out: Attribution, *, d: float, base: float, thr: float) -> None:
+        """`out` as a step that is not slow, surer the further under the bar it is."""
+        cfg = self.config
+        below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
+        out.update({"slow": False, "layer": "none", "component": None, "lost_s": 0.0, "evidence": [],
+                    "causes": [], "confidence": round(cfg.healthy_confidence_base
+                                                      + cfg.healthy_confidence_span * below, 3)})
+
     def _capped(self, confidence: float) -> float:
         return round(float(min(max(confidence, 0.0), self.config.max_confidence)), 3)
 
@@ -363,13 +378,16 @@ class AttributionEngine:
         summ = self._step_summaries(conn, job, rng[0] - self.config.history_steps, rng[1] + SEQ_LOOKAHEAD_STEPS,
                                     len(ranks))
         bl = _baselines_for(summ)
-        # borderline steps are slow when their stored attribution was corroborated by telemetry
+        # borderline steps are slow when their stored attribution was corroborated by telemetry, and
+        # an unproven onset is not when its stored attribution found nothing of its own (_attribute)
         corroborated = q.stored_slow_steps(conn, job=job, lo=rng[0], hi=rng[1])
+        onsets = q.stored_onsets(conn, job=job, lo=rng[0], hi=rng[1])
         lo = from_ts.timestamp() if from_ts else -math.inf
         hi = to_ts.timestamp() if to_ts else math.inf
         out: list[StepRow] = []
         for j, (s, start, d) in enumerate(zip(summ["step"], summ["start"], summ["dur"], strict=False)):
-            slow = bool(bl.slow[j]) or (bool(bl.borderline[j]) and int(s) in corroborated)
+            slow = ((bool(bl.slow[j]) and not (bl.onset[j] and int(s) in onsets))
+                    or (bool(bl.borderline[j]) and int(s) in corroborated))
             if not rng[0] <= s <= rng[1] or not lo <= start <= hi or (slow_only and not slow):
                 continue
             b = bl.base[j]
@@ -422,10 +440,14 @@ class AttributionEngine:
         now = dict(zip(steps, bl.slow, strict=True))
         rows = q.stored_attributions(conn, job=job, lo=lo, hi=hi)
         stored = {int(r[0]): bool(r[1]) for r in rows if int(r[0]) < hi}
-        # a borderline step stored slow was corroborated by its telemetry, which later steps do not change
+        # a borderline step stored slow was corroborated by its telemetry, which later steps do not
+        # change; nor do they change an unproven onset stored healthy for showing nothing of its own
         border = dict(zip(steps, bl.borderline, strict=True))
+        onset = dict(zip(steps, bl.onset, strict=True))
+        kept = q.stored_onsets(conn, job=job, lo=lo, hi=hi)
         changed = [s for s, slow in sorted(stored.items())
-                   if s in now and bool(now[s]) != slow and not (slow and border[s])]
+                   if s in now and bool(now[s]) != slow and not (slow and border[s])
+                   and not (not slow and onset[s] and s in kept)]
         # ...or answered `unknown` before a step of its episode named a cause (episode.py)
         changed += [s for s in restate_unknown(rows, dict(zip(steps, bl.episode, strict=True)))
                     if s < hi and s not in changed]

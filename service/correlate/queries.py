@@ -411,6 +411,13 @@ def stored_slow_steps(conn: Any, *, job: str, lo: int, hi: int) -> set[int]:
         "SELECT step FROM attributions WHERE job = %s AND step BETWEEN %s AND %s AND slow", (job, lo, hi)).fetchall()}
 
 
+def stored_onsets(conn: Any, *, job: str, lo: int, hi: int) -> set[int]:
+    """The steps in [lo, hi] stored healthy as an unproven onset (an evidence row of kind `onset`)."""
+    return {int(r[0]) for r in conn.execute(
+        "SELECT step FROM attributions WHERE job = %s AND step BETWEEN %s AND %s AND NOT slow "
+        "AND evidence @> '[{\"kind\": \"onset\"}]'::jsonb", (job, lo, hi)).fetchall()}
+
+
 def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) -> None:
     a = attribution
     conn.execute(
