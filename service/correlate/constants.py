@@ -267,6 +267,11 @@ class EngineConfig:
     own_history_s: float = 90.0
     # The history window ends this long before the step, so the step's own samples are not in it.
     own_history_gap_s: float = 0.5
+    # A step inside a sustained episode that began at most this long ago is compared with its sources'
+    # history before the episode's first step (engine.py); an older one with the own_history_s before
+    # it, since a past that old may no longer be the source's normal (a new phase, a diurnal load).
+    # Not tuned: ten minutes, longer than any fault the issue describes (10-40 steps).
+    episode_history_max_s: float = 600.0
     # Telemetry window after a step ends: half the step, at least 1 s (a sample interval) and at
     # most 5 s, because counters are scraped after the fact and a long step's tail is already in.
     window_pad_share: float = 0.5

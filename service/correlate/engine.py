@@ -154,14 +154,16 @@ class AttributionEngine:
             df[c] = pd.to_numeric(df[c], errors="coerce")
         return df
 
-    def _telemetry(self, conn: Any, meta: pd.DataFrame, ws: float, we: float) -> tuple[pd.DataFrame, float]:
-        """Anomalous series in [ws, we] scored against peers and own history; telemetry coverage."""
+    def _telemetry(self, conn: Any, meta: pd.DataFrame, ws: float, we: float,
+                   past: float | None = None) -> tuple[pd.DataFrame, float]:
+        """Anomalous series in [ws, we] scored against peers and own history (the own_history_s before
+        `past`, default ws); telemetry coverage."""
         if meta.empty:
             return pd.DataFrame(), 0.0
         out, have = q.outliers(conn, meta=meta, ws=ws, we=we, arrays=self._scoring_arrays(meta))
         coverage = min(1.0, have / max(int(meta["net"].sum()), 1))
-        hist = q.history(conn, ids=[int(i) for i in out["series_id"]], hs=ws - self.config.own_history_s,
-                         he=ws - self.config.own_history_gap_s)
+        he = (ws if past is None else past) - self.config.own_history_gap_s
+        hist = q.history(conn, ids=[int(i) for i in out["series_id"]], hs=he - self.config.own_history_s, he=he)
         return finish_scores(out, meta, hist), coverage
 
     # -- attribution ----------------------------------------------------------------------------
@@ -192,9 +194,16 @@ class AttributionEngine:
                             "baseline_s": None if math.isnan(base) else round(base, 6), "start": _iso(start),
                             "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0,
                             "evidence": [], "causes": []}
+        # A step well into a sustained episode is compared with its sources' past before the episode:
+        # a minute into a fault, the own_history_s before the step is the fault itself, and the culprit's
+        # counters no longer stand out from it while a victim's newest symptom does.
+        ep = int(bl.episode[i])
+        ep_start = float(summ["start"].iloc[ep]) if 0 <= ep < i else math.nan
+        past = ep_start if start - ep_start <= cfg.episode_history_max_s else None
         def explain(into: Attribution, corroborating: bool = False) -> None:
             self._explain(conn, into, job=job, topo=topo, meta=meta, ranks=ranks, row=row,
-                          base_t=float(bl.base_transfer[i]), base=base, start=start, d=d, corroborating=corroborating)
+                          base_t=float(bl.base_transfer[i]), base=base, start=start, d=d, corroborating=corroborating,
+                          past=past)
 
         if math.isnan(base):
             out["confidence"] = 0.0  # not enough history to judge
@@ -310,7 +319,7 @@ class AttributionEngine:
 
     def _explain(self, conn: Any, out: Attribution, *, job: str, topo: Topo, meta: pd.DataFrame,
                  ranks: pd.DataFrame, row: Any, base_t: float, base: float, start: float, d: float,
-                 corroborating: bool = False) -> None:
+                 corroborating: bool = False, past: float | None = None) -> None:
         """Fill `out` (a slow step) with its causes: split the lost time into local work and network.
         `corroborating` (a step under the bar, `_corroborated`): telemetry of the step's own window
         only, without the aftermath of a signal in the seconds before it (AFTERMATH_S: that explains a
@@ -330,7 +339,7 @@ class AttributionEngine:
         e_work = max((d - transfer) - (base - base_t), 0.0) if math.isfinite(base_t) else lost
         total = e_comm + e_work or 1.0
         pad = min(max(cfg.window_pad_share * d, cfg.window_pad_min_s), cfg.window_pad_max_s)
-        ev, coverage = self._telemetry(conn, meta, start, start + d + pad)
+        ev, coverage = self._telemetry(conn, meta, start, start + d + pad, past)
         if corroborating and "aftermath" in ev:
             ev = ev[~ev["aftermath"].fillna(False).astype(bool)]
         if len(ev):
