@@ -88,8 +88,8 @@ class Baselines:
     # their checkpoint slowly (their own timing) and that host's own telemetry shows it (engine.py)
     ckpt_faint: np.ndarray
     # bool: steps not over the bar's margins in total whose collectives' pure transfer time alone is
-    # REL and NET_TIMING_Z of its own spread over its baseline (compute jitter hid a network loss):
-    # slow only when their telemetry names a network cause (engine.py)
+    # REL and NET_TIMING_Z of its own spread over its baseline (compute jitter, or a checkpoint
+    # step's write, hid a network loss): slow only when their telemetry names a network cause (engine.py)
     net_only: np.ndarray
     # bool: the same of the ranks' median `data` phase (REL and NET_TIMING_Z of its own spread over its
     # baseline; not net_only): every rank's loader lost the time alike, as a shared volume makes it,
@@ -438,7 +438,9 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         # ...or the ranks' median data phase alone (every loader, as a shared volume makes it)
         x_net = np.where(raw_transfer_ok, transfer - base_t, np.nan)
         x_data = np.where(raw_data_ok, data - base_d, np.nan)
-        unjudged = ~slow & ~is_ckpt & calm & ~border & ~faint
+        # checkpoint steps too: the write is a phase of its own, and a fault's collectives or loaders
+        # lose their time at a checkpoint step as at any other, hidden there by the write's spread
+        unjudged = ~slow & calm & ~border & ~faint
         net_only = unjudged & _phase_lost(x_net, sig_t, base)
         data_only = unjudged & ~net_only & _phase_lost(x_data, sig_d, base)
         net_timing = _own_timing(x_net, sig_t, duration - centre, base)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from fabricscope.service.correlate import queries as q
@@ -62,6 +63,22 @@ def _iso(ts: float | None) -> str | None:
 def _only_layers(bl: Baselines, i: int) -> tuple[str, ...]:
     """The layers that alone may corroborate step `i` (empty: any): a step over only in one phase."""
     return NET_LAYERS if bl.net_only[i] else STORAGE_ONLY if bl.data_only[i] else ()
+
+
+def _history_end(starts: np.ndarray, episode: np.ndarray, i: int, cfg: EngineConfig) -> float | None:
+    """Where step `i`'s own-history window ends (None: at the step): before the earliest sustained
+    episode that reaches into it. A minute into a fault, or just after it, the own_history_s before the
+    step is the fault itself: the culprit's counters no longer stand out from it, while a victim's
+    newest symptom does. Not past an episode that began over episode_history_max_s before the step."""
+    lo = int(np.searchsorted(starts, starts[i] - cfg.own_history_s))
+    eps = episode[lo:i + 1]
+    eps = eps[eps >= 0]
+    if not len(eps):
+        return None
+    k = int(eps.min())
+    if k >= i or starts[i] - starts[k] > cfg.episode_history_max_s:
+        return None
+    return float(starts[k])
 
 
 def _baselines_for(df: pd.DataFrame) -> Baselines:
@@ -194,12 +211,7 @@ class AttributionEngine:
                             "baseline_s": None if math.isnan(base) else round(base, 6), "start": _iso(start),
                             "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0,
                             "evidence": [], "causes": []}
-        # A step well into a sustained episode is compared with its sources' past before the episode:
-        # a minute into a fault, the own_history_s before the step is the fault itself, and the culprit's
-        # counters no longer stand out from it while a victim's newest symptom does.
-        ep = int(bl.episode[i])
-        ep_start = float(summ["start"].iloc[ep]) if 0 <= ep < i else math.nan
-        past = ep_start if start - ep_start <= cfg.episode_history_max_s else None
+        past = _history_end(summ["start"].to_numpy(float), bl.episode, i, cfg)
         def explain(into: Attribution, corroborating: bool = False) -> None:
             self._explain(conn, into, job=job, topo=topo, meta=meta, ranks=ranks, row=row,
                           base_t=float(bl.base_transfer[i]), base=base, start=start, d=d, corroborating=corroborating,

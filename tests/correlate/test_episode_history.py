@@ -14,6 +14,7 @@ import psycopg
 
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
+from fabricscope.service.correlate.engine import _history_end
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
@@ -48,3 +49,19 @@ def test_a_long_faults_late_steps_are_named_by_their_own_counters(service_url: s
         y = old.attribute_step(db_conn, job=sc.job, step=s, store=False)
         assert x is not None and y is not None and x["component"] == y["component"] == f.component
         assert abs(x["confidence"] - y["confidence"]) < 0.05
+
+
+def test_the_own_history_ends_before_the_earliest_episode_that_reaches_into_it() -> None:
+    starts = np.arange(160) * 2.0  # 2-s steps: 45 of them in the 90-s own history
+    episode = np.full(160, -1)
+    episode[40:60] = 40  # a 20-step fault
+    episode[70:72] = 70  # and a short one later
+    cfg = DEFAULT_CONFIG
+    assert _history_end(starts, episode, 30, cfg) is None  # no episode before: up to the step
+    assert _history_end(starts, episode, 40, cfg) is None  # the episode's first step: its past is healthy
+    assert _history_end(starts, episode, 55, cfg) == 80.0  # inside: before the fault began
+    assert _history_end(starts, episode, 65, cfg) == 80.0  # just after it: its history holds the fault
+    assert _history_end(starts, episode, 71, cfg) == 80.0  # the earliest episode in reach
+    assert _history_end(starts, episode, 110, cfg) == 140.0  # the first fault ended > 90 s before
+    assert _history_end(starts, episode, 150, cfg) is None  # both out of reach
+    assert _history_end(starts, episode, 55, replace(cfg, episode_history_max_s=20.0)) is None  # too old

@@ -397,3 +397,24 @@ def test_a_healthy_step_just_over_the_noise_before_a_small_fault_is_not_its_onse
     # a fault's own first step over the floor stays its onset
     d[40] = float(np.median(d[20:40])) * 1.045
     assert _run(d).slow[40:50].all()
+
+
+def test_a_checkpoint_step_whose_collectives_alone_lost_the_time_is_network_only() -> None:
+    # checkpoint steps every 20 (+0.6 s write): a fault's collectives lose 0.2 s at checkpoint step
+    # 60 (7 % of that step) while its write ran as fast as usual minus that: the step measures its
+    # own baseline, hidden in the write's spread. Its collectives alone lost the time: "network only"
+    # (judged by a network cause alone), as at any other step; a checkpoint step whose collectives
+    # lost 2 % of it is not.
+    n = 120
+    ckpt = np.zeros(n, bool)
+    ckpt[20::20] = True
+    d = _series(93, n, 0.01) + np.where(ckpt, 0.6, 0.0)
+    transfer = 0.3 * (1.0 + np.random.default_rng(94).normal(0.0, 0.01, n))
+    b0 = compute_baselines(d, transfer, ckpt, np.where(ckpt, 0.6, 0.0))
+    transfer[60] += 0.2
+    transfer[80] += 0.06
+    d[60], d[80] = b0.base[60], b0.base[80]
+    b = compute_baselines(d, transfer, ckpt, np.where(ckpt, 0.6, 0.0))
+    assert b.net_only[60] and b.borderline[60] and not b.slow[60] and b.net_timing[60]
+    assert not b.net_only[80] and not b.borderline[80]
+    assert not b.net_only[np.arange(n) != 60].any()
