@@ -263,8 +263,11 @@ class EngineConfig:
     # so that a fault of a dozen steps still leaves enough healthy ones behind it.
     history_steps: int = 160
     # Seconds of a source's own history its window value is compared with: long enough for a robust
-    # median/MAD at 1-10 s sampling, short enough that a diurnal load shift does not count.
-    own_history_s: float = 90.0
+    # median/MAD at 1-10 s sampling and for a fault of 10-40 steps to stay a minority of it (a median
+    # follows a fault that fills half its window: 90 s did after 45 steps of 2 s, and a noisy job's
+    # 36-step link fault, with no episode to look before, lost its evidence half-way), short enough
+    # that a diurnal load shift does not count. 300 s (stop 29; was 90).
+    own_history_s: float = 300.0
     # The history window ends this long before the step, so the step's own samples are not in it.
     own_history_gap_s: float = 0.5
     # A step inside a sustained episode that began at most this long ago is compared with its sources'

@@ -30,7 +30,7 @@ def test_a_long_faults_late_steps_are_named_by_their_own_counters(service_url: s
                    rng=np.random.default_rng(1))
     sc = generate(SPEC, job="episode-history", steps=START + LENGTH + 10, faults=[f], seed=1, t0=1.783e9)
     post(service_url, sc)
-    late = START + 35  # ~70 s into the fault: most of the 90-s own history is the fault
+    late = START + 35  # ~70 s into the fault, which began 40 s into the job: most of the port's past is the fault
     a = AttributionEngine().attribute_step(db_conn, job=sc.job, step=late, store=False)
     assert a is not None and a["slow"] and (a["layer"], a["component"]) == ("fabric", f.component), a
     own = [e for e in a["evidence"] if e["source"] == f.component and e["metric"] == "ecn_marked_packets_total"]
@@ -56,7 +56,7 @@ def test_the_own_history_ends_before_the_earliest_episode_that_reaches_into_it()
     episode = np.full(160, -1)
     episode[40:60] = 40  # a 20-step fault
     episode[70:72] = 70  # and a short one later
-    cfg = DEFAULT_CONFIG
+    cfg = replace(DEFAULT_CONFIG, own_history_s=90.0)
     assert _history_end(starts, episode, 30, cfg) is None  # no episode before: up to the step
     assert _history_end(starts, episode, 40, cfg) is None  # the episode's first step: its past is healthy
     assert _history_end(starts, episode, 55, cfg) == 80.0  # inside: before the fault began
