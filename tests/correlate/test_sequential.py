@@ -293,18 +293,23 @@ def test_borderline_and_faint_steps_and_which_are_near_a_slow_step() -> None:
     assert not b.borderline[quiet].any()
 
 
+def _with_checkpoints(seed: int, n: int = 120) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, Baselines]:
+    """A job with a checkpoint every 20 steps (+0.6 s write) whose collectives' transfer time wobbles
+    1 % around 0.3 s: (n, durations, transfer times, checkpoint mask, their baselines)."""
+    ckpt = np.zeros(n, bool)
+    ckpt[20::20] = True
+    d = _series(seed, n, 0.01) + np.where(ckpt, 0.6, 0.0)
+    transfer = 0.3 * (1.0 + np.random.default_rng(seed + 1).normal(0.0, 0.01, n))
+    return n, d, transfer, ckpt, compute_baselines(d, transfer, ckpt, np.where(ckpt, 0.6, 0.0))
+
+
 def test_checkpoint_step_just_over_its_baseline_is_ckpt_faint_and_the_transfer_spread_is_measured() -> None:
     # checkpoint steps every 20 (+0.6 s write): one that runs 3.5 % over its own baseline (under the
     # borderline margin of a write's spread) is "ckpt faint" (slow only when one host's own write
     # timing and its volume's telemetry agree, engine.py); one 1 % over is not. The collectives'
     # transfer time wobbles 1 % around 0.3 s: its own spread is measured per step, and a step whose
     # collectives alone lost 5 % of the step (compute jitter hid it in the total) is "network only".
-    n = 120
-    ckpt = np.zeros(n, bool)
-    ckpt[20::20] = True
-    d = _series(91, n, 0.01) + np.where(ckpt, 0.6, 0.0)
-    transfer = 0.3 * (1.0 + np.random.default_rng(92).normal(0.0, 0.01, n))
-    b0 = compute_baselines(d, transfer, ckpt, np.where(ckpt, 0.6, 0.0))
+    n, d, transfer, ckpt, b0 = _with_checkpoints(91)
     d[80] = b0.base[80] * 1.035
     d[100] = b0.base[100] * 1.01
     transfer[90] += 0.1
@@ -405,12 +410,7 @@ def test_a_checkpoint_step_whose_collectives_alone_lost_the_time_is_network_only
     # own baseline, hidden in the write's spread. Its collectives alone lost the time: "network only"
     # (judged by a network cause alone), as at any other step; a checkpoint step whose collectives
     # lost 2 % of it is not.
-    n = 120
-    ckpt = np.zeros(n, bool)
-    ckpt[20::20] = True
-    d = _series(93, n, 0.01) + np.where(ckpt, 0.6, 0.0)
-    transfer = 0.3 * (1.0 + np.random.default_rng(94).normal(0.0, 0.01, n))
-    b0 = compute_baselines(d, transfer, ckpt, np.where(ckpt, 0.6, 0.0))
+    n, d, transfer, ckpt, b0 = _with_checkpoints(93)
     transfer[60] += 0.2
     transfer[80] += 0.06
     d[60], d[80] = b0.base[60], b0.base[80]
