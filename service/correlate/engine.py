@@ -40,7 +40,7 @@ from fabricscope.service.correlate.device_probe import gpu_or_network, with_devi
 from fabricscope.service.correlate.direction import follow_backpressure
 from fabricscope.service.correlate.episode import from_episode, restate_unknown
 from fabricscope.service.correlate.localize import FLOORS, Topo, build_topo, candidates, finish_scores, series_groups
-from fabricscope.service.correlate.records import Attribution, StepRow
+from fabricscope.service.correlate.records import Attribution, EvidenceRow, StepRow
 from fabricscope.service.correlate.report import summarize
 from fabricscope.service.correlate.window import Scoring
 from fabricscope.service.observability.metrics import attribution_timer
@@ -79,6 +79,13 @@ def _history_end(starts: np.ndarray, episode: np.ndarray, i: int, cfg: EngineCon
     if k >= i or starts[i] - starts[k] > cfg.episode_history_max_s:
         return None
     return float(starts[k])
+
+
+def _step_row(source: str, d: float, base: float, sigma: float, kind: str) -> EvidenceRow:
+    """The evidence row of a step's own time against its baseline (its excess in sigmas), which says
+    why the step time alone did not decide (`kind`: corroborated, onset)."""
+    return {"source": source, "metric": "step_duration_seconds", "value": round(d, 6), "baseline": round(base, 6),
+            "score": round((d - base) / max(sigma, 1e-9), 3), "unit": "seconds", "kind": kind}
 
 
 def _baselines_for(df: pd.DataFrame) -> Baselines:
@@ -248,9 +255,7 @@ class AttributionEngine:
                 # only the sequential test put this step in the shift, and its onset is the least sure
                 # step of it (Baselines.onset): with nothing of its own to show, it is not slow
                 self._healthy(out, d=d, base=base, thr=thr)
-                out["evidence"] = [{"source": "", "metric": "step_duration_seconds", "value": round(d, 6),
-                                    "baseline": round(base, 6), "unit": "seconds", "kind": ONSET_KIND,
-                                    "score": round((d - base) / max(float(bl.sigma[i]), 1e-9), 3)}]
+                out["evidence"] = [_step_row("", d, base, float(bl.sigma[i]), ONSET_KIND)]
             elif borrow and weak and bl.episode[i] >= 0:
                 from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
@@ -298,11 +303,7 @@ class AttributionEngine:
                       or any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE for e in on_host)))
         if not alone and not (between is not None and between((draft["layer"], draft["component"]))):
             return False
-        d = draft["duration_s"]
-        draft["evidence"].append({"source": draft["component"] or "", "metric": "step_duration_seconds",
-                                  "value": round(d, 6), "baseline": round(base, 6),
-                                  "score": round((d - base) / max(sigma, 1e-9), 3), "unit": "seconds",
-                                  "kind": "corroborated"})
+        draft["evidence"].append(_step_row(draft["component"] or "", draft["duration_s"], base, sigma, "corroborated"))
         out.update(draft)
         return True
 
@@ -401,13 +402,13 @@ class AttributionEngine:
         bl = _baselines_for(summ)
         # borderline steps are slow when their stored attribution was corroborated by telemetry, and
         # an unproven onset is not when its stored attribution found nothing of its own (_attribute)
-        corroborated = q.stored_slow_steps(conn, job=job, lo=rng[0], hi=rng[1])
-        onsets = q.stored_onsets(conn, job=job, lo=rng[0], hi=rng[1])
+        corroborated, onsets = q.stored_flags(conn, job=job, lo=rng[0], hi=rng[1])
+        onset = bl.onset
         lo = from_ts.timestamp() if from_ts else -math.inf
         hi = to_ts.timestamp() if to_ts else math.inf
         out: list[StepRow] = []
         for j, (s, start, d) in enumerate(zip(summ["step"], summ["start"], summ["dur"], strict=False)):
-            slow = ((bool(bl.slow[j]) and not (bl.onset[j] and int(s) in onsets))
+            slow = ((bool(bl.slow[j]) and not (onset[j] and int(s) in onsets))
                     or (bool(bl.borderline[j]) and int(s) in corroborated))
             if not rng[0] <= s <= rng[1] or not lo <= start <= hi or (slow_only and not slow):
                 continue
@@ -465,7 +466,7 @@ class AttributionEngine:
         # change; nor do they change an unproven onset stored healthy for showing nothing of its own
         border = dict(zip(steps, bl.borderline, strict=True))
         onset = dict(zip(steps, bl.onset, strict=True))
-        kept = q.stored_onsets(conn, job=job, lo=lo, hi=hi)
+        _, kept = q.stored_flags(conn, job=job, lo=lo, hi=hi)
         changed = [s for s, slow in sorted(stored.items())
                    if s in now and bool(now[s]) != slow and not (slow and border[s])
                    and not (not slow and onset[s] and s in kept)]

@@ -405,17 +405,19 @@ def stored_attributions(conn: Any, *, job: str, lo: int, hi: int) -> list[tuple[
         "WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall()]
 
 
-def stored_slow_steps(conn: Any, *, job: str, lo: int, hi: int) -> set[int]:
-    """The steps in [lo, hi] whose stored attribution says slow."""
-    return {int(r[0]) for r in conn.execute(
-        "SELECT step FROM attributions WHERE job = %s AND step BETWEEN %s AND %s AND slow", (job, lo, hi)).fetchall()}
-
-
-def stored_onsets(conn: Any, *, job: str, lo: int, hi: int) -> set[int]:
-    """The steps in [lo, hi] stored healthy as an unproven onset (an evidence row of kind `onset`)."""
-    return {int(r[0]) for r in conn.execute(
-        "SELECT step FROM attributions WHERE job = %s AND step BETWEEN %s AND %s AND NOT slow "
-        "AND evidence @> '[{\"kind\": \"onset\"}]'::jsonb", (job, lo, hi)).fetchall()}
+def stored_flags(conn: Any, *, job: str, lo: int, hi: int) -> tuple[set[int], set[int]]:
+    """The steps in [lo, hi] whose stored attribution says slow, and those stored healthy as an
+    unproven onset (an evidence row of kind `onset`), in one read."""
+    slow: set[int] = set()
+    onsets: set[int] = set()
+    for step, is_slow, onset in conn.execute(
+            "SELECT step, slow, NOT slow AND evidence @> '[{\"kind\": \"onset\"}]'::jsonb FROM attributions "
+            "WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall():
+        if is_slow:
+            slow.add(int(step))
+        elif onset:
+            onsets.add(int(step))
+    return slow, onsets
 
 
 def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) -> None:

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+import psycopg
+
+from fabricscope.service.correlate import queries as q
+from fabricscope.service.correlate.baseline import Baselines
+from fabricscope.service.correlate.engine import _baselines_for
 from fabricscope.service.simulate.generator import Scenario
 from fabricscope.service.simulate.send import HttpSink, send_scenario
 
@@ -14,3 +20,11 @@ def post(url: str, sc: Scenario) -> Scenario:
     finally:
         sink.close()
     return sc
+
+
+def stored_baselines(conn: psycopg.Connection, job: str, hi: int) -> tuple[Baselines, np.ndarray]:
+    """The engine's baselines of the job's steps 0..hi from their stored summaries, and the steps'
+    numbers (index i of the baselines is step steps[i])."""
+    summ = q.step_summaries(conn, job=job, lo=0, hi=hi)
+    bl = _baselines_for(summ.astype({c: float for c in summ.columns if c != "step"}))
+    return bl, summ["step"].to_numpy(int)

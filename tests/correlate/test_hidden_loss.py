@@ -20,12 +20,11 @@ from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
 from fabricscope.service.correlate.decompose import Straggler, decompose, find_straggler, straggler_loss
-from fabricscope.service.correlate.engine import _baselines_for
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.model import JobSpec, Timeline
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster, random_storage_names
-from tests.correlate.scenarios import post
+from tests.correlate.scenarios import post, stored_baselines
 
 SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
 START, LENGTH, STEPS = 40, 6, 56
@@ -61,9 +60,8 @@ def _masked(name: str, seed: int) -> tuple[Scenario, int, object]:
 
 
 def _flags(conn: psycopg.Connection, job: str, step: int) -> tuple[Baselines, int]:
-    summ = q.step_summaries(conn, job=job, lo=0, hi=STEPS)
-    bl = _baselines_for(summ.astype({c: float for c in summ.columns if c != "step"}))
-    return bl, int(np.flatnonzero(summ["step"].to_numpy() == step)[0])
+    bl, steps = stored_baselines(conn, job, STEPS)
+    return bl, int(np.flatnonzero(steps == step)[0])
 
 
 def test_a_straggler_the_step_time_hides_is_slow_and_named(service_url: str, db_conn: psycopg.Connection) -> None:

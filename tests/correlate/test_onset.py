@@ -11,14 +11,12 @@ import numpy as np
 import psycopg
 
 from fabricscope.service.correlate import AttributionEngine
-from fabricscope.service.correlate import queries as q
-from fabricscope.service.correlate.baseline import Baselines
-from fabricscope.service.correlate.engine import ONSET_KIND, _baselines_for
+from fabricscope.service.correlate.engine import ONSET_KIND
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.model import JobSpec, Timeline
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
-from tests.correlate.scenarios import post
+from tests.correlate.scenarios import post, stored_baselines
 
 SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
 START, LENGTH, STEPS = 42, 14, 66
@@ -33,12 +31,6 @@ def _longer_before(tl: Timeline, step: int, by_s: float) -> None:
     tl.coll_end[:step] -= by_s
     tl.start[step] -= by_s
     tl.fb[step] += by_s
-
-
-def _flags(conn: psycopg.Connection, job: str) -> tuple[Baselines, np.ndarray]:
-    summ = q.step_summaries(conn, job=job, lo=0, hi=STEPS)
-    bl = _baselines_for(summ.astype({c: float for c in summ.columns if c != "step"}))
-    return bl, summ["step"].to_numpy(int)
 
 
 def _scenario(name: str, seed: int, onset: float = 0.0) -> tuple[Scenario, object]:
@@ -57,7 +49,7 @@ def test_a_long_healthy_step_folded_into_a_shift_is_not_slow(service_url: str, a
     _longer_before(sc.timeline, START - 1, healthy * 1.035 - float(d[START - 1]))  # +3.5 %: under the bar
     assert not sc.truth[START - 1].slow
     post(service_url, sc)
-    bl, steps = _flags(db_conn, sc.job)
+    bl, steps = stored_baselines(db_conn, sc.job, STEPS)
     i = int(np.flatnonzero(steps == START - 1)[0])
     # the sequential test put the shift's onset at the long step, the per-step test did not flag it
     assert bl.slow[i] and not bl.step_slow[i] and bl.onset[i] and bl.episode[i + 1] == i
@@ -79,7 +71,7 @@ def test_a_long_healthy_step_folded_into_a_shift_is_not_slow(service_url: str, a
 def test_a_faults_first_step_its_telemetry_names_stays_slow(service_url: str, db_conn: psycopg.Connection) -> None:
     sc, f = _scenario("named", 3, onset=0.4)  # the fault begins 40 % into its first step
     post(service_url, sc)
-    bl, steps = _flags(db_conn, sc.job)
+    bl, steps = stored_baselines(db_conn, sc.job, STEPS)
     i = int(np.flatnonzero(steps == START)[0])
     assert bl.slow[i] and not bl.step_slow[i] and bl.onset[i]
     a = AttributionEngine().attribute_step(db_conn, job=sc.job, step=START)

@@ -12,14 +12,12 @@ import psycopg
 import pytest
 
 from fabricscope.service.correlate import AttributionEngine
-from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
-from fabricscope.service.correlate.engine import _baselines_for
 from fabricscope.service.simulate.faults import LEVEL_CHANGE, make_fault
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.model import JobSpec
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
-from tests.correlate.scenarios import post
+from tests.correlate.scenarios import post, stored_baselines
 
 SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
 START, LENGTH, STEPS = 60, 20, 110
@@ -125,8 +123,7 @@ def test_faint_step_is_slow_only_when_its_telemetry_is_sure(service_url: str, db
     sc = post(service_url, generate(SPEC, job="seq-faint", steps=90, faults=[f], seed=42, t0=1.781e9,
                                     job_spec=JobSpec(step_jitter=0.025)))
     engine = AttributionEngine()
-    summ = q.step_summaries(db_conn, job=sc.job, lo=0, hi=89)
-    bl = _baselines_for(summ.astype({c: float for c in summ.columns if c != "step"}))
+    bl, _ = stored_baselines(db_conn, sc.job, 89)
     assert bl.faint is not None and bool(bl.faint[at]) and not bl.slow[at]
     no_faint = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_faint_confidence=2.0))
     b = no_faint.attribute_step(db_conn, job=sc.job, step=at, store=False)
