@@ -379,7 +379,8 @@ def run_latency(dp: DataPath, sizes: list[int], steps: int, seed: int, analyze: 
         del sc
         if analyze:  # steady state: autovacuum would have analyzed a table this size by now, and
             # summarized the BRIN ranges the load filled (migration 0008: autosummarize)
-            dp.conn.execute("ANALYZE samples; ANALYZE steps; ANALYZE collectives; ANALYZE series")
+            dp.conn.execute("ANALYZE samples; ANALYZE steps; ANALYZE collectives; ANALYZE series; "
+                            "ANALYZE sample_frames; ANALYZE counter_increments")
             dp.conn.execute("SELECT brin_summarize_new_values('samples_ts_brin')")
         print(f"    loaded in {t_send:.0f}s; attributing", flush=True)
         out = subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "latency_scale.py"), dp.db_url,

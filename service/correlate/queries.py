@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fabricscope.service.correlate import framed
 from fabricscope.service.correlate import window as win
 from fabricscope.service.correlate.constants import (
+    AFTERMATH_S,
     BITMAP_MAX_SPAN,
     MAX_OUTLIERS,
     MAX_SAMPLE_GAP_S,
@@ -21,6 +23,7 @@ from fabricscope.service.correlate.constants import (
     PEER_MIN_Z,
 )
 from fabricscope.service.correlate.window import Scoring
+from fabricscope.service.db.frames import INCREMENT_METRICS
 
 SUMMARY_SQL = """
 WITH st AS (
@@ -209,12 +212,17 @@ def scoring_arrays(meta: pd.DataFrame) -> Scoring:
         b = np.zeros(int(ids[-1] - ids[0]) + 1, np.uint8)
         b[ids - ids[0]] = 1
         bits = {"lo": str(ids[0]), "hi": str(ids[-1]), "bits": (b + ord("0")).tobytes().decode()}
+    member = np.zeros(int(ids[-1]) + 1 if len(ids) else 0, bool)
+    member[ids] = True
+    metric = meta["metric"] if "metric" in meta else pd.Series("", index=meta.index)
     return Scoring(ids=ids, grp=meta["grp"].to_numpy(np.int64),
                    gauge=meta["gauge"].to_numpy(bool), floor=meta["floor"].to_numpy(float),
                    net=meta["net"].to_numpy(bool), solo=solo.to_numpy(bool),
                    lit={"ids": pg_array(meta["series_id"].to_numpy()), **bits},
-                   lookback=tuple((float(s), bool(g), pg_array(x["series_id"].to_numpy()))
-                                  for (s, g), x in meta[lb].groupby(["lookback", "gauge"])))
+                   lookback=tuple((float(s), bool(g), pg_array(x["series_id"].to_numpy()),
+                                   not g and bool(metric[x.index].isin(INCREMENT_METRICS).all()))
+                                  for (s, g), x in meta[lb].groupby(["lookback", "gauge"])),
+                   member=member)
 
 
 def unsend_array(buf: bytes | None, dtype: str) -> np.ndarray:
@@ -235,15 +243,21 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     p: dict[str, Any] = {**sc.lit, "ws": ws, "we": we, "gap": MAX_SAMPLE_GAP_S, "scan": NEXT_SCAN_S}
     with conn.transaction():
         conn.execute(SCORING_SETTINGS)
-        n_series = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'series'::regclass").fetchone()
-        sql = WINDOW_BITS_SQL if win.use_bitmap(sc, float(n_series[0]) if n_series else -1.0) else WINDOW_SQL
-        if sql is WINDOW_SQL:
-            conn.execute(BTREE_SETTINGS)
-        raw, later = _window_samples(conn, sql, p, we)
+        framed_ok = framed.frames_cover(conn, ws - max(AFTERMATH_S.values(), default=0.0))
+        row = conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'series'::regclass").fetchone()
+        n_series = float(row[0]) if row else -1.0
+        if framed_ok and win.use_frames(sc, n_series):
+            raw, later = framed.window_samples(conn, sc, ws=ws, hi=we + NEXT_SCAN_S, we=we)
+        else:
+            sql = WINDOW_BITS_SQL if win.use_bitmap(sc, n_series) else WINDOW_SQL
+            if sql is WINDOW_SQL:
+                conn.execute(BTREE_SETTINGS)
+            raw, later = _window_samples(conn, sql, p, we)
         need = np.setdiff1d(sc.ids, later, assume_unique=True)
         rows = conn.execute(PROBES_SQL, {**p, "need": pg_array(need)}).fetchall()
-        lbs = [r for lb_s, gauge, ids in sc.lookback for r in conn.execute(
-            LOOKBACK_SQL, {"ws": ws, "lb": lb_s, "gauge": gauge, "lb_ids": ids}, prepare=False).fetchall()]
+        lbs = [r for lb_s, gauge, ids, inc in sc.lookback for r in (
+            framed.increments(conn, ws=ws, lb=lb_s, ids=ids) if inc and framed_ok else conn.execute(
+                LOOKBACK_SQL, {"ws": ws, "lb": lb_s, "gauge": gauge, "lb_ids": ids}, prepare=False).fetchall())]
     probe = np.array(sorted((i, t, v, np.nan if r is None else r) for i, t, v, r in rows), float).reshape(-1, 4)
     raw = win.with_probes(raw, win.Samples(probe[:, 0].astype(np.int64), probe[:, 1], probe[:, 2], probe[:, 3]))
     pos, cur_w = win.window_values(raw, sc, ws, we, max(we - ws, 1e-3))

@@ -32,10 +32,15 @@ def _fill(dtype: np.dtype, ts_us: npt.NDArray[np.int64], sid: npt.NDArray[np.int
     return a
 
 
+def stored_us(ts: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """Epoch seconds as `samples.ts` stores them: microseconds from 2000-01-01, rounded."""
+    return np.rint((ts - PG_EPOCH) * 1e6).astype(np.int64)
+
+
 def samples_copy_payload(ts: npt.NDArray[np.float64], series_id: npt.NDArray[np.int64],
                          value: npt.NDArray[np.float64], rate: npt.NDArray[np.float64]) -> bytes:
     """Binary COPY payload for ``COPY samples (ts, series_id, value, rate)``; NaN rate = NULL."""
-    ts_us = np.rint((ts - PG_EPOCH) * 1e6).astype(np.int64)
+    ts_us = stored_us(ts)
     has = ~np.isnan(rate)
     with_rate = _fill(_WITH_RATE, ts_us[has], series_id[has], value[has])
     with_rate["l_rate"] = 8

@@ -19,7 +19,8 @@ from psycopg.types.json import Jsonb
 
 from fabricscope.core.rates import series_rates
 from fabricscope.service.db.columns import SampleColumns
-from fabricscope.service.db.copybin import iso_utc, samples_copy_payload
+from fabricscope.service.db.copybin import iso_utc, samples_copy_payload, stored_us
+from fabricscope.service.db.frames import INCREMENT_METRICS, write_frames
 
 SeriesKey = tuple[str, str, str]  # (source, metric, labels as sorted JSON or "")
 
@@ -48,6 +49,7 @@ class SampleWriter:
 
     def _alloc(self, size: int) -> None:
         self._is_counter = np.zeros(size, dtype=bool)
+        self._is_increment = np.zeros(size, dtype=bool)  # frames.INCREMENT_METRICS
         self._loaded = np.zeros(size, dtype=bool)  # last point known (from the DB or a write)
         self._last_ts = np.full(size, np.nan)
         self._last_val = np.full(size, np.nan)
@@ -55,10 +57,11 @@ class SampleWriter:
     def _grow(self, max_id: int) -> None:
         if max_id < len(self._is_counter):
             return
-        old = (self._is_counter, self._loaded, self._last_ts, self._last_val)
+        old = (self._is_counter, self._is_increment, self._loaded, self._last_ts, self._last_val)
         self._alloc(max(2 * len(old[0]), max_id + 1))
         n = len(old[0])
-        self._is_counter[:n], self._loaded[:n], self._last_ts[:n], self._last_val[:n] = old
+        (self._is_counter[:n], self._is_increment[:n], self._loaded[:n], self._last_ts[:n],
+         self._last_val[:n]) = old
 
     def reset_caches(self) -> None:
         with self._lock:
@@ -115,6 +118,7 @@ class SampleWriter:
                 found[(source, metric, labels)] = sid
                 # Safe before commit: a series id is never reused, and its metric kind never changes.
                 self._is_counter[sid] = kind == "counter"
+                self._is_increment[sid] = kind == "counter" and metric in INCREMENT_METRICS
         return found
 
     def _load_last(self, conn: psycopg.Connection, sids: np.ndarray) -> None:
@@ -162,8 +166,10 @@ class SampleWriter:
             pending = (csid[order], cols.ts[idx][order], cols.value[idx][order])
         payload = samples_copy_payload(cols.ts, sids, cols.value, rate)
         copy_sql = "COPY samples (ts, series_id, value, rate) FROM STDIN (FORMAT BINARY)"
-        with conn.cursor() as cur, cur.copy(copy_sql) as cp:
-            cp.write(payload)
+        with conn.cursor() as cur:
+            with cur.copy(copy_sql) as cp:
+                cp.write(payload)
+            write_frames(cur, stored_us(cols.ts), sids, cols.value, rate, is_counter, self._is_increment[sids])
         return Written(n, pending, new or None)
 
     def committed(self, written: Written) -> None:

@@ -18,6 +18,8 @@ from fabricscope.collectors.sinks.http import HttpTransport
 from fabricscope.core import wire
 from fabricscope.core.backoff import backoff_delay
 from fabricscope.core.rates import series_rates
+from fabricscope.service.db.copybin import samples_copy_payload, stored_us
+from fabricscope.service.db.frames import INCREMENT_METRICS, write_frames
 from fabricscope.service.simulate.generator import Scenario
 
 MAX_BATCH = 5000
@@ -131,10 +133,12 @@ class DirectSink:
                 lt = np.array([last.get(int(i), (np.nan, np.nan))[0] for i in sid])
                 lv = np.array([last.get(int(i), (np.nan, np.nan))[1] for i in sid])
                 order, rates = series_rates(sid, df["ts"].to_numpy(float), df["value"].to_numpy(float), lt, lv)
-                out = pd.DataFrame({"ts": pd.to_datetime(df["ts"].to_numpy()[order], unit="s", utc=True),
-                                    "series_id": sid[order], "value": df["value"].to_numpy()[order],
-                                    "rate": np.where(counter[order], rates, np.nan)})
-                _copy(cur, "samples", ["ts", "series_id", "value", "rate"], out)
+                ts, sid = df["ts"].to_numpy(float)[order], sid[order]
+                value, rate = df["value"].to_numpy(float)[order], np.where(counter[order], rates, np.nan)
+                with cur.copy("COPY samples (ts, series_id, value, rate) FROM STDIN (FORMAT BINARY)") as cp:
+                    cp.write(samples_copy_payload(ts, sid, value, rate))
+                increment = counter[order] & df["metric"].isin(INCREMENT_METRICS).to_numpy()[order]
+                write_frames(cur, stored_us(ts), sid, value, rate, counter[order], increment)  # as ingest does
             elif kind == "steps":
                 df = pd.DataFrame(body["steps"])
                 out = pd.DataFrame({"job": body["job"], "rank": df["rank"], "step": df["step"],

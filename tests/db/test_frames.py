@@ -1,0 +1,167 @@
+"""Sample frames and counter increments (service/db/frames.py, migration 0009): the ingest writer
+keeps them beside `samples` in the same transaction; the engine reads a step's window and its
+link-down look-back from them, and gets the same values as from the sample rows. Real database, the
+real ingest API for the engine's part."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from fabricscope.service.correlate import AttributionEngine, framed
+from fabricscope.service.correlate import window as win
+from fabricscope.service.db import frames
+from fabricscope.service.db.writer import SampleWriter
+from fabricscope.service.ingest.validate import SampleColumns
+from fabricscope.service.simulate.faults import make_fault
+from fabricscope.service.simulate.generator import generate
+from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
+from fabricscope.service.workers import retention
+from tests.correlate.scenarios import post
+
+
+def _cols(rows: list[tuple[float, str, str, float]]) -> SampleColumns:
+    ts, src, met, val = zip(*rows, strict=True)
+    return SampleColumns(np.array(ts, float), list(src), list(met), np.array(val, float), [""] * len(rows), None)
+
+
+def _frame_records(conn: psycopg.Connection, sids: list[int]) -> np.ndarray:
+    with conn.cursor(binary=True) as cur:
+        payloads = [r[0] for r in cur.execute("SELECT payload FROM sample_frames").fetchall()]
+    rec = frames.decode(payloads)
+    rec = rec[np.isin(rec["sid"], sids)]
+    return rec[np.lexsort((rec["ts"], rec["sid"]))]
+
+
+def test_the_writer_frames_every_sample_and_keeps_link_down_rises(database_url: str) -> None:
+    host = f"fr{uuid.uuid4().hex[:8]}"
+    t0 = time.time() - 300 + 0.25
+    writer = SampleWriter()
+    batches = [  # two writes, each over two seconds, a counter, a gauge and a link-down counter
+        [(t0, f"{host}:eth0", "rx_bytes_total", 1e12), (t0, f"{host}:eth0", "temperature_celsius", 41.5),
+         (t0, f"{host}:eth0", "link_down_total", 7.0), (t0 + 1, f"{host}:eth0", "rx_bytes_total", 1e12 + 5e9),
+         (t0 + 1, f"{host}:eth0", "link_down_total", 7.0)],
+        [(t0 + 2, f"{host}:eth0", "rx_bytes_total", 1e12 + 9e9), (t0 + 2, f"{host}:eth0", "link_down_total", 9.0),
+         (t0 + 3, f"{host}:eth0", "temperature_celsius", 43.0), (t0 + 3, f"{host}:eth0", "link_down_total", 9.0)],
+    ]
+    with psycopg.connect(database_url) as conn:
+        for b in batches:
+            with conn.transaction():
+                written = writer.write_samples(conn, _cols(b))
+            writer.committed(written)
+        stored = conn.execute(
+            "SELECT s.series_id, (extract(epoch FROM s.ts - timestamptz '2000-01-01 UTC') * 1e6)::bigint, s.value,"
+            " coalesce(s.rate, 'NaN'), m.name FROM samples s JOIN series se ON se.id = s.series_id"
+            " JOIN sources src ON src.id = se.source_id JOIN metrics m ON m.id = se.metric_id"
+            " WHERE src.name = %s ORDER BY 1, 2", (f"{host}:eth0",)).fetchall()
+        sids = sorted({r[0] for r in stored})
+        rec = _frame_records(conn, sids)
+        link = [r[0] for r in stored if r[4] == "link_down_total"][0]
+        rises = conn.execute("SELECT rate FROM counter_increments WHERE series_id = %s", (link,)).fetchall()
+    assert len(stored) == 9
+    assert rec["sid"].tolist() == [r[0] for r in stored]
+    assert rec["ts"].tolist() == [r[1] for r in stored]
+    # a counter's rate (NaN where none: its first sample), a gauge's value
+    want = [r[3] if r[4].endswith("_total") else r[2] for r in stored]
+    assert np.array_equal(rec["x"], np.array(want, float), equal_nan=True)
+    assert rises == [(2.0,)]  # 7 -> 9 over one second; the flat seconds and the first sample are no rises
+
+
+def test_the_engine_reads_the_same_window_from_frames_as_from_samples(service_url: str,
+                                                                       db_conn: psycopg.Connection,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
+    cl = build_cluster(spec)
+    rng = np.random.default_rng(5)
+    faults = [make_fault(cl, "link_flap", start_step=30, steps=6, severity=0.3, rng=rng),
+              make_fault(cl, "fabric_congestion", start_step=44, steps=6, severity=0.2, rng=rng)]
+    sc = post(service_url, generate(spec, job=f"frames-{uuid.uuid4().hex[:6]}", steps=56, faults=faults, seed=5,
+                                    t0=1.784e9))  # a time range no other test of this database uses
+    seen: list[tuple[Any, ...]] = []
+    real_values, real_lookback = win.window_values, win.with_lookback
+    monkeypatch.setattr(win, "window_values", lambda *a: seen.append(("w", *real_values(*a))) or seen[-1][1:])
+    monkeypatch.setattr(win, "with_lookback", lambda *a: seen.append(("l", *real_lookback(*a))) or seen[-1][1:])
+    monkeypatch.setattr(win, "use_frames", lambda sc, n: True)  # a test job is a small share of the database
+    engine = AttributionEngine()
+    slow = [s for s in range(56) if sc.truth[s].slow]
+    assert len(slow) >= 8
+    for s in slow:
+        engine.attribute_step(db_conn, job=sc.job, step=s, store=False)
+    from_frames = list(seen)
+    seen.clear()
+    monkeypatch.setattr(framed, "frames_cover", lambda conn, ws: False)  # sample rows, LOOKBACK_SQL
+    engine.clear_caches()
+    for s in slow:
+        engine.attribute_step(db_conn, job=sc.job, step=s, store=False)
+    assert len(from_frames) == len(seen) >= 2 * len(slow)
+    for a, b in zip(from_frames, seen, strict=True):
+        assert a[0] == b[0] and len(a[1]) > 100
+        for x, y in zip(a[1:], b[1:], strict=True):
+            assert np.array_equal(x, y, equal_nan=True)
+    # the flap's rises were read from counter_increments, and they stood out in a look-back
+    rises = db_conn.execute("SELECT count(*) FROM counter_increments ci JOIN series se ON se.id = ci.series_id"
+                            " JOIN sources src ON src.id = se.source_id WHERE src.name = ANY(%s)",
+                            (sorted(set(sc.streams.sources)),)).fetchone()
+    assert rises is not None and rises[0] > 0
+
+
+def test_a_database_upgraded_with_samples_reads_samples_until_frames_began(db_conn: psycopg.Connection) -> None:
+    with db_conn.transaction(force_rollback=True):
+        db_conn.execute("UPDATE sample_frames_since SET since = now()")
+        now = time.time()
+        assert not framed.frames_cover(db_conn, now - 60)
+        assert framed.frames_cover(db_conn, now + 60)
+    assert framed.frames_cover(db_conn, 0.0)  # a database created at 0009: frames from the start
+
+
+def test_retention_deletes_old_frames_and_increments(db_conn: psycopg.Connection) -> None:
+    payload = frames.frames_copy_payload(np.array([0], np.int64), np.array([1], np.int64), np.array([1.0]))
+    with db_conn.transaction(force_rollback=True):
+        copy = "COPY sample_frames (bucket, n, payload) FROM STDIN (FORMAT BINARY)"
+        with db_conn.cursor() as cur, cur.copy(copy) as cp:
+            cp.write(payload)  # 2000-01-01
+        db_conn.execute("INSERT INTO counter_increments VALUES (1, '1990-01-01', 1.0), (1, '2001-01-01', 1.0)")
+        db_conn.execute("INSERT INTO sample_frames VALUES ('1990-01-01', 0, ''::bytea)")
+        # a cut-off in 1999: the other tests' simulated jobs (2020 on) stay
+        retention(db_conn, days=int((time.time() - 915_148_800) // 86_400))
+        left = db_conn.execute("SELECT count(*) FROM sample_frames WHERE bucket < '2000-06-01'").fetchone()
+        inc = db_conn.execute("SELECT count(*) FROM counter_increments WHERE ts < '2001-06-01'").fetchone()
+    assert left == (1,) and inc == (1,)
+
+
+def test_samples_out_of_time_order_are_sorted_as_before() -> None:
+    """A late write puts a series' older sample after its newer one: the window sorts by time anyway."""
+    sid = np.array([5, 3, 5, 3, 5])
+    t = np.array([2.0, 1.0, 1.0, 3.0, 4.0])
+    s = win.Samples(sid, t, np.arange(5.0), np.full(5, np.nan))
+    got, later = win.first_after(s, t > 3.5)
+    assert got.sid.tolist() == [3, 3, 5, 5, 5] and got.t.tolist() == [1.0, 3.0, 1.0, 2.0, 4.0]
+    assert got.value.tolist() == [1.0, 3.0, 2.0, 0.0, 4.0] and later.tolist() == [5]
+
+
+def test_a_frame_holds_one_write_and_second_and_at_most_frame_max_records() -> None:
+    """A write out of time order, with more samples in one second than a frame holds: every record is
+    kept, in time order per second, each frame within one second and under the cap (its heap page)."""
+    rng = np.random.default_rng(3)
+    n = frames.FRAME_MAX_RECORDS * 2 + 17
+    ts_us = rng.integers(5_000_000, 7_000_000, n)  # two seconds, shuffled
+    sid = rng.integers(1, 50, n)
+    x = rng.random(n)
+    payload = frames.frames_copy_payload(ts_us, sid, x)
+    rows, off = [], len(frames.HEADER)
+    while payload[off:off + 2] != frames.TRAILER:
+        bucket, count = np.frombuffer(payload, ">i8", 1, off + 6)[0], np.frombuffer(payload, ">i4", 1, off + 18)[0]
+        size = int(np.frombuffer(payload, ">i4", 1, off + 22)[0])
+        rows.append((int(bucket), int(count), frames.decode([payload[off + 26:off + 26 + size]])))
+        off += 26 + size
+    assert all(0 < c <= frames.FRAME_MAX_RECORDS and len(r) == c for _, c, r in rows)
+    assert all((r["ts"] // frames.FRAME_US == b // frames.FRAME_US).all() for b, _, r in rows)
+    got = np.concatenate([r for _, _, r in rows])
+    order = np.argsort(ts_us // frames.FRAME_US, kind="stable")  # by second, the write's order within it
+    assert got["sid"].tolist() == sid[order].tolist() and got["x"].tolist() == x[order].tolist()
+    assert sum(c for _, c, _ in rows) == n and len(rows) >= 4
