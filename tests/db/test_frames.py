@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 from fabricscope.service.correlate import AttributionEngine, framed
 from fabricscope.service.correlate import window as win
 from fabricscope.service.db import frames
+from fabricscope.service.db.database import _alembic_config
 from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.ingest.validate import SampleColumns
 from fabricscope.service.simulate.faults import make_fault
@@ -23,6 +25,7 @@ from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
 from fabricscope.service.workers import retention
 from tests.correlate.scenarios import post
+from tests.support import TestDatabase
 
 
 def _cols(rows: list[tuple[float, str, str, float]]) -> SampleColumns:
@@ -117,6 +120,27 @@ def test_a_database_upgraded_with_samples_reads_samples_until_frames_began(db_co
         assert not framed.frames_cover(db_conn, now - 60)
         assert framed.frames_cover(db_conn, now + 60)
     assert framed.frames_cover(db_conn, 0.0)  # a database created at 0009: frames from the start
+
+
+def test_upgrading_a_database_that_holds_samples_starts_frames_at_the_upgrade(test_database: TestDatabase,
+                                                                            tmp_path: Path) -> None:
+    """Migration 0009 on a database with samples already stored: frames cover only what comes after
+    the upgrade (windows before it read `samples`); on an empty one, everything."""
+    from alembic import command
+
+    db = TestDatabase.create(test_database.admin_url, tmp_path)
+    try:
+        cfg = _alembic_config(db.url)
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            assert framed.frames_cover(conn, 0.0)  # created at head: frames from the start
+            command.downgrade(cfg, "0008_brin_autosummarize")
+            conn.execute("INSERT INTO samples VALUES (now() - interval '1 hour', 1, 1.0, NULL)")
+            command.upgrade(cfg, "head")
+            now = time.time()
+            assert not framed.frames_cover(conn, now - 600)
+            assert framed.frames_cover(conn, now + 60)
+    finally:
+        db.drop()
 
 
 def test_retention_deletes_old_frames_and_increments(db_conn: psycopg.Connection) -> None:
