@@ -28,7 +28,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fabricscope.service.db.copybin import samples_copy_payload, stored_us  # noqa: E402
-from fabricscope.service.db.frames import frames_copy_payload  # noqa: E402
+from fabricscope.service.db.frames import FRAMES_COPY, frames_copy_payload  # noqa: E402
 from fabricscope.service.db.writer import SampleWriter, claim_batch  # noqa: E402
 from fabricscope.service.ingest.validate import SampleColumns, labels_key  # noqa: E402
 from tests.support import TestDatabase, start_service  # noqa: E402
@@ -83,7 +83,6 @@ def bench_raw_and_writer(url: str, raw_batches: list[list[dict]], w_batches: lis
     cols = [columns(b) for b in w_batches]
     t_raw = t_frames = t_wr = 0.0
     copy_sql = "COPY samples (ts, series_id, value, rate) FROM STDIN (FORMAT BINARY)"
-    frames_sql = "COPY sample_frames (bucket, n, payload) FROM STDIN (FORMAT BINARY)"
     with psycopg.connect(url) as rc, psycopg.connect(url) as wc:
         for (p, f), c in zip(payloads, cols, strict=True):
             t = time.perf_counter()
@@ -94,7 +93,7 @@ def bench_raw_and_writer(url: str, raw_batches: list[list[dict]], w_batches: lis
             with rc.transaction(), rc.cursor() as cur:
                 with cur.copy(copy_sql) as cp:
                     cp.write(p)
-                with cur.copy(frames_sql) as cp:
+                with cur.copy(FRAMES_COPY) as cp:
                     cp.write(f)
             t_frames += time.perf_counter() - t
             t = time.perf_counter()

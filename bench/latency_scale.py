@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fabricscope.core.rates import series_rates  # noqa: E402
 from fabricscope.service.db.copybin import stored_us  # noqa: E402
-from fabricscope.service.db.frames import INCREMENT_METRICS, frames_copy_payload, increments_copy_payload  # noqa: E402
+from fabricscope.service.db.frames import INCREMENT_METRICS, write_frames  # noqa: E402
 from fabricscope.service.simulate.generator import Scenario  # noqa: E402
 from fabricscope.service.simulate.send import DirectSink  # noqa: E402
 
@@ -107,15 +107,9 @@ def bulk_load(conn: Any, sc: Scenario, progress: Any = print) -> int:
         # second as its agent's or switch poller's writes would give, and the link-down increments.
         progress("    frames and increments")
         device = pd.factorize(pd.Series([s.partition(":")[0] for s in st.sources]))[0][row]
-        t_order = np.argsort(ts, kind="stable")
         increment = counter & np.isin(np.array(st.metrics, dtype=object)[row], list(INCREMENT_METRICS))
-        with cur.copy("COPY sample_frames (bucket, n, payload) FROM STDIN (FORMAT BINARY)") as cp:
-            x = np.where(counter, rate, val)
-            cp.write(frames_copy_payload(stored_us(ts[t_order]), sid[t_order], x[t_order], device[t_order]))
-        inc = increments_copy_payload(stored_us(ts), sid, rate, increment)
-        if inc is not None:
-            with cur.copy("COPY counter_increments (series_id, ts, rate) FROM STDIN (FORMAT BINARY)") as cp:
-                cp.write(inc)
+        o = np.argsort(ts, kind="stable")
+        write_frames(cur, stored_us(ts[o]), sid[o], val[o], rate[o], counter[o], increment[o], group=device[o])
     for kind, rows in (("steps", sc.steps_payload()), ("collectives", sc.collectives_payload()),
                        ("events", sc.events_payload())):
         for i in range(0, len(rows), 50_000):

@@ -37,6 +37,8 @@ INCREMENT_METRICS = frozenset({"link_down_total"})
 # 20 bytes, where value and rate both took 28: the writer's cost of frames is their bytes.
 RECORD = np.dtype([("sid", "<i4"), ("ts", "<i8"), ("x", "<f8")])
 
+FRAMES_COPY = "COPY sample_frames (bucket, n, payload) FROM STDIN (FORMAT BINARY)"
+INCREMENTS_COPY = "COPY counter_increments (series_id, ts, rate) FROM STDIN (FORMAT BINARY)"
 _FRAME_ROW = [("n", ">i2"), ("l_bucket", ">i4"), ("bucket", ">i8"), ("l_count", ">i4"), ("count", ">i4"),
               ("l_payload", ">i4")]
 _INCREMENT_ROW = np.dtype([("n", ">i2"), ("l_sid", ">i4"), ("sid", ">i4"), ("l_ts", ">i4"), ("ts", ">i8"),
@@ -93,13 +95,14 @@ def increments_copy_payload(ts_us: npt.NDArray[np.int64], sid: npt.NDArray[np.in
 
 def write_frames(cur: Any, ts_us: npt.NDArray[np.int64], sid: npt.NDArray[np.int64], value: npt.NDArray[np.float64],
                  rate: npt.NDArray[np.float64], is_counter: npt.NDArray[np.bool_],
-                 is_increment: npt.NDArray[np.bool_]) -> None:
-    """The frames and counter increments of samples just written to `samples` (same transaction)."""
-    with cur.copy("COPY sample_frames (bucket, n, payload) FROM STDIN (FORMAT BINARY)") as cp:
-        cp.write(frames_copy_payload(ts_us, sid, np.where(is_counter, rate, value)))
+                 is_increment: npt.NDArray[np.bool_], group: npt.NDArray[np.int64] | None = None) -> None:
+    """The frames and counter increments of samples just written to `samples` (same transaction);
+    `group`: as frames_copy_payload's."""
+    with cur.copy(FRAMES_COPY) as cp:
+        cp.write(frames_copy_payload(ts_us, sid, np.where(is_counter, rate, value), group))
     inc = increments_copy_payload(ts_us, sid, rate, is_increment)
     if inc is not None:
-        with cur.copy("COPY counter_increments (series_id, ts, rate) FROM STDIN (FORMAT BINARY)") as cp:
+        with cur.copy(INCREMENTS_COPY) as cp:
             cp.write(inc)
 
 

@@ -146,8 +146,7 @@ def test_upgrading_a_database_that_holds_samples_starts_frames_at_the_upgrade(te
 def test_retention_deletes_old_frames_and_increments(db_conn: psycopg.Connection) -> None:
     payload = frames.frames_copy_payload(np.array([0], np.int64), np.array([1], np.int64), np.array([1.0]))
     with db_conn.transaction(force_rollback=True):
-        copy = "COPY sample_frames (bucket, n, payload) FROM STDIN (FORMAT BINARY)"
-        with db_conn.cursor() as cur, cur.copy(copy) as cp:
+        with db_conn.cursor() as cur, cur.copy(frames.FRAMES_COPY) as cp:
             cp.write(payload)  # 2000-01-01
         db_conn.execute("INSERT INTO counter_increments VALUES (1, '1990-01-01', 1.0), (1, '2001-01-01', 1.0)")
         db_conn.execute("INSERT INTO sample_frames VALUES ('1990-01-01', 0, ''::bytea)")
