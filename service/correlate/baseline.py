@@ -108,6 +108,10 @@ class Baselines:
     # bar cannot say which of them it was about: only the step's own rank timings (a straggler) can
     # corroborate such a step.
     near_slow: np.ndarray
+    # the ranks' median `data` phase's healthy median and spread (MAD-sigma) per step: NaN without
+    # history or phases (engine.py: a shared volume's loss named from the loaders' timing)
+    data_base: np.ndarray | None = None
+    data_sigma: np.ndarray | None = None
 
     @property
     def onset(self) -> np.ndarray:
@@ -452,7 +456,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     judged = border | faint | net_only | data_only
     return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow, sig, centre,
                      sig_t, judged, faint, ck_faint, net_only, data_only, net_timing, data_timing,
-                     judged & near_slow)
+                     judged & near_slow, base_d, sig_d)
 
 
 def _phase_lost(x: np.ndarray, spread: np.ndarray, base: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -42,19 +43,40 @@ def unknown_cause(confidence: float) -> CauseDraft:
     return {"layer": "unknown", "component": None, "confidence": confidence, "evidence": []}
 
 
+@dataclass(frozen=True)
+class LoaderLoss:
+    """The ranks' median `data` phase of a step that lost its time there (baseline.py: data_timing,
+    every loader alike, as a shared volume makes it): the step's value, its healthy median and spread."""
+    value_s: float
+    base_s: float
+    sigma_s: float
+    # the shared volumes the job's loaders read during the step (read ops or bytes counted)
+    volumes: tuple[str, ...] = ()
+
+
 def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float,
                cfg: EngineConfig = DEFAULT_CONFIG, *, data_s: float | None = None,
-               work_s: float | None = None) -> CauseDraft:
+               work_s: float | None = None, loaders: LoaderLoss | None = None) -> CauseDraft:
     """Layer and component for excess local work (the thing everyone waited for). `data_s`: the
-    step's median `data` phase, `work_s`: its lost local work (seconds; None when unknown)."""
+    step's median `data` phase, `work_s`: its lost local work (seconds; None when unknown);
+    `loaders`: set when the data phase itself lost the time."""
     n = cfg.evidence_per_cause
     storage = rank_candidates(ev, ("storage",)) if len(ev) else pd.DataFrame()
+    reading = data_s is None or work_s is None or data_s >= cfg.storage_data_share * work_s
+    shared = storage[storage["component"].isin(topo.shared_volumes)] if len(storage) else storage
+    if (st is not None and work_s and st.excess_s < cfg.straggler_min_share * work_s
+            and ((len(shared) and reading) or loaders is not None)):
+        # every rank lost far more local work than the straggler's own excess: what slowed them all (a
+        # shared volume they read from) is the cause, and the straggler is the usual spread across
+        # ranks (a checkpoint step's slowest writer is a few sigmas out on most steps)
+        st, storage = None, shared
     if st is None:
-        reading = data_s is None or work_s is None or data_s >= cfg.storage_data_share * work_s
         if len(storage) and reading:
             comp = storage.iloc[0]["component"]
             return {"layer": "storage", "component": comp, "confidence": storage_confidence(storage, cfg),
                     "evidence": evidence_rows(ev, layer="storage", component=comp, n=n)}
+        if loaders is not None:
+            return _unobserved_shared(loaders, topo, cfg) or unknown_cause(cfg.unknown_confidence)
         return unknown_cause(cfg.unknown_confidence)
     source = f"{st.host}:{st.gpu}" if (st.gpu and not st.host_level) else st.host
     timing: EvidenceRow = {"source": source, "metric": _PHASE_METRIC[st.phase], "value": round(st.value_s, 6),
@@ -87,6 +109,23 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
     if st.host_level:
         return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing]}
     return {"layer": "compute", "component": source, "confidence": conf, "evidence": [timing]}
+
+
+def _unobserved_shared(loaders: LoaderLoss, topo: Topo, cfg: EngineConfig) -> CauseDraft | None:
+    """Every loader lost the time and no telemetry shows why (the volume's latency series missing, or
+    its reading too coarse for the step): the shared volume the job's loaders read during the step
+    (or, when they read several of one storage system, that system), at the confidence of a cause
+    named from timings alone. None when there is nothing shared to name."""
+    systems = {topo.host_of.get(v, v) for v in loaders.volumes}
+    if not loaders.volumes or len(systems) > 1:
+        return None
+    comp = loaders.volumes[0] if len(loaders.volumes) == 1 else systems.pop()
+    z = (loaders.value_s - loaders.base_s) / loaders.sigma_s if loaders.sigma_s > 0 else cfg.max_evidence_score
+    timing: EvidenceRow = {"source": comp, "metric": _PHASE_METRIC["data"], "value": round(loaders.value_s, 6),
+                           "baseline": round(loaders.base_s, 6), "score": round(min(z, cfg.max_evidence_score), 2),
+                           "unit": "seconds", "kind": "timing"}
+    conf = cfg.checkpoint_without_telemetry_factor * cfg.storage_without_straggler_confidence
+    return {"layer": "storage", "component": comp, "confidence": conf, "evidence": [timing]}
 
 
 def storage_confidence(storage: pd.DataFrame, cfg: EngineConfig = DEFAULT_CONFIG) -> float:

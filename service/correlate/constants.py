@@ -323,6 +323,11 @@ class EngineConfig:
     # jitter (0.5 -> 1.9 ms) would otherwise have taken that time. Half: a volume's slowdown is all in
     # `data` (which also holds the usual read time), other local work's noise is not.
     storage_data_share: float = 0.5
+    # A straggler whose own phase excess is under this share of the step's lost local work did not
+    # cause most of it: with a candidate off the job's hosts (a shared volume) that the ranks' reading can hold
+    # (storage_data_share), the storage is named instead (#15: a shared volume slowed at a checkpoint
+    # step, whose slowest writer was 6 sigmas out by 58 of the 290 ms lost).
+    straggler_min_share: float = 0.35
     # Straggler strength = base + span * (1 - exp(-z / scale)): z of 5 (the detection bar) gives
     # ~0.64, z of 60 and more approaches 0.95.
     straggler_base: float = 0.55

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 from fabricscope.service.correlate.cache import LruCache
 from fabricscope.service.correlate.causes import (
     NET_LAYERS,
+    LoaderLoss,
     combine_causes,
     merge_same,
     net_cause,
@@ -63,6 +65,13 @@ def _iso(ts: float | None) -> str | None:
 def _only_layers(bl: Baselines, i: int) -> tuple[str, ...]:
     """The layers that alone may corroborate step `i` (empty: any): a step over only in one phase."""
     return NET_LAYERS if bl.net_only[i] else STORAGE_ONLY if bl.data_only[i] else ()
+
+
+def _loader_loss(bl: Baselines, i: int, row: Any) -> LoaderLoss | None:
+    """Step `i`'s loaders' loss when its median data phase lost the time itself (Baselines.data_timing)."""
+    if bl.data_base is None or bl.data_sigma is None or not bl.data_timing[i] or not pd.notna(row["data"]):
+        return None
+    return LoaderLoss(float(row["data"]), float(bl.data_base[i]), float(bl.data_sigma[i]))
 
 
 def _history_end(starts: np.ndarray, episode: np.ndarray, i: int, cfg: EngineConfig) -> float | None:
@@ -222,7 +231,7 @@ class AttributionEngine:
         def explain(into: Attribution, corroborating: bool = False) -> None:
             self._explain(conn, into, job=job, topo=topo, meta=meta, ranks=ranks, row=row,
                           base_t=float(bl.base_transfer[i]), base=base, start=start, d=d, corroborating=corroborating,
-                          past=past)
+                          past=past, loaders=_loader_loss(bl, i, row))
 
         if math.isnan(base):
             out["confidence"] = 0.0  # not enough history to judge
@@ -332,7 +341,7 @@ class AttributionEngine:
 
     def _explain(self, conn: Any, out: Attribution, *, job: str, topo: Topo, meta: pd.DataFrame,
                  ranks: pd.DataFrame, row: Any, base_t: float, base: float, start: float, d: float,
-                 corroborating: bool = False, past: float | None = None) -> None:
+                 corroborating: bool = False, past: float | None = None, loaders: LoaderLoss | None = None) -> None:
         """Fill `out` (a slow step) with its causes: split the lost time into local work and network.
         `corroborating` (a step under the bar, `_corroborated`): telemetry of the step's own window
         only, without the aftermath of a signal in the seconds before it (AFTERMATH_S: that explains a
@@ -359,11 +368,15 @@ class AttributionEngine:
             ev = follow_backpressure(candidates(ev, topo), topo)
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
         win = (start, start + d + pad)
+        if loaders is not None and topo.shared_volumes:
+            loaders = replace(loaders, volumes=tuple(q.volumes_read(conn, volumes=topo.shared_volumes, ws=start,
+                                                                    we=start + d)))
         data = steps_df["data"].dropna() if "data" in steps_df else pd.Series(dtype=float)
         data_s = float(data.median()) if len(data) else None  # None: the job records no phases
         causes = combine_causes(
             lost, e_work / total, e_comm / total,
-            lambda: with_device_evidence(conn, work_cause(st, ev, topo, conf_t, cfg, data_s=data_s, work_s=e_work),
+            lambda: with_device_evidence(conn, work_cause(st, ev, topo, conf_t, cfg, data_s=data_s, work_s=e_work,
+                                                                    loaders=loaders),
                                          topo, win, cfg),
             lambda: gpu_or_network(conn, net_cause(ev, coverage, cfg), topo, win, cfg,
                                    scan=e_comm / total >= cfg.min_share), cfg)

@@ -107,6 +107,12 @@ class Topo:
     def sources(self) -> list[str]:
         return list(self.role)
 
+    @property
+    def shared_volumes(self) -> list[str]:
+        """Volumes not on a job host: a storage system's, which every host may read (#15)."""
+        hosts = {s for s, r in self.role.items() if r == "host"}
+        return sorted(v for v, r in self.role.items() if r == "volume" and self.host_of.get(v) not in hosts)
+
 
 def build_topo(ranks: pd.DataFrame, links: pd.DataFrame, volumes: list[str],
                checkpoint_sources: frozenset[str] = frozenset()) -> Topo:

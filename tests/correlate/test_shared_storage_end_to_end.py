@@ -84,3 +84,30 @@ def test_a_slow_checkpoint_on_a_neutrally_named_volume_names_that_volume(service
         assert a is not None and (a["layer"], a["component"]) == ("storage", f.component), a
         assert any(e["source"] == f.component and e["metric"] == "write_latency_seconds"
                    for e in a["evidence"]), a["evidence"]
+
+
+def test_a_slow_shared_volume_without_its_latency_series_is_named_from_the_loaders(
+        service_url: str, db_conn: psycopg.Connection) -> None:
+    """The volume's read_latency_seconds series never arrives (its collector does not report it): its
+    ops and bytes keep their rate, so no telemetry shows the slowdown. Every rank's data phase grew
+    alike and the job's hosts read one shared volume: that volume, from the loaders' timing."""
+    spec = _spec(14)
+    f = make_fault(build_cluster(spec), "shared_volume_slow", start_step=20, steps=4, severity=0.1,
+                   rng=np.random.default_rng(3))
+    sc = generate(spec, job=f"e2e15-nolat-{next(_slot)}", steps=32, faults=[f], seed=10,
+                  t0=1.68e9 + next(_slot) * 5000.0)
+    st = sc.streams
+    lat = [k for k, (s, m) in enumerate(zip(st.sources, st.metrics, strict=True))
+           if s == f.component and m == "read_latency_seconds"]
+    assert len(lat) == 1
+    st.keep[lat[0], :] = False
+    post(service_url, sc)
+    slow = [t for t in sc.truth.values() if t.slow]
+    assert slow
+    for t in slow:
+        a = ENGINE.attribute_step(db_conn, job=sc.job, step=t.step)
+        assert a is not None and a["slow"], (t, a)
+        assert (a["layer"], a["component"]) == ("storage", f.component), a
+        assert not [e for e in a["evidence"] if e["metric"] == "read_latency_seconds"]
+        row = next(e for e in a["evidence"] if e["metric"] in ("data_seconds", "episode_cause"))
+        assert row["source"] == f.component, a["evidence"]
