@@ -37,7 +37,13 @@ from fabricscope.service.correlate.constants import (
     SEQ_LOOKAHEAD_STEPS,
     EngineConfig,
 )
-from fabricscope.service.correlate.decompose import checkpoint_straggler, decompose, find_straggler, straggler_loss
+from fabricscope.service.correlate.decompose import (
+    Straggler,
+    checkpoint_straggler,
+    decompose,
+    find_straggler,
+    straggler_loss,
+)
 from fabricscope.service.correlate.device_probe import gpu_or_network, with_device_evidence
 from fabricscope.service.correlate.direction import follow_backpressure
 from fabricscope.service.correlate.episode import from_episode, restate_unknown
@@ -72,6 +78,14 @@ def _loader_loss(bl: Baselines, i: int, row: Any) -> LoaderLoss | None:
     if bl.data_base is None or bl.data_sigma is None or not bl.data_timing[i] or not pd.notna(row["data"]):
         return None
     return LoaderLoss(float(row["data"]), float(bl.data_base[i]), float(bl.data_sigma[i]))
+
+
+def _between_slow(bl: Baselines, summ: pd.DataFrame, i: int) -> bool:
+    """Whether the steps right before and after row `i` of `summ` exist and may be slow (slow, or
+    borderline: slow when their telemetry corroborates it, which _between then asks)."""
+    steps = summ["step"].to_numpy(int)
+    return (0 < i < len(steps) - 1 and steps[i - 1] == steps[i] - 1 and steps[i + 1] == steps[i] + 1
+            and all(bool(bl.slow[j] or bl.borderline[j]) for j in (i - 1, i + 1)))
 
 
 def _history_end(starts: np.ndarray, episode: np.ndarray, i: int, cfg: EngineConfig) -> float | None:
@@ -228,10 +242,10 @@ class AttributionEngine:
                             "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0,
                             "evidence": [], "causes": []}
         past = _history_end(summ["start"].to_numpy(float), bl.episode, i, cfg)
-        def explain(into: Attribution, corroborating: bool = False) -> None:
+        def explain(into: Attribution, corroborating: bool = False, own_span: bool = False) -> None:
             self._explain(conn, into, job=job, topo=topo, meta=meta, ranks=ranks, row=row,
                           base_t=float(bl.base_transfer[i]), base=base, start=start, d=d, corroborating=corroborating,
-                          past=past, loaders=_loader_loss(bl, i, row))
+                          past=past, loaders=_loader_loss(bl, i, row), own_span=own_span)
 
         if math.isnan(base):
             out["confidence"] = 0.0  # not enough history to judge
@@ -251,18 +265,31 @@ class AttributionEngine:
                 data_timing=bool(bl.data_timing[i]), only_layers=_only_layers(bl, i))
             if not corroborated and d > float(bl.centre[i]) and not row["ckpt_max"] > 0:
                 # its timing alone decided nothing: the ranks' own clocks may still show what it hid
-                corroborated = (self._straggler_lost(conn, job=job, step=step, base=base)
+                corroborated = (self._straggler_lost(conn, job=job, step=step, base=base) is not None
                                 and self._corroborated(out, explain, base=base, sigma=sigma,
                                                        need=cfg.corroborate_min_confidence, own_timing=True,
                                                        host_of=topo.host_of))
+            if not corroborated and borrow and _between_slow(bl, summ, i) and not row["ckpt_max"] > 0:
+                # inside a fault that spans steps: the step's noise can hide the fault's loss whole (a
+                # step at its baseline), but the ranks' own clocks still show the straggler; it counts
+                # when it is the cause the steps either side name
+                st = self._straggler_lost(conn, job=job, step=step, base=base)
+                corroborated = st is not None and self._corroborated(
+                    out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
+                    host_of=topo.host_of, between=lambda c: self._between(conn, job=job, step=step, cause=c),
+                    require_between=True, straggler_host=st.host)
             if not corroborated:
                 self._healthy(out, d=d, base=base, thr=thr)
         else:
-            explain(out)
+            # an onset only the sequential test found is the least sure step of its shift: only what
+            # its own span shows counts, not the next step's first second (the pad) where the fault
+            # may have begun, nor a signal's aftermath from before it
+            explain(out, own_span=bool(bl.onset[i]))
             weak = out["layer"] == "unknown" or out["confidence"] < cfg.episode_weak_confidence
-            if bl.onset[i] and out["layer"] == "unknown":
+            if bl.onset[i] and weak:
                 # only the sequential test put this step in the shift, and its onset is the least sure
-                # step of it (Baselines.onset): with nothing of its own to show, it is not slow
+                # step of it (Baselines.onset): with nothing of its own to show (or only a weak
+                # candidate), it is not slow, and it does not borrow its episode's cause
                 self._healthy(out, d=d, base=base, thr=thr)
                 out["evidence"] = [_step_row("", d, base, float(bl.sigma[i]), ONSET_KIND)]
             elif borrow and weak and bl.episode[i] >= 0:
@@ -278,7 +305,8 @@ class AttributionEngine:
                       host_of: dict[str, str] | None = None,
                       between: Callable[[tuple[str, str | None]], bool] | None = None,
                       net_timing: bool = False, data_timing: bool = False,
-                      only_layers: tuple[str, ...] = ()) -> bool:
+                      only_layers: tuple[str, ...] = (), require_between: bool = False,
+                      straggler_host: str | None = None) -> bool:
         """A borderline step (over the noise, under the bar) is slow when its own telemetry names a
         cause with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a
         faint one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the
@@ -293,7 +321,9 @@ class AttributionEngine:
         step's link loss shows in its collectives, not in a host's write); `data_timing`: the same of
         its ranks' `data` phase, for a storage cause (a shared volume has no straggler). `only_layers`: only a
         cause of these layers, resting on the matching phase's own timing, can corroborate (baseline.py:
-        net_only and data_only, a step over only in its collectives or in its ranks' data phase)."""
+        net_only and data_only, a step over only in its collectives or in its ranks' data phase).
+        `require_between`: the draft must also be the cause of the steps either side (`between`), and
+        its component on `straggler_host` (the host of the straggler the step's own rank timings show)."""
         if not 0.0 < need <= 1.0 or not 0.0 < self.config.corroborate_min_confidence <= 1.0:
             return False
         draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
@@ -305,31 +335,36 @@ class AttributionEngine:
             return False
         hosts = host_of or {}
         host = hosts.get(str(draft["component"]), draft["component"])
+        if straggler_host is not None and host != straggler_host:
+            return False
         on_host = [e for e in draft["evidence"] if hosts.get(e["source"], e["source"]) == host]
         alone = (draft["confidence"] >= (self.config.corroborate_min_confidence if phase else need)
                  and (not own_timing or phase or any(e.get("kind") == "timing" for e in on_host))
                  and (not own_device or phase
                       or any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE for e in on_host)))
-        if not alone and not (between is not None and between((draft["layer"], draft["component"]))):
+        inside = between is not None and between((draft["layer"], draft["component"]))
+        if not (inside if require_between else alone or inside):
             return False
         draft["evidence"].append(_step_row(draft["component"] or "", draft["duration_s"], base, sigma, "corroborated"))
         out.update(draft)
         return True
 
-    def _straggler_lost(self, conn: Any, *, job: str, step: int, base: float) -> bool:
-        """Whether the step's ranks waited for a straggler corroborate_straggler_loss of the baseline longer
-        than for the next-slowest rank: a step its own rank timings show slowed, whatever the step
-        time's noise did (a step above its centre, not a checkpoint step: the caller's tests). Read
-        only for such steps under every timing bar; its cause must still be named by the step's
-        telemetry with a `timing` row of its own (_corroborated with own_timing)."""
+    def _straggler_lost(self, conn: Any, *, job: str, step: int, base: float) -> Straggler | None:
+        """The straggler the step's ranks waited for corroborate_straggler_loss of the baseline longer
+        than for the next-slowest rank (None: none): a step its own rank timings show slowed, whatever
+        the step time's noise did (a step above its centre, not a checkpoint step, or one inside a
+        fault: the callers' tests). Read only for such steps under every timing bar; its cause must
+        still be named by the step's telemetry with a `timing` row of its own (_corroborated with
+        own_timing), or be on its host and the cause of the steps either side (straggler_host)."""
         if not math.isfinite(self.config.corroborate_straggler_loss):
-            return False
+            return None
         steps_df, coll = q.rank_rows(conn, job=job, step=step)
         if len(steps_df) < 3:
-            return False
+            return None
         per_rank = decompose(steps_df, coll)
         st = find_straggler(per_rank)
-        return st is not None and straggler_loss(per_rank, st) >= self.config.corroborate_straggler_loss * base
+        lost = st is not None and straggler_loss(per_rank, st) >= self.config.corroborate_straggler_loss * base
+        return st if lost else None
 
     def _between(self, conn: Any, *, job: str, step: int, cause: tuple[str, str | None]) -> bool:
         """Whether the steps before and after `step` are both slow with `cause` as their answer."""
@@ -341,7 +376,8 @@ class AttributionEngine:
 
     def _explain(self, conn: Any, out: Attribution, *, job: str, topo: Topo, meta: pd.DataFrame,
                  ranks: pd.DataFrame, row: Any, base_t: float, base: float, start: float, d: float,
-                 corroborating: bool = False, past: float | None = None, loaders: LoaderLoss | None = None) -> None:
+                 corroborating: bool = False, past: float | None = None, loaders: LoaderLoss | None = None,
+                 own_span: bool = False) -> None:
         """Fill `out` (a slow step) with its causes: split the lost time into local work and network.
         `corroborating` (a step under the bar, `_corroborated`): telemetry of the step's own window
         only, without the aftermath of a signal in the seconds before it (AFTERMATH_S: that explains a
@@ -360,9 +396,9 @@ class AttributionEngine:
         e_comm = max(transfer - base_t, 0.0) if math.isfinite(base_t) else 0.0
         e_work = max((d - transfer) - (base - base_t), 0.0) if math.isfinite(base_t) else lost
         total = e_comm + e_work or 1.0
-        pad = min(max(cfg.window_pad_share * d, cfg.window_pad_min_s), cfg.window_pad_max_s)
+        pad = 0.0 if own_span else min(max(cfg.window_pad_share * d, cfg.window_pad_min_s), cfg.window_pad_max_s)
         ev, coverage = self._telemetry(conn, meta, start, start + d + pad, past)
-        if corroborating and "aftermath" in ev:
+        if (corroborating or own_span) and "aftermath" in ev:
             ev = ev[~ev["aftermath"].fillna(False).astype(bool)]
         if len(ev):
             ev = follow_backpressure(candidates(ev, topo), topo)

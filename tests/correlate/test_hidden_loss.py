@@ -141,3 +141,33 @@ def test_straggler_loss_is_zero_when_no_rank_is_left_to_compare() -> None:
     df = _frame([1.2, 1.2, 1.2], ["a", "a", "a"])
     st = Straggler("compute", True, 0, "a", None, 1.2, 1.0, 0.2, 9.0, [0, 1, 2])
     assert straggler_loss(df, st) == 0.0
+
+
+def test_a_fault_step_its_noise_brought_under_the_centre_is_slow_between_its_neighbours(
+        service_url: str, db_conn: psycopg.Connection) -> None:
+    """Mid-fault, the step's collectives ran so fast that the step measures 1 % under its healthy
+    median: no timing bar, not even "above the centre", can see it. The ranks still waited for the
+    GPU, and the steps either side are slow with that GPU as their cause: the step is slow with it."""
+    f = make_fault(build_cluster(SPEC), "gpu_straggler", start_step=START, steps=LENGTH, severity=0.07,
+                   rng=np.random.default_rng(5))
+    sc = generate(SPEC, job="straggler-between", steps=STEPS, faults=[f], seed=5, t0=1.782e9,
+                  job_spec=JobSpec(compute_noise=0.004))
+    step = START + 2
+    d = sc.timeline.step_duration()
+    healthy = float(np.median(d[10:START]))
+    _faster_collectives(sc.timeline, step, float(d[step]) - healthy * 0.99)
+    post(service_url, sc)
+    bl, i = _flags(db_conn, sc.job, step)
+    assert not bl.slow[i] and not bl.borderline[i] and float(sc.timeline.step_duration()[step]) < bl.centre[i]
+    engine = AttributionEngine()
+    for s in (step - 1, step + 1):
+        n = engine.attribute_step(db_conn, job=sc.job, step=s, store=False)
+        assert n is not None and n["slow"] and (n["layer"], n["component"]) == (f.layer, f.component), n  # type: ignore[attr-defined]
+    a = engine.attribute_step(db_conn, job=sc.job, step=step, store=False)
+    assert a is not None and a["slow"], a
+    assert (a["layer"], a["component"]) == (f.layer, f.component), a  # type: ignore[attr-defined]
+    assert a["evidence"][-1]["kind"] == "corroborated"
+    # ...the ranks' clocks are what made it: without the straggler-loss rule it is healthy
+    off = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_straggler_loss=math.inf))
+    b = off.attribute_step(db_conn, job=sc.job, step=step, store=False)
+    assert b is not None and not b["slow"], b
