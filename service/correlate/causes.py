@@ -64,12 +64,18 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
     storage = rank_candidates(ev, ("storage",)) if len(ev) else pd.DataFrame()
     reading = data_s is None or work_s is None or data_s >= cfg.storage_data_share * work_s
     shared = storage[storage["component"].isin(topo.shared_volumes)] if len(storage) else storage
-    if (st is not None and work_s and st.excess_s < cfg.straggler_min_share * work_s
-            and ((len(shared) and reading) or loaders is not None)):
+    if st is not None and work_s and st.excess_s < cfg.straggler_min_share * work_s:
         # every rank lost far more local work than the straggler's own excess: what slowed them all (a
         # shared volume they read from) is the cause, and the straggler is the usual spread across
-        # ranks (a checkpoint step's slowest writer is a few sigmas out on most steps)
-        st, storage = None, shared
+        # ranks (a checkpoint step's slowest writer is a few sigmas out on most steps); the straggler
+        # stays the answer when nothing shared can be named
+        if len(shared) and reading:
+            comp = shared.iloc[0]["component"]
+            return {"layer": "storage", "component": comp, "confidence": storage_confidence(shared, cfg),
+                    "evidence": evidence_rows(ev, layer="storage", component=comp, n=n)}
+        unseen = _unobserved_shared(loaders, topo, cfg) if loaders is not None else None
+        if unseen is not None:
+            return unseen
     if st is None:
         if len(storage) and reading:
             comp = storage.iloc[0]["component"]
