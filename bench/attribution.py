@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,7 @@ SMALL_STEPS = (10, 40)  # ... for 10-40 steps
 ROBUST_STEPS = 80  # steps per robust run: a 40-step fault fits after the 16-step warm-up
 ROBUST_SLOW_TRUTH, ROBUST_HEALTHY_TRUTH = 0.04, 0.02  # a +5 % fault's steps count as slow (fault wobble +-15 %)
 COARSE_S = 5  # a collector sampling every 5 s or slower: the "5-10 s sampling" class
+RUN_SPACING_S = 600.0  # accuracy runs' start times apart (a run lasts ~4 min)
 KIND_COLLECTOR = {"compute": "gpu", "host": "host", "nic": "nic", "link": "switch", "fabric": "switch",
                   "storage": "storage"}
 DEFAULT_TUNE, DEFAULT_REPORT = "7,11", "101,103"
@@ -270,8 +273,12 @@ def pct(a: float, b: float) -> str:
 
 
 def collect(dp: DataPath, label: str, seeds: list[int], n_runs: int, only: list[str] | None, ib_every: int,
-            robust: bool) -> list[tuple[Scenario, dict[int, Any]]]:
-    """Generate, send and attribute `n_runs` runs spread over `seeds`, with a progress line per run."""
+            robust: bool, clock: Iterator[int]) -> list[tuple[Scenario, dict[int, Any]]]:
+    """Generate, send and attribute `n_runs` runs spread over `seeds`, with a progress line per run.
+    `clock`: the run's slot in time, shared by every set of the bench so that each run is later than
+    the one sent before it, whatever the seeds' order: hosts of different runs can share a name (and
+    so a series), and a run placed before one already stored would be a write into that series' past,
+    whose counters have no rate (held-back seeds under the tune seeds lost a tcp_retransmits step so)."""
     per_seed = [n_runs // len(seeds) + (j < n_runs % len(seeds)) for j in range(len(seeds))]
     results = []
     done = 0
@@ -280,7 +287,7 @@ def collect(dp: DataPath, label: str, seeds: list[int], n_runs: int, only: list[
     for seed, n in zip(seeds, per_seed, strict=True):
         for i in range(n):
             t = time.perf_counter()
-            (sc,) = accuracy_runs(1, seed, only, ib_every, robust, first=i, t0=1.75e9 + (seed * 100 + i) * 600.0)
+            (sc,) = accuracy_runs(1, seed, only, ib_every, robust, first=i, t0=1.75e9 + next(clock) * RUN_SPACING_S)
             t_gen = time.perf_counter() - t
             t = time.perf_counter()
             send_scenario(dp.sink, sc, topology=sc.cluster.spec != prev)
@@ -342,7 +349,8 @@ def run_accuracy(dp: DataPath, n_runs: int, tune: list[int], report: list[int], 
           f"64 ranks x {ROBUST_STEPS if robust else 80} steps, robust variation {'on' if robust else 'off'}",
           flush=True)
     sets = [("tune", tune), ("held-back", report)]
-    results = {label: collect(dp, label, seeds, n_runs, only, ib_every, robust) for label, seeds in sets}
+    clock = itertools.count()
+    results = {label: collect(dp, label, seeds, n_runs, only, ib_every, robust, clock) for label, seeds in sets}
     for label, seeds in sets:
         print_table(label, seeds, results[label])
 

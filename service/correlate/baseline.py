@@ -318,7 +318,9 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             ck_over[i] = d - b >= FAINT_REL * b
             # inside an open proven segment it carries the shift too (final once the end is known)
             live[i] = slow[i] or (seg.proven and ck_x[i] > seq.shift / 2)
-            if not live[i]:
+            if not live[i] and seg.onset < 0:
+                # not while an excursion is open: a long fault's checkpoint steps, under half its
+                # shift by the extra its earlier checkpoint steps taught, would make it the norm
                 hist_ck.append(d - med)
             base[i], base_t[i], thr[i] = b, med_t, t
             continue

@@ -84,10 +84,7 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
         if loaders is not None:
             return _unobserved_shared(loaders, topo, cfg) or unknown_cause(cfg.unknown_confidence)
         return unknown_cause(cfg.unknown_confidence)
-    source = f"{st.host}:{st.gpu}" if (st.gpu and not st.host_level) else st.host
-    timing: EvidenceRow = {"source": source, "metric": _PHASE_METRIC[st.phase], "value": round(st.value_s, 6),
-                           "baseline": round(st.peer_s, 6), "score": round(min(st.z, cfg.max_evidence_score), 2),
-                           "rank": st.rank, "unit": "seconds", "kind": "timing"}
+    source, timing = straggler_timing(st, cfg)
     strength = cfg.straggler_base + cfg.straggler_span * (1 - math.exp(-st.z / cfg.straggler_z_scale))
     conf = strength * conf_t
     if st.phase in ("data", "checkpoint"):
@@ -115,6 +112,29 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
     if st.host_level:
         return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing]}
     return {"layer": "compute", "component": source, "confidence": conf, "evidence": [timing]}
+
+
+def straggler_timing(st: Straggler, cfg: EngineConfig = DEFAULT_CONFIG) -> tuple[str, EvidenceRow]:
+    """The straggler's source (its GPU, or its host when host-level) and its `timing` evidence row."""
+    source = f"{st.host}:{st.gpu}" if (st.gpu and not st.host_level) else st.host
+    return source, {"source": source, "metric": _PHASE_METRIC[st.phase], "value": round(st.value_s, 6),
+                    "baseline": round(st.peer_s, 6), "score": round(min(st.z, cfg.max_evidence_score), 2),
+                    "rank": st.rank, "unit": "seconds", "kind": "timing"}
+
+
+def with_straggler_timing(causes: list[CauseDraft], st: Straggler | None,
+                          cfg: EngineConfig = DEFAULT_CONFIG) -> list[CauseDraft]:
+    """A cause named from its device's telemetry (the GPU scan, when the step's lost time looked like
+    the network's) that is the straggler the ranks' own clocks show gets the straggler's `timing` row,
+    and closes device_evidence_boost of its gap to full confidence: the two agree, as in
+    device_probe.with_device_evidence (a straggler its device's telemetry confirms)."""
+    if st is None:
+        return causes
+    source, timing = straggler_timing(st, cfg)
+    return [{**c, "evidence": [timing, *c["evidence"]],
+             "confidence": c["confidence"] + cfg.device_evidence_boost * (1.0 - c["confidence"])}
+            if c["component"] == source and not any(e.get("kind") == "timing" for e in c["evidence"]) else c
+            for c in causes]
 
 
 def _unobserved_shared(loaders: LoaderLoss, topo: Topo, cfg: EngineConfig) -> CauseDraft | None:

@@ -29,6 +29,7 @@ from fabricscope.service.correlate.causes import (
     net_cause,
     rank_causes,
     unknown_cause,
+    with_straggler_timing,
     work_cause,
 )
 from fabricscope.service.correlate.constants import (
@@ -418,7 +419,7 @@ class AttributionEngine:
                                    scan=e_comm / total >= cfg.min_share), cfg)
         if not causes:
             causes = [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}]
-        causes = rank_causes(merge_same(causes))
+        causes = rank_causes(merge_same(with_straggler_timing(causes, st, cfg)))
         top = causes[0]
         out.update({
             "layer": top["layer"], "component": top["component"], "confidence": self._capped(top["confidence"]),
