@@ -343,9 +343,9 @@ class AttributionEngine:
                  and (not own_timing or phase or any(e.get("kind") == "timing" for e in on_host))
                  and (not own_device or phase
                       or any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE for e in on_host)))
-        inside = between is not None and between((draft["layer"], draft["component"]))
-        if not (inside if require_between else alone or inside):
-            return False
+        if (require_between or not alone) and not (between is not None
+                                                   and between((draft["layer"], draft["component"]))):
+            return False  # (a sure cause does not ask its neighbours: two more attributions)
         draft["evidence"].append(_step_row(draft["component"] or "", draft["duration_s"], base, sigma, "corroborated"))
         out.update(draft)
         return True
