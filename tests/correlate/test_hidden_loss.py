@@ -46,14 +46,20 @@ def _faster_collectives(tl: Timeline, step: int, by_s: float) -> None:
     assert left < 1e-9, left
 
 
-def _masked(name: str, seed: int) -> tuple[Scenario, int, object]:
+def _straggling(name: str, seed: int) -> tuple[Scenario, object, np.ndarray, float]:
+    """A +7 % GPU straggler over steps START.. of a quiet job: the scenario, its fault, the step times
+    and their healthy median."""
     f = make_fault(build_cluster(SPEC), "gpu_straggler", start_step=START, steps=LENGTH, severity=0.07,
                    rng=np.random.default_rng(seed))
     sc = generate(SPEC, job=f"straggler-loss-{name}", steps=STEPS, faults=[f], seed=seed, t0=1.78e9 + seed * 1e4,
                   job_spec=JobSpec(compute_noise=0.004))
-    step = START + 2
     d = sc.timeline.step_duration()
-    healthy = float(np.median(d[10:START]))
+    return sc, f, d, float(np.median(d[10:START]))
+
+
+def _masked(name: str, seed: int) -> tuple[Scenario, int, object]:
+    sc, f, d, healthy = _straggling(name, seed)
+    step = START + 2
     assert sc.truth[step].slow and d[step] > healthy * (1 + DEFAULT_CONFIG.corroborate_straggler_loss)
     _faster_collectives(sc.timeline, step, float(d[step]) - healthy * 1.01)  # +1 %: under every bar
     return sc, step, f
@@ -148,13 +154,8 @@ def test_a_fault_step_its_noise_brought_under_the_centre_is_slow_between_its_nei
     """Mid-fault, the step's collectives ran so fast that the step measures 1 % under its healthy
     median: no timing bar, not even "above the centre", can see it. The ranks still waited for the
     GPU, and the steps either side are slow with that GPU as their cause: the step is slow with it."""
-    f = make_fault(build_cluster(SPEC), "gpu_straggler", start_step=START, steps=LENGTH, severity=0.07,
-                   rng=np.random.default_rng(5))
-    sc = generate(SPEC, job="straggler-between", steps=STEPS, faults=[f], seed=5, t0=1.782e9,
-                  job_spec=JobSpec(compute_noise=0.004))
+    sc, f, d, healthy = _straggling("between", 5)
     step = START + 2
-    d = sc.timeline.step_duration()
-    healthy = float(np.median(d[10:START]))
     _faster_collectives(sc.timeline, step, float(d[step]) - healthy * 0.99)
     post(service_url, sc)
     bl, i = _flags(db_conn, sc.job, step)

@@ -12,6 +12,7 @@ import numpy as np
 import psycopg
 
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate.records import Attribution
 from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster, random_storage_names
@@ -32,18 +33,27 @@ def _send(url: str, spec: ClusterSpec, faults: list[Fault], *, seed: int, name: 
     return post(url, sc)
 
 
+def _named(conn: psycopg.Connection, sc: Scenario, f: Fault) -> list[Attribution]:
+    """The attributions of the scenario's slow steps, each checked slow and naming `f`'s component
+    as storage."""
+    slow = [t for t in sc.truth.values() if t.slow]
+    assert slow
+    out = []
+    for t in slow:
+        a = ENGINE.attribute_step(conn, job=sc.job, step=t.step)
+        assert a is not None and a["slow"], (t, a)
+        assert (a["layer"], a["component"]) == ("storage", f.component), a
+        out.append(a)
+    return out
+
+
 def test_a_slow_shared_volume_is_named_from_its_own_history(service_url: str, db_conn: psycopg.Connection) -> None:
     spec = _spec(11)
     f = make_fault(build_cluster(spec), "shared_volume_slow", start_step=20, steps=4, severity=0.15,
                    rng=np.random.default_rng(0))
     assert f.component == f"{spec.storage_device}:{spec.shared_volume}"
     sc = _send(service_url, spec, [f], seed=7, name="shared")
-    slow = [t for t in sc.truth.values() if t.slow]
-    assert slow
-    for t in slow:
-        a = ENGINE.attribute_step(db_conn, job=sc.job, step=t.step)
-        assert a is not None and a["slow"], (t, a)
-        assert (a["layer"], a["component"]) == ("storage", f.component), a
+    for a in _named(db_conn, sc, f):
         lat = [e for e in a["evidence"] if e["source"] == f.component and e["metric"] == "read_latency_seconds"]
         # the evidence compares the volume with its own past: several-fold above it
         assert lat and lat[0]["value"] > 1.5 * lat[0]["baseline"], a["evidence"]
@@ -102,12 +112,7 @@ def test_a_slow_shared_volume_without_its_latency_series_is_named_from_the_loade
     assert len(lat) == 1
     st.keep[lat[0], :] = False
     post(service_url, sc)
-    slow = [t for t in sc.truth.values() if t.slow]
-    assert slow
-    for t in slow:
-        a = ENGINE.attribute_step(db_conn, job=sc.job, step=t.step)
-        assert a is not None and a["slow"], (t, a)
-        assert (a["layer"], a["component"]) == ("storage", f.component), a
+    for a in _named(db_conn, sc, f):
         assert not [e for e in a["evidence"] if e["metric"] == "read_latency_seconds"]
         row = next(e for e in a["evidence"] if e["metric"] in ("data_seconds", "episode_cause"))
         assert row["source"] == f.component, a["evidence"]
