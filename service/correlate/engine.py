@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -264,9 +265,11 @@ class AttributionEngine:
                 out, explain, base=base, sigma=sigma, need=need, own_timing=own or ck_faint, own_device=ck_faint,
                 host_of=topo.host_of, between=between, net_timing=bool(bl.net_timing[i]),
                 data_timing=bool(bl.data_timing[i]), only_layers=_only_layers(bl, i))
+            # the step's rank rows are read for the rules below only, and once for both
+            lost_to = cache(lambda: self._straggler_lost(conn, job=job, step=step, base=base))
             if not corroborated and d > float(bl.centre[i]) and not row["ckpt_max"] > 0:
                 # its timing alone decided nothing: the ranks' own clocks may still show what it hid
-                corroborated = (self._straggler_lost(conn, job=job, step=step, base=base) is not None
+                corroborated = (lost_to() is not None
                                 and self._corroborated(out, explain, base=base, sigma=sigma,
                                                        need=cfg.corroborate_min_confidence, own_timing=True,
                                                        host_of=topo.host_of))
@@ -274,7 +277,7 @@ class AttributionEngine:
                 # inside a fault that spans steps: the step's noise can hide the fault's loss whole (a
                 # step at its baseline), but the ranks' own clocks still show the straggler; it counts
                 # when it is the cause the steps either side name
-                st = self._straggler_lost(conn, job=job, step=step, base=base)
+                st = lost_to()
                 corroborated = st is not None and self._corroborated(
                     out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
                     host_of=topo.host_of, between=lambda c: self._between(conn, job=job, step=step, cause=c),
@@ -406,8 +409,8 @@ class AttributionEngine:
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
         win = (start, start + d + pad)
         if loaders is not None and topo.shared_volumes:
-            loaders = replace(loaders, volumes=tuple(q.volumes_read(conn, volumes=topo.shared_volumes, ws=start,
-                                                                    we=start + d)))
+            loaders = replace(loaders, volumes=tuple(q.volumes_read(conn, volumes=list(topo.shared_volumes),
+                                                                    ws=start, we=start + d)))
         data = steps_df["data"].dropna() if "data" in steps_df else pd.Series(dtype=float)
         data_s = float(data.median()) if len(data) else None  # None: the job records no phases
         causes = combine_causes(

@@ -10,6 +10,7 @@ point at the component that caused them (the link peer that sent the pause).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -107,11 +108,12 @@ class Topo:
     def sources(self) -> list[str]:
         return list(self.role)
 
-    @property
-    def shared_volumes(self) -> list[str]:
-        """Volumes not on a job host: a storage system's, which every host may read (#15)."""
+    @cached_property
+    def shared_volumes(self) -> tuple[str, ...]:
+        """Volumes not on a job host: a storage system's, which every host may read (#15). Once per
+        topology: the engine asks on every slow step, and a 4,096-rank job has ~20,000 roles."""
         hosts = {s for s, r in self.role.items() if r == "host"}
-        return sorted(v for v, r in self.role.items() if r == "volume" and self.host_of.get(v) not in hosts)
+        return tuple(sorted(v for v, r in self.role.items() if r == "volume" and self.host_of.get(v) not in hosts))
 
 
 def build_topo(ranks: pd.DataFrame, links: pd.DataFrame, volumes: list[str],
@@ -179,8 +181,7 @@ def series_groups(meta: pd.DataFrame, topo: Topo) -> pd.DataFrame:
     key[vol] = key[vol] + "|" + df.loc[vol, "source"].str.split(":", n=1).str[1]
     # #15: a volume of a storage system (not on a job host) is shared by all hosts: it has no peers,
     # whatever its name, even if another storage system serves a volume of the same name.
-    job_hosts = {s for s, r in topo.role.items() if r == "host"}
-    shared = vol & ~df["source"].map(topo.host_of).isin(job_hosts)
+    shared = vol & df["source"].isin(topo.shared_volumes)
     key[shared] = key[shared] + "|" + df.loc[shared, "source"]
     df["grp"] = pd.factorize(key)[0].astype(int)
     df["solo"] = df.groupby("grp")["series_id"].transform("size").eq(1) if len(df) else False

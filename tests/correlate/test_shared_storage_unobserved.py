@@ -77,4 +77,4 @@ def test_a_checkpoint_writer_that_explains_little_does_not_take_the_loaders_loss
 
 
 def test_shared_volumes_are_those_off_the_job_hosts() -> None:
-    assert _topo(["qq7:w3", "h1:/mnt/a", "h2:/mnt/a", "zz2:w3"]).shared_volumes == ["qq7:w3", "zz2:w3"]
+    assert _topo(["qq7:w3", "h1:/mnt/a", "h2:/mnt/a", "zz2:w3"]).shared_volumes == ("qq7:w3", "zz2:w3")
