@@ -256,6 +256,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     live = np.zeros(n, bool)
     ck_x = np.zeros(n)  # checkpoint steps' relative excess over their own baseline
     ck_near = np.zeros(n, bool)  # checkpoint steps over their baseline by a borderline margin
+    ck_clear = np.zeros(n, bool)  # ...by its noise part (not REL): clear of the step's and the write's noise
     ck_over = np.zeros(n, bool)  # ...by a faint one (FAINT_REL)
     raw_transfer_ok = np.isfinite(transfer)
     transfer = np.where(raw_transfer_ok, transfer, 0.0)
@@ -269,7 +270,9 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
 
     def mark(lo: int, hi: int, now: int) -> None:
         """Proven segment [lo, hi]: slow, and checkpoint steps in it (or right after its last step,
-        which is never a checkpoint step) when they show half the shift."""
+        which is never a checkpoint step) when they show half the shift; one right after it also
+        clear of its noise (the step's and the write's: ck_clear), as the fault may have ended
+        before it and a checkpoint's write varies more than a plain step."""
         # A step far under the segment's own level is not part of it: after a large fault the
         # evidence drains over a few healthy steps, and a second fault starting within them would
         # otherwise carry those steps along. Only a level well clear of the noise can say so: for
@@ -287,7 +290,7 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             slow[j] = slow[j] or (np.isfinite(duration[j]) and (not is_ckpt[j] or ck_x[j] > seq.shift / 2))
         j = hi + 1
         while j <= now and is_ckpt[j]:
-            slow[j] = slow[j] or ck_x[j] > seq.shift / 2
+            slow[j] = slow[j] or (ck_x[j] > seq.shift / 2 and ck_clear[j])
             j += 1
         seg.marked = max(seg.marked, hi)
 
@@ -314,13 +317,16 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             slow[i] = d > t
             sig[i] = sigma
             # over its noise as a plain step's borderline, with the checkpoint's own spread on top
-            ck_near[i] = d - b >= max(BORDER_Z * sigma + CKPT_SPREAD_SHARE * extra, REL * b)
+            ck_clear[i] = d - b >= BORDER_Z * sigma + CKPT_SPREAD_SHARE * extra
+            ck_near[i] = ck_clear[i] and d - b >= REL * b
             ck_over[i] = d - b >= FAINT_REL * b
             # inside an open proven segment it carries the shift too (final once the end is known)
             live[i] = slow[i] or (seg.proven and ck_x[i] > seq.shift / 2)
-            if not live[i] and seg.onset < 0:
+            if not live[i] and not ck_near[i] and seg.onset < 0:
                 # not while an excursion is open: a long fault's checkpoint steps, under half its
-                # shift by the extra its earlier checkpoint steps taught, would make it the norm
+                # shift by the extra its earlier checkpoint steps taught, would make it the norm;
+                # nor a borderline one: a slow write that only checkpoint steps show is never an
+                # excursion, and its first steps (borderline, then corroborated) would teach it
                 hist_ck.append(d - med)
             base[i], base_t[i], thr[i] = b, med_t, t
             continue

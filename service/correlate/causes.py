@@ -18,6 +18,7 @@ from fabricscope.service.correlate.records import CauseDraft, EvidenceRow
 NET_LAYERS = ("nic", "link", "fabric")
 _PHASE_METRIC = {"compute": "compute_seconds", "data": "data_seconds", "checkpoint": "checkpoint_seconds",
                  "optimizer": "optimizer_seconds"}
+CHECKPOINT_METRIC = _PHASE_METRIC["checkpoint"]
 
 
 def evidence_rows(ev: pd.DataFrame, *, layer: str, component: str, n: int) -> list[EvidenceRow]:

@@ -27,6 +27,7 @@ from fabricscope.service.correlate.constants import (
 )
 
 PHASES = ("compute", "data", "checkpoint", "optimizer")
+PHASE_COLUMNS = {"compute": "compute", "data": "data", "checkpoint": "ckpt", "optimizer": "opt"}
 
 
 @dataclass
@@ -78,12 +79,22 @@ def find_straggler(df: pd.DataFrame) -> Straggler | None:
     """The rank (or host) whose local work everyone waited for, or None when work is uniform."""
     if len(df) < 3:
         return None
-    work = df["work"].to_numpy()
+    st = _straggler(df, df["work"].to_numpy(), PHASE_COLUMNS)
+    if st is None and bool((df["ckpt"] > 0).any()):
+        # At a checkpoint step every rank's local work holds its host's write, whose spread across
+        # hosts (a few % of a long write) can hide a loader's or a GPU's excess of the same size.
+        # That excess made the others wait in the collectives before the write, so it is judged on
+        # the work besides the write (the write itself: above, and checkpoint_straggler).
+        st = _straggler(df, (df["work"] - df["ckpt"]).to_numpy(),
+                        {p: c for p, c in PHASE_COLUMNS.items() if p != "checkpoint"})
+    return st
+
+
+def _straggler(df: pd.DataFrame, work: np.ndarray, cols: dict[str, str]) -> Straggler | None:
     i = int(np.argmax(work))
     med, z = _z(work, work[i], max(WORK_MAD_FLOOR_REL * float(np.median(work)), WORK_MAD_FLOOR_S))
     if z < MIN_Z or work[i] - med < MIN_EXCESS_S:
         return None
-    cols = {"compute": "compute", "data": "data", "checkpoint": "ckpt", "optimizer": "opt"}
     vals = {p: df[c].to_numpy() for p, c in cols.items()}
     excess = {p: float(v[i] - np.median(v)) for p, v in vals.items()}
     phase = max(excess, key=lambda p: excess[p])

@@ -23,6 +23,7 @@ from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 from fabricscope.service.correlate.cache import LruCache
 from fabricscope.service.correlate.causes import (
+    CHECKPOINT_METRIC,
     NET_LAYERS,
     LoaderLoss,
     combine_causes,
@@ -35,6 +36,7 @@ from fabricscope.service.correlate.causes import (
 )
 from fabricscope.service.correlate.constants import (
     DEFAULT_CONFIG,
+    FAINT_REL,
     MIN_SCORE,
     SEQ_LOOKAHEAD_STEPS,
     EngineConfig,
@@ -57,6 +59,8 @@ from fabricscope.service.observability.metrics import attribution_timer
 
 STORAGE_ONLY = ("storage",)
 ONSET_KIND = "onset"  # the evidence row of an onset step that showed nothing of its own
+# ...and of a step only the sequential test flagged whose network cause its own collectives do not show
+UNTIMED_KIND = "untimed"
 _SUMMARY_COLS = ["step", "n", "dur", "start", "ckpt_max", "ckpt_med", "transfer", "data"]
 JobTopo = tuple[pd.DataFrame, Topo, pd.DataFrame]  # the job's ranks, its topology, its series' peer groups
 
@@ -111,6 +115,16 @@ def _step_row(source: str, d: float, base: float, sigma: float, kind: str) -> Ev
     why the step time alone did not decide (`kind`: corroborated, onset)."""
     return {"source": source, "metric": "step_duration_seconds", "value": round(d, 6), "baseline": round(base, 6),
             "score": round((d - base) / max(sigma, 1e-9), 3), "unit": "seconds", "kind": kind}
+
+
+def _transfer_row(transfer: float, base_t: float, sigma_t: float) -> EvidenceRow:
+    """The evidence row of a step's collectives' pure transfer time against its baseline, which says
+    why the network cause its episode names was not the step's own (`kind`: untimed)."""
+    ok = math.isfinite(transfer) and math.isfinite(base_t)
+    return {"source": "", "metric": "collective_transfer_seconds", "value": round(transfer, 6) if ok else 0.0,
+            "baseline": round(base_t, 6) if ok else 0.0,
+            "score": round((transfer - base_t) / max(sigma_t, 1e-9), 3) if ok and math.isfinite(sigma_t) else 0.0,
+            "unit": "seconds", "kind": UNTIMED_KIND}
 
 
 def _baselines_for(df: pd.DataFrame) -> Baselines:
@@ -300,6 +314,13 @@ class AttributionEngine:
                 from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
                              attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
+            if out["slow"] and out["layer"] in NET_LAYERS and not bl.step_slow[i] and not bl.net_timing[i]:
+                # only the sequential test put this step in the shift (a noisy step beside a fault,
+                # whose coarse samples cover the fault's first or last seconds too), and the network
+                # loss its cause would have cost is not in its own collectives: not slow
+                self._healthy(out, d=d, base=base, thr=thr)
+                out["evidence"] = [_transfer_row(float(row["transfer"]), float(bl.base_transfer[i]),
+                                                 float(bl.sigma_transfer[i]))]
         if store:
             q.store_attribution(conn, job=job, attribution=out)
         return out
@@ -316,7 +337,8 @@ class AttributionEngine:
         faint one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the
         timing alone did not decide. `own_timing`: only a cause resting on the step's own rank timings
         (a straggler's `timing` row) counts, not sampled telemetry (baseline.py: near_slow); `own_device`:
-        and a telemetry row of that host's own devices too (baseline.py: ckpt_faint); `host_of`
+        and a telemetry row of that host's own devices too, or a straggler outside the checkpoint write
+        (baseline.py: ckpt_faint); `host_of`
         (Topo.host_of) says which host a component or a timing row's source is on. `between`: whether
         the steps either side are slow with the draft's (layer, component); when they are, the draft
         needs only corroborate_min_confidence and no timing row of its own. `net_timing`: the step's own
@@ -345,7 +367,13 @@ class AttributionEngine:
         alone = (draft["confidence"] >= (self.config.corroborate_min_confidence if phase else need)
                  and (not own_timing or phase or any(e.get("kind") == "timing" for e in on_host))
                  and (not own_device or phase
-                      or any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE for e in on_host)))
+                      or any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE for e in on_host)
+                      # a straggler besides the write that alone holds what made the step faint:
+                      # the writes' spread, what own_device guards against, is not in it
+                      # (decompose.find_straggler)
+                      or any(e.get("kind") == "timing" and e.get("metric") != CHECKPOINT_METRIC
+                             and float(e["value"]) - float(e.get("baseline") or 0.0) >= FAINT_REL * base
+                             for e in on_host)))
         if (require_between or not alone) and not (between is not None
                                                    and between((draft["layer"], draft["component"]))):
             return False  # (a sure cause does not ask its neighbours: two more attributions)
@@ -454,9 +482,10 @@ class AttributionEngine:
                                     len(ranks))
         bl = _baselines_for(summ)
         # borderline steps are slow when their stored attribution was corroborated by telemetry, and
-        # an unproven onset is not when its stored attribution found nothing of its own (_attribute)
+        # a step only the sequential test flagged is not when its stored attribution found nothing
+        # of its own (an onset) or a network cause its collectives did not show (_attribute)
         corroborated, onsets = q.stored_flags(conn, job=job, lo=rng[0], hi=rng[1])
-        onset = bl.onset
+        onset = bl.slow & ~bl.step_slow
         lo = from_ts.timestamp() if from_ts else -math.inf
         hi = to_ts.timestamp() if to_ts else math.inf
         out: list[StepRow] = []
@@ -516,9 +545,10 @@ class AttributionEngine:
         rows = q.stored_attributions(conn, job=job, lo=lo, hi=hi)
         stored = {int(r[0]): bool(r[1]) for r in rows if int(r[0]) < hi}
         # a borderline step stored slow was corroborated by its telemetry, which later steps do not
-        # change; nor do they change an unproven onset stored healthy for showing nothing of its own
+        # change; nor do they change a step only the sequential test flagged, stored healthy for
+        # showing nothing of its own (an onset) or not its network cause's loss (_attribute)
         border = dict(zip(steps, bl.borderline, strict=True))
-        onset = dict(zip(steps, bl.onset, strict=True))
+        onset = dict(zip(steps, bl.slow & ~bl.step_slow, strict=True))
         _, kept = q.stored_flags(conn, job=job, lo=lo, hi=hi)
         changed = [s for s, slow in sorted(stored.items())
                    if s in now and bool(now[s]) != slow and not (slow and border[s])

@@ -440,11 +440,12 @@ def stored_attributions(conn: Any, *, job: str, lo: int, hi: int) -> list[tuple[
 
 def stored_flags(conn: Any, *, job: str, lo: int, hi: int) -> tuple[set[int], set[int]]:
     """The steps in [lo, hi] whose stored attribution says slow, and those stored healthy as an
-    unproven onset (an evidence row of kind `onset`), in one read."""
+    unproven onset or shift step (an evidence row of kind `onset` or `untimed`), in one read."""
     slow: set[int] = set()
     onsets: set[int] = set()
     for step, is_slow, onset in conn.execute(
-            "SELECT step, slow, NOT slow AND evidence @> '[{\"kind\": \"onset\"}]'::jsonb FROM attributions "
+            "SELECT step, slow, NOT slow AND (evidence @> '[{\"kind\": \"onset\"}]'::jsonb "
+            "OR evidence @> '[{\"kind\": \"untimed\"}]'::jsonb) FROM attributions "
             "WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall():
         if is_slow:
             slow.add(int(step))

@@ -20,7 +20,8 @@ class EvidenceRow(TypedDict):
     rank: NotRequired[int]  # timing evidence: the straggling rank
     # "timing" for a rank's phase time, "event" for a logged event (a GPU XID, #17), "episode" for a cause
     # borrowed from the step's episode, "corroborated" for a step its telemetry made slow (#15), "onset"
-    # for an episode's first step that showed nothing of its own and is not slow
+    # for an episode's first step that showed nothing of its own and is not slow, "untimed" for a step
+    # only the sequential test flagged whose network cause its own collectives did not show (not slow)
     kind: NotRequired[str]
 
 

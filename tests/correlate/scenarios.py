@@ -9,6 +9,7 @@ from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines
 from fabricscope.service.correlate.engine import _baselines_for
 from fabricscope.service.simulate.generator import Scenario
+from fabricscope.service.simulate.model import Timeline
 from fabricscope.service.simulate.send import HttpSink, send_scenario
 
 
@@ -28,3 +29,15 @@ def stored_baselines(conn: psycopg.Connection, job: str, hi: int) -> tuple[Basel
     summ = q.step_summaries(conn, job=job, lo=0, hi=hi)
     bl = _baselines_for(summ.astype({c: float for c in summ.columns if c != "step"}))
     return bl, summ["step"].to_numpy(int)
+
+
+def longer_step(tl: Timeline, step: int, by_s: float) -> None:
+    """Every rank's compute in `step` takes `by_s` longer, alike (no straggler, nothing sampled): the
+    steps before it move back by as much, so the steps after it (and a fault's telemetry there) keep
+    their place."""
+    for a in (tl.start, tl.end):
+        a[:step] -= by_s
+    tl.coll_start[:step] -= by_s
+    tl.coll_end[:step] -= by_s
+    tl.start[step] -= by_s
+    tl.fb[step] += by_s

@@ -141,3 +141,17 @@ def test_next_to_a_slow_step_a_shared_volume_counts_the_ranks_data_phase_as_the_
     assert not _judge(weak, need=FAINT)[0]
     assert _judge(weak, need=FAINT, data_timing=True)[0]
     assert not _judge(_explain("storage", "nas1:vol7", MIN - 0.01, []), need=FAINT, data_timing=True)[0]
+
+
+@pytest.mark.parametrize(("excess", "want"), [(0.09, True), (0.04, False)])
+def test_a_checkpoint_step_just_over_its_baseline_takes_a_loader_straggler_that_holds_its_excess(
+        excess: float, want: bool) -> None:
+    # a slow loader at a checkpoint step (decompose.find_straggler: besides the write) needs no
+    # device row when its own excess is at least FAINT_REL of the step, what made the step faint
+    row = {"source": "h3", "metric": "data_seconds", "value": 0.05 + excess, "baseline": 0.05, "score": 12.0,
+           "kind": "timing"}
+    host = _explain("host", "h3", 0.85, [row])
+    assert _judge(host, need=FAINT, own_timing=True, own_device=True)[0] is want
+    # a slow write is not such a straggler: the writes' spread is what own_device guards against
+    write = {**row, "metric": "checkpoint_seconds", "value": 0.8 + excess, "baseline": 0.8}
+    assert not _judge(_explain("host", "h3", 0.85, [write]), need=FAINT, own_timing=True, own_device=True)[0]

@@ -182,3 +182,33 @@ def test_a_host_that_wrote_its_checkpoint_slowly_is_a_checkpoint_straggler() -> 
     # only a host whose volume the job checkpoints to, and not the healthy spread of the writes
     assert checkpoint_straggler(per_rank, everyone - {"h3"}) is None
     assert checkpoint_straggler(decompose(*_checkpoint_step(None, 0.0)), everyone) is None
+
+
+def _loader_at_checkpoint(slow_host: int | None, extra: float, seed: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """8 hosts x 4 ranks at a checkpoint step: `slow_host`'s loaders read `extra` longer, everyone waits
+    for them in the all-reduce, then each host writes its 0.8-s checkpoint shard (4 % spread across
+    hosts) and everyone waits for the slowest writer in the barrier after it."""
+    rng = np.random.default_rng(seed)
+    hosts = np.repeat([f"h{i}" for i in range(8)], 4)
+    data = 0.05 + rng.normal(0, 0.001, 32)
+    if slow_host is not None:
+        data[hosts == f"h{slow_host}"] += extra
+    fb = 1.6 + rng.normal(0, 0.002, 32)
+    ck = np.repeat(0.8 * (1 + rng.normal(0, 0.04, 8)), 4) + rng.normal(0, 0.002, 32)
+    reduce_wait = (data + fb).max() - (data + fb)
+    barrier_wait = ck.max() - ck
+    coll = pd.DataFrame([(r, 0, 0.05 + reduce_wait[r]) for r in range(32)]
+                        + [(r, 1, 0.002 + barrier_wait[r]) for r in range(32)], columns=["rank", "seq", "duration_s"])
+    dur = data + fb + 0.05 + reduce_wait + ck + 0.002 + barrier_wait
+    steps = pd.DataFrame({"rank": range(32), "dur": dur, "data": data, "fb": fb, "opt": 0.0, "ckpt": ck,
+                          "host": hosts, "gpu": [f"gpu{r % 4}" for r in range(32)]})
+    return steps, coll
+
+
+def test_a_slow_loader_at_a_checkpoint_step_is_found_under_the_writes_spread() -> None:
+    # +0.12 s of reads: ~4 sigmas of the writes' spread in the ranks' local work, under MIN_Z there
+    st = find_straggler(decompose(*_loader_at_checkpoint(3, 0.12)))
+    assert st is not None and (st.host, st.phase, st.host_level) == ("h3", "data", True)
+    assert abs(st.excess_s - 0.12) < 0.01
+    # the writes' own spread is no straggler
+    assert find_straggler(decompose(*_loader_at_checkpoint(None, 0.0))) is None

@@ -14,23 +14,12 @@ from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.correlate.engine import ONSET_KIND
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
-from fabricscope.service.simulate.model import JobSpec, Timeline
+from fabricscope.service.simulate.model import JobSpec
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
-from tests.correlate.scenarios import post, stored_baselines
+from tests.correlate.scenarios import longer_step, post, stored_baselines
 
 SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
 START, LENGTH, STEPS = 42, 14, 66
-
-
-def _longer_before(tl: Timeline, step: int, by_s: float) -> None:
-    """Every rank's compute in `step` takes `by_s` longer, alike (no straggler, nothing sampled): the
-    steps before it move back by as much, so the fault's telemetry keeps its place."""
-    for a in (tl.start, tl.end):
-        a[:step] -= by_s
-    tl.coll_start[:step] -= by_s
-    tl.coll_end[:step] -= by_s
-    tl.start[step] -= by_s
-    tl.fb[step] += by_s
 
 
 def _scenario(name: str, seed: int, onset: float = 0.0) -> tuple[Scenario, object]:
@@ -46,7 +35,7 @@ def test_a_long_healthy_step_folded_into_a_shift_is_not_slow(service_url: str, a
     sc, f = _scenario("folded", 3)
     d = sc.timeline.step_duration()
     healthy = float(np.median(d[10:START]))
-    _longer_before(sc.timeline, START - 1, healthy * 1.035 - float(d[START - 1]))  # +3.5 %: under the bar
+    longer_step(sc.timeline, START - 1, healthy * 1.035 - float(d[START - 1]))  # +3.5 %: under the bar
     assert not sc.truth[START - 1].slow
     post(service_url, sc)
     bl, steps = stored_baselines(db_conn, sc.job, STEPS)

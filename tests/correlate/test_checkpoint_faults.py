@@ -1,0 +1,44 @@
+"""Checkpoint steps inside and beside faults (#15), on recorded step summaries (the engine's reads of
+two held-back runs, with the simulator's truth):
+- seed 711 run 16: a +10 % slow write to one host's local checkpoint volume (steps 18-41), which only
+  checkpoint steps show, then a +9 % slow read on the same host (45-72). The write's checkpoint steps
+  measured borderline and were learnt as the checkpoint's norm, so the read fault's checkpoint steps
+  (50, 60, 70) measured +1 % over a baseline that held the write's extra and were healthy;
+- seed 713 run 7: a +7 % link fault (16-19); the checkpoint step right after it (20) was +3.4 % over
+  its baseline from the write's own spread, and was taken into the fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from fabricscope.service.correlate.engine import _baselines_for
+
+DATA = Path(__file__).parent / "data"
+
+
+def _read(name: str) -> tuple[pd.DataFrame, list[int]]:
+    df = pd.read_csv(DATA / f"{name}_step_summaries.csv")
+    return df, [int(s) for s in df.loc[df["ckpt_max"].fillna(0) > 0, "step"]]
+
+
+def test_a_slow_write_only_checkpoint_steps_show_is_not_learnt_as_their_norm() -> None:
+    df, ckpt = _read("seed711_run16")
+    bl = _baselines_for(df)
+    write = [s for s in ckpt if 18 <= s <= 41]
+    read = [s for s in ckpt if 45 <= s <= 72]
+    assert (write, read) == ([20, 30, 40], [50, 60, 70])
+    # the write's steps stay borderline (their telemetry decides, engine._corroborated), the last
+    # one included, and the read fault's checkpoint steps are slow with the rest of its steps
+    assert all(bl.borderline[s] or bl.slow[s] for s in write), [(s, float(bl.base[s])) for s in write]
+    assert all(bl.slow[s] for s in read), [(s, float(bl.base[s])) for s in read]
+    assert bl.slow[45:73].all() and not bl.slow[73:].any()
+
+
+def test_a_checkpoint_step_after_a_fault_carries_it_only_over_its_own_margin() -> None:
+    df, ckpt = _read("seed713_run7")
+    bl = _baselines_for(df)
+    assert 20 in ckpt and str(df["truth_slow"][20]) == "False"  # the simulator did not slow it
+    assert bl.slow[16:20].all()  # the fault, proven by the sequential test
+    assert not bl.slow[20] and not bl.borderline[20]

@@ -1,0 +1,53 @@
+"""A noisy step right after a network fault (issue #15): the sequential test folds a healthy step that
+happened to run long into the shift before it, and the fault's samples (here every 6 s) cover that
+step's seconds too, so its window names the fault's NIC. The network loss such a cause costs is not in
+the step's own collectives (their pure transfer time is at its baseline): it is not slow, with an
+`untimed` evidence row, and the steps listing agrees. The fault's own steps, whose collectives lost
+the time, stay slow with the NIC. Through the real ingest API and database."""
+
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import psycopg
+
+from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate.engine import UNTIMED_KIND
+from fabricscope.service.simulate.faults import make_fault
+from fabricscope.service.simulate.generator import generate
+from fabricscope.service.simulate.model import JobSpec
+from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
+from tests.correlate.scenarios import longer_step, post, stored_baselines
+
+SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
+START, LENGTH, STEPS = 42, 12, 66
+AFTER = START + LENGTH  # the first step after the fault
+
+
+def test_a_long_step_after_a_network_fault_is_not_slow_when_its_collectives_lost_nothing(
+        service_url: str, api: httpx.Client, db_conn: psycopg.Connection) -> None:
+    f = make_fault(build_cluster(SPEC), "nic_degradation", start_step=START, steps=LENGTH, severity=0.05,
+                   rng=np.random.default_rng(4))
+    # t0: a time range no other test of the database uses (hosts share names across tests)
+    sc = generate(SPEC, job="untimed-after", steps=STEPS, faults=[f], seed=4, t0=1.7865e9, interval=6.0,
+                  job_spec=JobSpec(compute_noise=0.004))
+    d = sc.timeline.step_duration()
+    healthy = float(np.median(d[10:START]))
+    longer_step(sc.timeline, AFTER, healthy * 1.035 - float(d[AFTER]))  # +3.5 %: under the bar
+    assert not sc.truth[AFTER].slow
+    post(service_url, sc)
+    bl, steps = stored_baselines(db_conn, sc.job, STEPS)
+    i = int(np.flatnonzero(steps == AFTER)[0])
+    # the sequential test put it in the shift, the per-step test did not, nor do its collectives
+    assert bl.slow[i] and not bl.step_slow[i] and not bl.net_timing[i]
+    engine = AttributionEngine()
+    a = engine.attribute_step(db_conn, job=sc.job, step=AFTER)
+    assert a is not None and not a["slow"] and a["layer"] == "none", a
+    assert [e["kind"] for e in a["evidence"]] == [UNTIMED_KIND], a["evidence"]
+    assert a["evidence"][0]["metric"] == "collective_transfer_seconds" and a["evidence"][0]["score"] < 4.0
+    # the fault's steps keep their cause: their collectives lost the time
+    for s in (START + 1, AFTER - 1):
+        b = engine.attribute_step(db_conn, job=sc.job, step=s)
+        assert b is not None and b["slow"] and (b["layer"], b["component"]) == ("nic", f.component), (s, b)
+    listed = {r["step"]: r["slow"] for r in api.get(f"/v1/jobs/{sc.job}/steps").json()}
+    assert listed[AFTER] is False and listed[AFTER - 1] is True
