@@ -1,11 +1,12 @@
-"""Checkpoint steps inside and beside faults (#15), on recorded step summaries (the engine's reads of
-two held-back runs, with the simulator's truth):
+"""Step baselines of held-back runs (#15), on recorded step summaries (the engine's reads of them
+from the database, with the simulator's truth):
 - seed 711 run 16: a +10 % slow write to one host's local checkpoint volume (steps 18-41), which only
   checkpoint steps show, then a +9 % slow read on the same host (45-72). The write's checkpoint steps
   measured borderline and were learnt as the checkpoint's norm, so the read fault's checkpoint steps
   (50, 60, 70) measured +1 % over a baseline that held the write's extra and were healthy;
 - seed 713 run 7: a +7 % link fault (16-19); the checkpoint step right after it (20) was +3.4 % over
-  its baseline from the write's own spread, and was taken into the fault."""
+  its baseline from the write's own spread, and was taken into the fault;
+- seed 721 run 11: a fault that ended just short of proof raised the bar for the next one."""
 
 from __future__ import annotations
 
@@ -42,3 +43,15 @@ def test_a_checkpoint_step_after_a_fault_carries_it_only_over_its_own_margin() -
     assert 20 in ckpt and str(df["truth_slow"][20]) == "False"  # the simulator did not slow it
     assert bl.slow[16:20].all()  # the fault, proven by the sequential test
     assert not bl.slow[20] and not bl.borderline[20]
+
+
+def test_an_excursion_that_ended_just_short_of_proof_does_not_raise_the_bar() -> None:
+    # seed 721 run 11: a +6 % GPU fault of 21 steps (16-36) in a job whose warm-up steps made its
+    # sigma 3.6 %: the sequential evidence reached 15.5 of the 16 that prove a shift, and the fault
+    # ended. Its steps joined the healthy window, the job's sigma rose to 5 % (too noisy for the
+    # sequential test), and a +8 % queue incast of 19 steps (43-61) was never slow
+    df, _ = _read("seed721_run11")
+    bl = _baselines_for(df)
+    assert bl.slow[43:62].all(), [int(s) for s in df["step"][43:62][~bl.slow[43:62]]]
+    assert float(bl.sigma[45]) < 0.05 * float(bl.base[45])
+    assert not bl.slow[62:].any()
