@@ -114,13 +114,20 @@ class Baselines:
     data_sigma: np.ndarray | None = None
 
     @property
+    def unproven(self) -> np.ndarray:
+        """bool: slow steps the per-step test did not flag (the sequential test, or a segment's
+        marking, made them slow): slow only as long as what they show of their own does not say
+        otherwise (engine.py: an onset that names nothing, a network cause its collectives lack)."""
+        return self.slow & ~self.step_slow
+
+    @property
     def onset(self) -> np.ndarray:
         """bool: an episode's first step when the per-step test did not flag it: where the sequential
         test placed a shift's onset. The CUSUM puts it where its evidence last was zero, so a healthy
         step before a fault that ran a little long is folded in; such a step is slow only when its
         own telemetry names a cause (engine.py). Not a step after a gap inside an episode: a small
         fault's steps dip under the bar and back, and there the episode's cause is the step's."""
-        return self.slow & ~self.step_slow & (self.episode == np.arange(len(self.slow)))
+        return self.unproven & (self.episode == np.arange(len(self.slow)))
 
 
 def _median(x: Iterable[float] | np.ndarray) -> float:

@@ -26,8 +26,8 @@ from fabricscope.service.correlate.constants import (
     WORK_MAD_FLOOR_S,
 )
 
-PHASES = ("compute", "data", "checkpoint", "optimizer")
-PHASE_COLUMNS = {"compute": "compute", "data": "data", "checkpoint": "ckpt", "optimizer": "opt"}
+PHASE_COLUMNS = {"compute": "compute", "data": "data", "checkpoint": "ckpt", "optimizer": "opt"}  # phase -> column
+PHASES = tuple(PHASE_COLUMNS)
 
 
 @dataclass

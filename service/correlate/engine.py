@@ -314,7 +314,7 @@ class AttributionEngine:
                 from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
                              attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
-            if out["slow"] and out["layer"] in NET_LAYERS and not bl.step_slow[i] and not bl.net_timing[i]:
+            if out["slow"] and out["layer"] in NET_LAYERS and bl.unproven[i] and not bl.net_timing[i]:
                 # only the sequential test put this step in the shift (a noisy step beside a fault,
                 # whose coarse samples cover the fault's first or last seconds too), and the network
                 # loss its cause would have cost is not in its own collectives: not slow
@@ -484,13 +484,13 @@ class AttributionEngine:
         # borderline steps are slow when their stored attribution was corroborated by telemetry, and
         # a step only the sequential test flagged is not when its stored attribution found nothing
         # of its own (an onset) or a network cause its collectives did not show (_attribute)
-        corroborated, onsets = q.stored_flags(conn, job=job, lo=rng[0], hi=rng[1])
-        onset = bl.slow & ~bl.step_slow
+        corroborated, stored_healthy = q.stored_flags(conn, job=job, lo=rng[0], hi=rng[1])
+        unproven = bl.unproven
         lo = from_ts.timestamp() if from_ts else -math.inf
         hi = to_ts.timestamp() if to_ts else math.inf
         out: list[StepRow] = []
         for j, (s, start, d) in enumerate(zip(summ["step"], summ["start"], summ["dur"], strict=False)):
-            slow = ((bool(bl.slow[j]) and not (onset[j] and int(s) in onsets))
+            slow = ((bool(bl.slow[j]) and not (unproven[j] and int(s) in stored_healthy))
                     or (bool(bl.borderline[j]) and int(s) in corroborated))
             if not rng[0] <= s <= rng[1] or not lo <= start <= hi or (slow_only and not slow):
                 continue
@@ -548,11 +548,11 @@ class AttributionEngine:
         # change; nor do they change a step only the sequential test flagged, stored healthy for
         # showing nothing of its own (an onset) or not its network cause's loss (_attribute)
         border = dict(zip(steps, bl.borderline, strict=True))
-        onset = dict(zip(steps, bl.slow & ~bl.step_slow, strict=True))
+        unproven = dict(zip(steps, bl.unproven, strict=True))
         _, kept = q.stored_flags(conn, job=job, lo=lo, hi=hi)
         changed = [s for s, slow in sorted(stored.items())
                    if s in now and bool(now[s]) != slow and not (slow and border[s])
-                   and not (not slow and onset[s] and s in kept)]
+                   and not (not slow and unproven[s] and s in kept)]
         # ...or answered `unknown` before a step of its episode named a cause (episode.py)
         changed += [s for s in restate_unknown(rows, dict(zip(steps, bl.episode, strict=True)))
                     if s < hi and s not in changed]

@@ -442,16 +442,16 @@ def stored_flags(conn: Any, *, job: str, lo: int, hi: int) -> tuple[set[int], se
     """The steps in [lo, hi] whose stored attribution says slow, and those stored healthy as an
     unproven onset or shift step (an evidence row of kind `onset` or `untimed`), in one read."""
     slow: set[int] = set()
-    onsets: set[int] = set()
-    for step, is_slow, onset in conn.execute(
+    unproven: set[int] = set()
+    for step, is_slow, healthy_unproven in conn.execute(
             "SELECT step, slow, NOT slow AND (evidence @> '[{\"kind\": \"onset\"}]'::jsonb "
             "OR evidence @> '[{\"kind\": \"untimed\"}]'::jsonb) FROM attributions "
             "WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall():
         if is_slow:
             slow.add(int(step))
-        elif onset:
-            onsets.add(int(step))
-    return slow, onsets
+        elif healthy_unproven:
+            unproven.add(int(step))
+    return slow, unproven
 
 
 def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) -> None:
