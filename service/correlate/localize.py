@@ -205,7 +205,10 @@ def finish_scores(out: pd.DataFrame, meta: pd.DataFrame, hist: pd.DataFrame) -> 
     # The same arithmetic on the columns' arrays: a step's few dozen rows cost pandas ~0.1 ms per
     # Series operation, the arrays a few microseconds.
     cur, peer_z, peer_med = (df[c].to_numpy(float) for c in ("cur", "peer_z", "peer_med"))
-    hist_med, hist_sigma, floor = (df[c].to_numpy(float) for c in ("hist_med", "hist_sigma", "floor"))
+    hist_med, hist_sigma = (df[c].to_numpy(float) for c in ("hist_med", "hist_sigma"))
+    # the floor at the share of the series' interval the window is (window.py: a counter sampled
+    # slower than the step), where the peer scores give it
+    floor = df["window_floor" if "window_floor" in df.columns else "floor"].to_numpy(float)
     sigma0 = np.where(np.isnan(hist_sigma), 0.0, hist_sigma)
     own = (cur - hist_med) / np.maximum(sigma0, floor)
     df["baseline"] = np.where(np.isnan(hist_med), peer_med, hist_med)

@@ -119,6 +119,16 @@ WHERE series_id = ANY(%(lb_ids)s::int[]) AND ts > to_timestamp(%(ws)s - %(lb)s) 
 GROUP BY series_id HAVING max(CASE WHEN %(gauge)s THEN value ELSE rate END) IS NOT NULL
 """
 
+# The time of the sample before the window of each series of `ids` (one sample in the window and
+# its probe: a collector slower than the window), bounded by MAX_SAMPLE_GAP_S: that sample's span
+# is the series' interval (window.py).
+PREVIOUS_SQL = """
+SELECT u.series_id, date_part('epoch', x.ts) FROM unnest(%(ids)s::int[]) AS u(series_id)
+CROSS JOIN LATERAL (
+  SELECT ts FROM samples WHERE series_id = u.series_id AND ts <= to_timestamp(%(ws)s)
+    AND ts > to_timestamp(%(ws)s - %(gap)s) ORDER BY ts DESC LIMIT 1) x
+"""
+
 # A source's own past: median and MAD (scaled to sigma). MAD rather than the interquartile range: a
 # fault that has already lasted a quarter of the window (or came back) widens the IQR until the
 # fault looks normal; the MAD still holds with up to half of the history anomalous.
@@ -255,16 +265,23 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
             raw, later = _window_samples(conn, sql, p, we)
         need = np.setdiff1d(sc.ids, later, assume_unique=True)
         rows = conn.execute(PROBES_SQL, {**p, "need": pg_array(need)}).fetchall()
+        probe = np.array(sorted((i, t, v, np.nan if r is None else r) for i, t, v, r in rows), float).reshape(-1, 4)
+        raw = win.with_probes(raw, win.Samples(probe[:, 0].astype(np.int64), probe[:, 1], probe[:, 2], probe[:, 3]))
+        single = win.single_sample_series(raw)
+        prev = np.array(sorted(conn.execute(PREVIOUS_SQL, {"ws": ws, "gap": MAX_SAMPLE_GAP_S,
+                                                           "ids": pg_array(single)}).fetchall()) if len(single) else [],
+                        float).reshape(-1, 2)
         lbs = [r for lb_s, gauge, ids, inc in sc.lookback for r in (
             framed.increments(conn, ws=ws, lb=lb_s, ids=ids) if inc and framed_ok else conn.execute(
                 LOOKBACK_SQL, {"ws": ws, "lb": lb_s, "gauge": gauge, "lb_ids": ids}, prepare=False).fetchall())]
-    probe = np.array(sorted((i, t, v, np.nan if r is None else r) for i, t, v, r in rows), float).reshape(-1, 4)
-    raw = win.with_probes(raw, win.Samples(probe[:, 0].astype(np.int64), probe[:, 1], probe[:, 2], probe[:, 3]))
-    pos, cur_w = win.window_values(raw, sc, ws, we, max(we - ws, 1e-3))
+    raw = win.with_previous(raw, prev[:, 0].astype(np.int64), prev[:, 1])
+    pos, cur_w, share = win.window_values(raw, sc, ws, we, max(we - ws, 1e-3))
     del raw
     lb = np.array(lbs, float).reshape(-1, 2)
     allpos, cur, cw = win.with_lookback(sc, pos, cur_w, lb[:, 0].astype(np.int64), lb[:, 1])
-    return win.peer_scores(sc, allpos, cur, cw, min_z, limit)
+    shares = np.ones(len(allpos))
+    shares[np.searchsorted(allpos, pos)] = share
+    return win.peer_scores(sc, allpos, cur, cw, min_z, limit, shares)
 
 
 def _window_samples(conn: Any, sql: str, p: dict[str, Any], we: float) -> tuple[win.Samples, np.ndarray]:

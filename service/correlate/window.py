@@ -21,6 +21,13 @@ window counted in proportion to its share c = overlap / min(span, window). A sam
 of it); an edge sample mostly about a neighbouring step counts for its share. The max (rather than
 the mean) keeps an anomaly that fills only part of the window (a fault starting 70 % into the step)
 at its height instead of averaging it away over the healthy rest.
+A counter sampled slower than the window (an 8-s host collector, a 2-s step) reads the mean rate over
+its span: a burst confined to the step shows at only window / interval of its height (a 210/s
+retransmission burst over a 2.15-s step read 129/s in its 8-s sample, under three floors). Its floor,
+the least excess that can matter, is meant per second of the window, so it counts at the same share
+(`share`, with the floor's use in peer_scores and localize.finish_scores); the peers' MAD, read from
+spans as long, needs no such change. The interval is the series' shortest span in the window; a series
+with one sample there gets the time of its sample before the window (queries.PREVIOUS_SQL).
 """
 
 from __future__ import annotations
@@ -139,11 +146,33 @@ def with_probes(s: Samples, p: Samples) -> Samples:
                                                         (s.rate, p.rate))))
 
 
-def window_values(s: Samples, sc: Scoring, ws: float, we: float, wlen: float) -> tuple[np.ndarray, np.ndarray]:
-    """Positions (in sc.ids) of the series with a usable sample in the window, and their values."""
+def single_sample_series(s: Samples) -> np.ndarray:
+    """Ids of the series with one sample in `s` (sorted by series): its span, and so the series'
+    interval, is unseen (a collector slower than the window: a probe's sample alone, or one in it)."""
+    if not len(s.sid):
+        return np.zeros(0, np.int64)
+    ids, counts = np.unique(s.sid, return_counts=True)
+    return ids[counts == 1]
+
+
+def with_previous(s: Samples, sid: np.ndarray, t: np.ndarray) -> Samples:
+    """`s` (sorted) with a reading-less sample (NaN) at `t` before each series `sid`'s samples: the
+    time of its sample before the window, which gives its first sample's span and nothing else."""
+    if not len(sid):
+        return s
+    at = np.searchsorted(s.sid, sid, side="left")
+    nan = np.full(len(sid), np.nan)
+    return Samples(*(np.insert(a, at, b) for a, b in ((s.sid, sid), (s.t, t), (s.value, nan), (s.rate, nan))))
+
+
+def window_values(s: Samples, sc: Scoring, ws: float, we: float,
+                  wlen: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Positions (in sc.ids) of the series with a usable sample in the window, their values, and the
+    share of each one's sampling interval the window is (1 for a gauge, or when the interval is
+    unknown or not longer than the window; the module's docstring)."""
     n = len(s.sid)
     if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0)
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
     new = np.ones(n, bool)
     new[1:] = s.sid[1:] != s.sid[:-1]
     starts = np.flatnonzero(new)
@@ -172,11 +201,14 @@ def window_values(s: Samples, sc: Scoring, ws: float, we: float, wlen: float) ->
         v = (cm + c * (x - cm))[xok]
     b = bx
     if not len(b):
-        return np.zeros(0, np.int64), np.zeros(0)
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
     bnew = np.ones(len(b), bool)
     bnew[1:] = b[1:] != b[:-1]
     bst = np.flatnonzero(bnew)
-    return pos[b[bst]], np.maximum.reduceat(v, bst)
+    at = pos[b[bst]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(sc.gauge[at] | ~(iv[b[bst]] > wlen), 1.0, wlen / iv[b[bst]])
+    return at, np.maximum.reduceat(v, bst), share
 
 
 def with_lookback(sc: Scoring, pos: np.ndarray, cur_w: np.ndarray, lb_ids: np.ndarray,
@@ -214,14 +246,16 @@ def _median_by(grp: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray, min_z: float,
-                limit: int) -> tuple[pd.DataFrame, int]:
+                limit: int, share: np.ndarray | None = None) -> tuple[pd.DataFrame, int]:
     """Series whose value stands out from their peer group's median by `min_z` MADs (the highest
-    `limit`), the solo series (no peers: no peer score), and how many network series have a value."""
+    `limit`), the solo series (no peers: no peer score), and how many network series have a value.
+    `share` (window_values; default 1): each series' floor counts at that share (`window_floor`)."""
     n_net = int(sc.net[pos].sum())
     grp = sc.grp[pos]
     med = _median_by(grp, cur)
     mad = 1.4826 * _median_by(grp, np.abs(cur - med))
-    z = (cur - med) / np.maximum(mad, sc.floor[pos])
+    floor = sc.floor[pos] * (1.0 if share is None else share)
+    z = (cur - med) / np.maximum(mad, floor)
     solo = sc.solo[pos]
     hit = np.flatnonzero(~solo & (z >= min_z))
     hit = hit[np.argsort(-z[hit], kind="stable")][:limit]
@@ -231,4 +265,5 @@ def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray
     zz = z[pick]
     zz[len(hit):] = np.nan
     return pd.DataFrame({"series_id": sc.ids[pos[pick]], "cur": cur[pick], "peer_med": med[pick],
-                         "peer_mad": mad[pick], "peer_z": zz, "cur_w": cur_w[pick]}), n_net
+                         "peer_mad": mad[pick], "peer_z": zz, "cur_w": cur_w[pick],
+                         "window_floor": floor[pick]}), n_net

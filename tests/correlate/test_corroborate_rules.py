@@ -111,6 +111,24 @@ def test_a_step_over_only_in_its_collectives_takes_only_a_network_cause() -> Non
     assert not _judge(_explain("host", "h3", 0.95, [ROW_TIMING]), need=MIN, only_layers=NET_LAYERS, net_timing=True)[0]
 
 
+GPU_TIMING = {"source": "h3:gpu2", "metric": "compute_seconds", "score": 11.2, "kind": "timing"}
+GPU_PCIE = {"source": "h3:gpu2", "metric": "pcie_link_generation", "score": 40.0, "kind": None}
+
+
+def test_a_step_over_only_in_its_collectives_takes_a_gpu_its_own_device_telemetry_shows() -> None:
+    """A GPU whose PCIe link trained down slows the ring it sits in: its loss is in the collectives'
+    transfer time (723 run 0 step 18). Its device row counts; its compute timing alone does not."""
+    pcie = _explain("compute", "h3:gpu2", 0.83, [GPU_TIMING, GPU_PCIE])
+    ok, out = _judge(pcie, need=MIN, only_layers=NET_LAYERS, net_timing=True)
+    assert ok and (out["layer"], out["component"]) == ("compute", "h3:gpu2")
+    assert not _judge(pcie, need=MIN, only_layers=NET_LAYERS)[0]  # the collectives must have lost the time
+    assert not _judge(_explain("compute", "h3:gpu2", 0.83, [GPU_TIMING]), need=MIN, only_layers=NET_LAYERS,
+                      net_timing=True)[0]
+    weak = {**GPU_PCIE, "score": 2.0}  # under MIN_SCORE: not a finding
+    assert not _judge(_explain("compute", "h3:gpu2", 0.83, [GPU_TIMING, weak]), need=MIN,
+                      only_layers=NET_LAYERS, net_timing=True)[0]
+
+
 def test_a_step_over_only_in_its_ranks_data_phase_takes_only_a_storage_cause() -> None:
     vol = _explain("storage", "nas1:vol7", 0.6, [{"source": "nas1:vol7", "metric": "read_latency_seconds",
                                                   "score": 9.0, "kind": None}])
@@ -155,3 +173,21 @@ def test_a_checkpoint_step_just_over_its_baseline_takes_a_loader_straggler_that_
     # a slow write is not such a straggler: the writes' spread is what own_device guards against
     write = {**row, "metric": "checkpoint_seconds", "value": 0.8 + excess, "baseline": 0.8}
     assert not _judge(_explain("host", "h3", 0.85, [write]), need=FAINT, own_timing=True, own_device=True)[0]
+
+
+def test_beside_a_slow_step_of_a_gpu_the_step_needs_that_gpus_own_device_state() -> None:
+    """A GPU fault's step whose noise hid its loss (729 run 5 step 28, +2.8 % against a +4.8 % fault):
+    the step beside it is slow with that GPU, and the GPU's own device row is in this step's window."""
+    beside = {("compute", "h3:gpu2")}
+    pcie = _explain("compute", "h3:gpu2", 0.83, [GPU_TIMING, GPU_PCIE])
+    ok, out = _judge(pcie, need=MIN, between=lambda c: c in beside, require_between=True, own_state=True)
+    assert ok and (out["layer"], out["component"]) == ("compute", "h3:gpu2")
+    # its compute timing alone is not the device's state
+    assert not _judge(_explain("compute", "h3:gpu2", 0.83, [GPU_TIMING]), need=MIN,
+                      between=lambda c: c in beside, require_between=True, own_state=True)[0]
+    # a row of another device of the host is not this GPU's
+    nic = {"source": "h3:nic1", "metric": "rx_discards_total", "score": 9.0, "kind": None}
+    assert not _judge(_explain("compute", "h3:gpu2", 0.83, [GPU_TIMING, nic]), need=MIN,
+                      between=lambda c: c in beside, require_between=True, own_state=True)[0]
+    # and the step beside it must name that GPU
+    assert not _judge(pcie, need=MIN, between=lambda c: False, require_between=True, own_state=True)[0]

@@ -159,3 +159,16 @@ def test_a_series_sampled_every_10_s_among_1_s_peers(service_url: str, db_conn: 
         leaf = next(s.split(":", 1)[0] for s in sc.cluster.leaf_down if not s.startswith(leaf + ":"))
     resample(sc, {s: 10 for s in set(sc.streams.sources) if s.split(":", 1)[0] == leaf}, np.random.default_rng(9))
     _each_slow_step_named_and_the_rest_healthy(service_url, db_conn, sc, f)
+
+
+def test_a_small_retransmission_fault_in_8_s_host_samples(service_url: str, db_conn: psycopg.Connection) -> None:
+    """A +6 % TCP retransmission fault of three steps on one host, the hosts' collectors sampling every
+    8 s: each 2-s step's share of a sample's mean rate is a quarter of the burst, under three floors
+    of 50/s until the floor counts at the window's share of the interval (window.py). Each step is
+    named (the host's NIC), and the rest stay healthy."""
+    f = _fault("tcp_retransmits", "", 14, start=20, steps=3, sev=0.06)
+    sc = generate(SPEC, job=f"e2e-win-tcp-{next(_slot)}", steps=STEPS, faults=[f], seed=64,
+                  t0=1.75e9 + next(_slot) * 5000.0, interval=1.0, skew_s=0.25, slow_truth=0.04)
+    hosts = set(sc.cluster.hosts)
+    resample(sc, {s: 8 for s in set(sc.streams.sources) if s in hosts}, np.random.default_rng(15))
+    _each_slow_step_named_and_the_rest_healthy(service_url, db_conn, sc, f)
