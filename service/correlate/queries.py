@@ -267,21 +267,28 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
         rows = conn.execute(PROBES_SQL, {**p, "need": pg_array(need)}).fetchall()
         probe = np.array(sorted((i, t, v, np.nan if r is None else r) for i, t, v, r in rows), float).reshape(-1, 4)
         raw = win.with_probes(raw, win.Samples(probe[:, 0].astype(np.int64), probe[:, 1], probe[:, 2], probe[:, 3]))
-        single = win.single_sample_series(raw)
-        prev = np.array(sorted(conn.execute(PREVIOUS_SQL, {"ws": ws, "gap": MAX_SAMPLE_GAP_S,
-                                                           "ids": pg_array(single)}).fetchall()) if len(single) else [],
-                        float).reshape(-1, 2)
         lbs = [r for lb_s, gauge, ids, inc in sc.lookback for r in (
             framed.increments(conn, ws=ws, lb=lb_s, ids=ids) if inc and framed_ok else conn.execute(
                 LOOKBACK_SQL, {"ws": ws, "lb": lb_s, "gauge": gauge, "lb_ids": ids}, prepare=False).fetchall())]
-    raw = win.with_previous(raw, prev[:, 0].astype(np.int64), prev[:, 1])
-    pos, cur_w, share = win.window_values(raw, sc, ws, we, max(we - ws, 1e-3))
+    wlen = max(we - ws, 1e-3)
+    pos, cur_w, share = win.window_values(raw, sc, ws, we, wlen)
+    one_id, one_t = win.single_samples(raw)
     del raw
+
+    def resolve(ids: np.ndarray) -> np.ndarray:
+        prev = dict(conn.execute(PREVIOUS_SQL, {"ws": ws, "gap": MAX_SAMPLE_GAP_S, "ids": pg_array(ids)}).fetchall())
+        t = np.full(len(ids), np.nan)  # the one sample's time: the end of the span
+        if len(one_id):
+            at = np.minimum(np.searchsorted(one_id, ids), len(one_id) - 1)
+            t = np.where(one_id[at] == ids, one_t[at], np.nan)
+        return win.share_of(wlen, t, np.array([prev.get(int(i), np.nan) for i in ids], float))
+
     lb = np.array(lbs, float).reshape(-1, 2)
     allpos, cur, cw = win.with_lookback(sc, pos, cur_w, lb[:, 0].astype(np.int64), lb[:, 1])
     shares = np.ones(len(allpos))
     shares[np.searchsorted(allpos, pos)] = share
-    return win.peer_scores(sc, allpos, cur, cw, min_z, limit, shares)
+    # the least share: a span from MAX_SAMPLE_GAP_S before the window to as long after it
+    return win.peer_scores(sc, allpos, cur, cw, min_z, limit, shares, wlen / (wlen + 2 * MAX_SAMPLE_GAP_S), resolve)
 
 
 def _window_samples(conn: Any, sql: str, p: dict[str, Any], we: float) -> tuple[win.Samples, np.ndarray]:

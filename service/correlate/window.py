@@ -27,11 +27,14 @@ retransmission burst over a 2.15-s step read 129/s in its 8-s sample, under thre
 the least excess that can matter, is meant per second of the window, so it counts at the same share
 (`share`, with the floor's use in peer_scores and localize.finish_scores); the peers' MAD, read from
 spans as long, needs no such change. The interval is the series' shortest span in the window; a series
-with one sample there gets the time of its sample before the window (queries.PREVIOUS_SQL).
+with one sample there gets the time of its sample before the window (queries.PREVIOUS_SQL), asked only
+for the series that could stand out at all (peer_scores): a step shorter than a 2-s collector's
+interval would otherwise cost an index probe for each of a large job's series.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -146,30 +149,29 @@ def with_probes(s: Samples, p: Samples) -> Samples:
                                                         (s.rate, p.rate))))
 
 
-def single_sample_series(s: Samples) -> np.ndarray:
-    """Ids of the series with one sample in `s` (sorted by series): its span, and so the series'
-    interval, is unseen (a collector slower than the window: a probe's sample alone, or one in it)."""
+def single_samples(s: Samples) -> tuple[np.ndarray, np.ndarray]:
+    """Ids and times of the series with one sample in `s` (sorted by series): its span, and so the
+    series' interval, is unseen (a collector slower than the window: a probe's sample alone)."""
     if not len(s.sid):
-        return np.zeros(0, np.int64)
-    ids, counts = np.unique(s.sid, return_counts=True)
-    return ids[counts == 1]
+        return np.zeros(0, np.int64), np.zeros(0)
+    ids, first, counts = np.unique(s.sid, return_index=True, return_counts=True)
+    one = counts == 1
+    return ids[one], s.t[first[one]]
 
 
-def with_previous(s: Samples, sid: np.ndarray, t: np.ndarray) -> Samples:
-    """`s` (sorted) with a reading-less sample (NaN) at `t` before each series `sid`'s samples: the
-    time of its sample before the window, which gives its first sample's span and nothing else."""
-    if not len(sid):
-        return s
-    at = np.searchsorted(s.sid, sid, side="left")
-    nan = np.full(len(sid), np.nan)
-    return Samples(*(np.insert(a, at, b) for a, b in ((s.sid, sid), (s.t, t), (s.value, nan), (s.rate, nan))))
+def share_of(wlen: float, t: np.ndarray, prev: np.ndarray | float) -> np.ndarray:
+    """The window's share of each span (prev, t]: 1 when the span is unknown (NaN) or no longer."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        span = t - prev
+        return np.where(span > wlen, wlen / span, 1.0)
 
 
 def window_values(s: Samples, sc: Scoring, ws: float, we: float,
                   wlen: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Positions (in sc.ids) of the series with a usable sample in the window, their values, and the
-    share of each one's sampling interval the window is (1 for a gauge, or when the interval is
-    unknown or not longer than the window; the module's docstring)."""
+    share of each one's sampling interval the window is (1 for a gauge or an interval no longer than
+    the window; NaN for a counter whose interval is unseen: peer_scores resolves it where it matters;
+    the module's docstring)."""
     n = len(s.sid)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
@@ -207,7 +209,8 @@ def window_values(s: Samples, sc: Scoring, ws: float, we: float,
     bst = np.flatnonzero(bnew)
     at = pos[b[bst]]
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(sc.gauge[at] | ~(iv[b[bst]] > wlen), 1.0, wlen / iv[b[bst]])
+        share = np.where(sc.gauge[at], 1.0, share_of(wlen, iv[b[bst]], 0.0))
+        share[~sc.gauge[at] & np.isnan(iv[b[bst]])] = np.nan
     return at, np.maximum.reduceat(v, bst), share
 
 
@@ -246,17 +249,29 @@ def _median_by(grp: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray, min_z: float,
-                limit: int, share: np.ndarray | None = None) -> tuple[pd.DataFrame, int]:
+                limit: int, share: np.ndarray | None = None, share_lo: float = 1.0,
+                resolve: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[pd.DataFrame, int]:
     """Series whose value stands out from their peer group's median by `min_z` MADs (the highest
     `limit`), the solo series (no peers: no peer score), and how many network series have a value.
-    `share` (window_values; default 1): each series' floor counts at that share (`window_floor`)."""
+    `share` (window_values; default 1): each series' floor counts at that share (`window_floor`).
+    A NaN share (interval unseen) is asked of `resolve` (series ids -> shares; one index probe each)
+    only for the series that could stand out at the least share there is (`share_lo`) and the solo
+    ones; the others count at 1, which they would not pass either."""
     n_net = int(sc.net[pos].sum())
     grp = sc.grp[pos]
     med = _median_by(grp, cur)
     mad = 1.4826 * _median_by(grp, np.abs(cur - med))
-    floor = sc.floor[pos] * (1.0 if share is None else share)
-    z = (cur - med) / np.maximum(mad, floor)
     solo = sc.solo[pos]
+    sh = np.ones(len(pos)) if share is None else share.copy()
+    unseen = np.isnan(sh)
+    if unseen.any():
+        z_lo = (cur - med) / np.maximum(mad, sc.floor[pos] * np.where(unseen, share_lo, sh))
+        ask = unseen & (solo | (z_lo >= min_z))
+        sh[unseen] = 1.0
+        if resolve is not None and ask.any():
+            sh[ask] = resolve(sc.ids[pos[ask]])
+    floor = sc.floor[pos] * sh
+    z = (cur - med) / np.maximum(mad, floor)
     hit = np.flatnonzero(~solo & (z >= min_z))
     hit = hit[np.argsort(-z[hit], kind="stable")][:limit]
     alone = np.flatnonzero(solo)

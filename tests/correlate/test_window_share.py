@@ -15,47 +15,38 @@ def _scoring(n: int, gauge: bool = False, floor: float = 50.0) -> win.Scoring:
                        floor=np.full(n, floor), net=np.ones(n, bool), solo=np.zeros(n, bool), lit={})
 
 
-def _one_sample_each(rates: list[float], t: float, prev_t: float | None) -> win.Samples:
-    """Each series' one sample at `t` (the probe after the window), with its sample before the window
-    at `prev_t` (None: not known)."""
-    n = len(rates)
-    s = win.Samples(np.arange(n, dtype=np.int64), np.full(n, t), np.zeros(n), np.array(rates, float))
-    if prev_t is None:
-        return s
-    return win.with_previous(s, np.arange(n, dtype=np.int64), np.full(n, prev_t))
+def _samples(rates: list[float], *times: float) -> win.Samples:
+    """Each series' samples at `times` (the last: the probe after the window), all at its rate."""
+    n, k = len(rates), len(times)
+    return win.Samples(np.repeat(np.arange(n, dtype=np.int64), k), np.tile(np.array(times, float), n),
+                       np.zeros(n * k), np.repeat(np.array(rates, float), k))
 
 
 WS, WE = 124.59, 126.74  # a 2.15-s step inside the span (123.98, 131.98] of an 8-s sample
 
 
 def test_a_counter_sampled_every_8_s_counts_its_floor_at_the_windows_share() -> None:
-    s = _one_sample_each([6.0, 129.25], t=131.98, prev_t=123.98)
-    pos, cur, share = win.window_values(s, _scoring(2), WS, WE, WE - WS)
-    assert list(pos) == [0, 1] and cur.tolist() == [6.0, 129.25]
-    assert np.allclose(share, (WE - WS) / 8.0)
+    """Samples at 123.98 (in the step before) and 131.98 (the probe): the span is seen."""
+    s = _samples([6.0, 129.25], 123.98, 131.98)
+    pos, _, share = win.window_values(s, _scoring(2), WS, WE, WE - WS)
+    assert list(pos) == [0, 1] and np.allclose(share, (WE - WS) / 8.0)
 
 
-def test_no_share_for_a_gauge_an_unknown_interval_or_one_shorter_than_the_window() -> None:
-    for s, sc in ((_one_sample_each([6.0], 131.98, 123.98), _scoring(1, gauge=True)),  # a gauge reads a state
-                  (_one_sample_each([6.0], 131.98, None), _scoring(1)),  # its span unseen
-                  (_one_sample_each([6.0], 125.5, 124.5), _scoring(1))):  # a 1-s counter
-        assert win.window_values(s, sc, WS, WE, WE - WS)[2].tolist() == [1.0]
+def test_no_share_for_a_gauge_or_an_interval_no_longer_than_the_window_and_an_unseen_one_is_asked() -> None:
+    assert win.window_values(_samples([6.0], 123.98, 131.98), _scoring(1, gauge=True), WS, WE, WE - WS)[2].tolist() \
+        == [1.0]  # a gauge reads a state
+    assert win.window_values(_samples([6.0], 125.0, 126.0), _scoring(1), WS, WE, WE - WS)[2].tolist() == [1.0]
+    assert np.isnan(win.window_values(_samples([6.0], 131.98), _scoring(1), WS, WE, WE - WS)[2]).all()
+    assert win.single_samples(_samples([6.0, 7.0], 131.98))[0].tolist() == [0, 1]
+    assert np.allclose(win.share_of(WE - WS, np.array([131.98, 125.0, np.nan]), np.array([123.98, 124.5, 1.0])),
+                       [(WE - WS) / 8.0, 1.0, 1.0])
 
 
-def test_the_reading_less_previous_sample_changes_no_value() -> None:
-    """The sample before the window only gives the span: the value and which series count are those
-    without it."""
-    rates = [5.25, 6.0, 7.0, 129.25]
-    a = win.window_values(_one_sample_each(rates, 131.98, None), _scoring(4), WS, WE, WE - WS)
-    b = win.window_values(_one_sample_each(rates, 131.98, 123.98), _scoring(4), WS, WE, WE - WS)
-    assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
-
-
-def _hits(rates: list[float], share: np.ndarray | None) -> list[int]:
+def _hits(rates: list[float], share: np.ndarray | None, resolve: object = None) -> list[int]:
     sc = _scoring(len(rates))
     pos = np.arange(len(rates))
     cur = np.array(rates, float)
-    out, _ = win.peer_scores(sc, pos, cur, cur, 3.0, 64, share)
+    out, _ = win.peer_scores(sc, pos, cur, cur, 3.0, 64, share, 0.05, resolve)  # type: ignore[arg-type]
     return sorted(out["series_id"].tolist())
 
 
@@ -66,3 +57,18 @@ def test_a_burst_diluted_in_an_8_s_sample_stands_out_at_the_windows_floor_and_ba
     assert _hits(rates, share) == [7]
     wobble = [*rates[:-1], 20.0]  # a background burst of a few segments a second
     assert _hits(wobble, share) == []
+
+
+def test_an_unseen_interval_is_asked_only_for_a_series_that_could_stand_out() -> None:
+    """Every host sampled slower than the window, none with a span seen: only the one that could pass
+    at the least share is probed, and its share then decides."""
+    rates = [5.25, 6.0, 6.75, 5.9, 7.0, 5.4, 6.1, 129.25]
+    asked: list[list[int]] = []
+
+    def resolve(ids: np.ndarray) -> np.ndarray:
+        asked.append(ids.tolist())
+        return np.full(len(ids), (WE - WS) / 8.0)
+
+    assert _hits(rates, np.full(len(rates), np.nan), resolve) == [7]
+    assert asked == [[7]]
+    assert _hits(rates, np.full(len(rates), np.nan), lambda ids: np.ones(len(ids))) == []
