@@ -94,14 +94,6 @@ def _between_slow(bl: Baselines, summ: pd.DataFrame, i: int) -> bool:
             and all(bool(bl.slow[j] or bl.borderline[j]) for j in (i - 1, i + 1)))
 
 
-def _beside_slow(bl: Baselines, summ: pd.DataFrame, i: int) -> bool:
-    """Whether a step right before or after row `i` of `summ` may be slow (slow, or borderline: slow
-    when its telemetry corroborates it, which _beside then asks)."""
-    steps = summ["step"].to_numpy(int)
-    return any(0 <= j < len(steps) and abs(int(steps[j]) - int(steps[i])) == 1
-               and bool(bl.slow[j] or bl.borderline[j]) for j in (i - 1, i + 1))
-
-
 def _history_end(starts: np.ndarray, episode: np.ndarray, i: int, cfg: EngineConfig) -> float | None:
     """Where step `i`'s own-history window ends (None: at the step): before the earliest sustained
     episode that reaches into it. A minute into a fault, or just after it, the own_history_s before the
@@ -304,14 +296,6 @@ class AttributionEngine:
                     out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
                     host_of=topo.host_of, between=lambda c: self._between(conn, job=job, step=step, cause=c),
                     require_between=True, straggler_host=st.host)
-            if (not corroborated and borrow and d > float(bl.centre[i]) and not row["ckpt_max"] > 0
-                    and _beside_slow(bl, summ, i)):
-                # a GPU fault's step whose noise hid its loss: the device still reports the state that
-                # slowed the step beside it (a PCIe link trained down), in this step's own window
-                corroborated = self._corroborated(
-                    out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
-                    host_of=topo.host_of, between=lambda c: self._beside(conn, job=job, step=step, cause=c),
-                    require_between=True, own_state=True)
             if not corroborated:
                 self._healthy(out, d=d, base=base, thr=thr)
         else:
@@ -347,7 +331,7 @@ class AttributionEngine:
                       between: Callable[[tuple[str, str | None]], bool] | None = None,
                       net_timing: bool = False, data_timing: bool = False,
                       only_layers: tuple[str, ...] = (), require_between: bool = False,
-                      straggler_host: str | None = None, own_state: bool = False) -> bool:
+                      straggler_host: str | None = None) -> bool:
         """A borderline step (over the noise, under the bar) is slow when its own telemetry names a
         cause with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a
         faint one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the
@@ -365,8 +349,7 @@ class AttributionEngine:
         cause of these layers, resting on the matching phase's own timing, can corroborate (baseline.py:
         net_only and data_only, a step over only in its collectives or in its ranks' data phase).
         `require_between`: the draft must also be the cause of the steps either side (`between`), and
-        its component on `straggler_host` (the host of the straggler the step's own rank timings show).
-        `own_state`: the draft must hold a device row of its component itself (a GPU's own telemetry)."""
+        its component on `straggler_host` (the host of the straggler the step's own rank timings show)."""
         if not 0.0 < need <= 1.0 or not 0.0 < self.config.corroborate_min_confidence <= 1.0:
             return False
         draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
@@ -378,8 +361,6 @@ class AttributionEngine:
         # it sits in: its loss is in the collectives' transfer time too (device_probe.gpu_or_network)
         state = any(e["source"] == draft["component"] and e.get("kind") != "timing"
                     and (e.get("score") or 0.0) >= MIN_SCORE for e in draft["evidence"])
-        if own_state and not state:
-            return False
         ring = net_timing and only_layers == NET_LAYERS and draft["layer"] == "compute" and state
         if only_layers and not ring and not (phase and draft["layer"] in only_layers):
             return False
@@ -421,16 +402,6 @@ class AttributionEngine:
         st = find_straggler(per_rank)
         lost = st is not None and straggler_loss(per_rank, st) >= self.config.corroborate_straggler_loss * base
         return st if lost else None
-
-    def _beside(self, conn: Any, *, job: str, step: int, cause: tuple[str, str | None]) -> bool:
-        """Whether the step before or after `step` is slow with `cause` (a GPU) as its answer."""
-        if cause[0] != "compute":
-            return False
-        for s in (step - 1, step + 1):
-            a = self._attribute(conn, job=job, step=s, store=False, borrow=False)
-            if a is not None and a["slow"] and (a["layer"], a["component"]) == cause:
-                return True
-        return False
 
     def _between(self, conn: Any, *, job: str, step: int, cause: tuple[str, str | None]) -> bool:
         """Whether the steps before and after `step` are both slow with `cause` as their answer."""

@@ -174,20 +174,3 @@ def test_a_checkpoint_step_just_over_its_baseline_takes_a_loader_straggler_that_
     write = {**row, "metric": "checkpoint_seconds", "value": 0.8 + excess, "baseline": 0.8}
     assert not _judge(_explain("host", "h3", 0.85, [write]), need=FAINT, own_timing=True, own_device=True)[0]
 
-
-def test_beside_a_slow_step_of_a_gpu_the_step_needs_that_gpus_own_device_state() -> None:
-    """A GPU fault's step whose noise hid its loss (729 run 5 step 28, +2.8 % against a +4.8 % fault):
-    the step beside it is slow with that GPU, and the GPU's own device row is in this step's window."""
-    beside = {("compute", "h3:gpu2")}
-    pcie = _explain("compute", "h3:gpu2", 0.83, [GPU_TIMING, GPU_PCIE])
-    ok, out = _judge(pcie, need=MIN, between=lambda c: c in beside, require_between=True, own_state=True)
-    assert ok and (out["layer"], out["component"]) == ("compute", "h3:gpu2")
-    # its compute timing alone is not the device's state
-    assert not _judge(_explain("compute", "h3:gpu2", 0.83, [GPU_TIMING]), need=MIN,
-                      between=lambda c: c in beside, require_between=True, own_state=True)[0]
-    # a row of another device of the host is not this GPU's
-    nic = {"source": "h3:nic1", "metric": "rx_discards_total", "score": 9.0, "kind": None}
-    assert not _judge(_explain("compute", "h3:gpu2", 0.83, [GPU_TIMING, nic]), need=MIN,
-                      between=lambda c: c in beside, require_between=True, own_state=True)[0]
-    # and the step beside it must name that GPU
-    assert not _judge(pcie, need=MIN, between=lambda c: False, require_between=True, own_state=True)[0]
