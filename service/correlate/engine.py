@@ -94,6 +94,16 @@ def _between_slow(bl: Baselines, summ: pd.DataFrame, i: int) -> bool:
             and all(bool(bl.slow[j] or bl.borderline[j]) for j in (i - 1, i + 1)))
 
 
+def _holds_its_share(rows: list[Any], excess: float, share: float) -> bool:
+    """Whether a timing row of `rows` holds `share` of the step's `excess` (seconds over its baseline):
+    a straggler whose own excess is a small part of what the step lost did not make the step slow
+    (the ranks' usual spread has a few-sigma rank on many healthy steps; causes.work_cause weighs a
+    slow step's straggler by the same share)."""
+    return excess <= 0.0 or any(e.get("kind") == "timing"
+                                and float(e["value"]) - float(e.get("baseline") or 0.0) >= share * excess
+                                for e in rows)
+
+
 def _history_end(starts: np.ndarray, episode: np.ndarray, i: int, cfg: EngineConfig) -> float | None:
     """Where step `i`'s own-history window ends (None: at the step): before the earliest sustained
     episode that reaches into it. A minute into a fault, or just after it, the own_history_s before the
@@ -117,14 +127,34 @@ def _step_row(source: str, d: float, base: float, sigma: float, kind: str) -> Ev
             "score": round((d - base) / max(sigma, 1e-9), 3), "unit": "seconds", "kind": kind}
 
 
-def _transfer_row(transfer: float, base_t: float, sigma_t: float) -> EvidenceRow:
-    """The evidence row of a step's collectives' pure transfer time against its baseline, which says
-    why the network cause its episode names was not the step's own (`kind`: untimed)."""
-    ok = math.isfinite(transfer) and math.isfinite(base_t)
-    return {"source": "", "metric": "collective_transfer_seconds", "value": round(transfer, 6) if ok else 0.0,
-            "baseline": round(base_t, 6) if ok else 0.0,
-            "score": round((transfer - base_t) / max(sigma_t, 1e-9), 3) if ok and math.isfinite(sigma_t) else 0.0,
+def _phase_row(metric: str, x: float, base_x: float, sigma_x: float) -> EvidenceRow:
+    """The evidence row of a step's phase time (its collectives' pure transfer, its ranks' median
+    `data` phase) against its baseline, which says why the cause its episode names was not the
+    step's own (`kind`: untimed)."""
+    ok = math.isfinite(x) and math.isfinite(base_x)
+    return {"source": "", "metric": metric, "value": round(x, 6) if ok else 0.0,
+            "baseline": round(base_x, 6) if ok else 0.0,
+            "score": round((x - base_x) / max(sigma_x, 1e-9), 3) if ok and math.isfinite(sigma_x) else 0.0,
             "unit": "seconds", "kind": UNTIMED_KIND}
+
+
+# The phase a cause slows by its nature, as the step summary names it, and its evidence row's metric.
+PHASE_METRIC = {"transfer": "collective_transfer_seconds", "data": "data_seconds"}
+
+
+def _untimed_phase(out: Attribution, bl: Baselines, i: int, topo: Topo) -> tuple[str, float, float] | None:
+    """For a slow step only the sequential test flagged (Baselines.unproven), the phase its answer
+    slows by its nature when that phase did not lose the time (column, baseline, sigma); None when the
+    answer stands. A network cause slows the collectives' transfer (net_timing); a shared volume every
+    loader reads slows the ranks' `data` phase (data_timing)."""
+    if not out["slow"] or not bl.unproven[i]:
+        return None
+    if out["layer"] in NET_LAYERS and not bl.net_timing[i]:
+        return "transfer", float(bl.base_transfer[i]), float(bl.sigma_transfer[i])
+    if (out["layer"] == "storage" and out["component"] in topo.shared_volumes and not bl.data_timing[i]
+            and bl.data_base is not None and bl.data_sigma is not None):
+        return "data", float(bl.data_base[i]), float(bl.data_sigma[i])
+    return None
 
 
 def _baselines_for(df: pd.DataFrame) -> Baselines:
@@ -314,13 +344,14 @@ class AttributionEngine:
                 from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
                              attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
-            if out["slow"] and out["layer"] in NET_LAYERS and bl.unproven[i] and not bl.net_timing[i]:
+            phase = _untimed_phase(out, bl, i, topo)
+            if phase is not None:
                 # only the sequential test put this step in the shift (a noisy step beside a fault,
-                # whose coarse samples cover the fault's first or last seconds too), and the network
-                # loss its cause would have cost is not in its own collectives: not slow
+                # whose coarse samples cover the fault's first or last seconds too), and the loss its
+                # cause would have cost is not in the phase that cause slows: not slow
                 self._healthy(out, d=d, base=base, thr=thr)
-                out["evidence"] = [_transfer_row(float(row["transfer"]), float(bl.base_transfer[i]),
-                                                 float(bl.sigma_transfer[i]))]
+                col, x_base, x_sigma = phase
+                out["evidence"] = [_phase_row(PHASE_METRIC[col], float(row[col]), x_base, x_sigma)]
         if store:
             q.store_attribution(conn, job=job, attribution=out)
         return out
@@ -369,6 +400,10 @@ class AttributionEngine:
         if straggler_host is not None and host != straggler_host:
             return False
         on_host = [e for e in draft["evidence"] if hosts.get(e["source"], e["source"]) == host]
+        sampled = any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE for e in draft["evidence"])
+        if not phase and not sampled and not _holds_its_share(on_host, draft["duration_s"] - base,
+                                                              self.config.straggler_min_share):
+            return False  # named from a straggler's timing alone, which holds little of what the step lost
         alone = (draft["confidence"] >= (self.config.corroborate_min_confidence if phase else need)
                  and (not own_timing or phase or any(e.get("kind") == "timing" for e in on_host))
                  and (not own_device or phase

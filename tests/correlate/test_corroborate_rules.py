@@ -17,9 +17,11 @@ from fabricscope.service.correlate.records import Attribution
 
 HOST_OF = {"h3": "h3", "h3:nic1": "h3", "h3:/data": "h3", "h3:gpu2": "h3", "h5": "h5"}
 TCP = {"source": "h3", "metric": "tcp_retransmitted_segments_total", "score": 3.3, "kind": None}
-ROW_TIMING = {"source": "h3", "metric": "checkpoint_seconds", "score": 7.9, "kind": "timing"}
+ROW_TIMING = {"source": "h3", "metric": "checkpoint_seconds", "score": 7.9, "kind": "timing", "value": 1.1,
+              "baseline": 0.8}
 ROW_WRITE = {"source": "h3:/data", "metric": "write_latency_seconds", "score": 13.2, "kind": None}
-OTHER_HOST_TIMING = {"source": "h5", "metric": "data_seconds", "score": 9.0, "kind": "timing"}
+OTHER_HOST_TIMING = {"source": "h5", "metric": "data_seconds", "score": 9.0, "kind": "timing", "value": 0.4,
+                     "baseline": 0.1}
 
 
 def _out() -> Attribution:
@@ -111,7 +113,8 @@ def test_a_step_over_only_in_its_collectives_takes_only_a_network_cause() -> Non
     assert not _judge(_explain("host", "h3", 0.95, [ROW_TIMING]), need=MIN, only_layers=NET_LAYERS, net_timing=True)[0]
 
 
-GPU_TIMING = {"source": "h3:gpu2", "metric": "compute_seconds", "score": 11.2, "kind": "timing"}
+GPU_TIMING = {"source": "h3:gpu2", "metric": "compute_seconds", "score": 11.2, "kind": "timing", "value": 1.588,
+              "baseline": 1.51}
 GPU_PCIE = {"source": "h3:gpu2", "metric": "pcie_link_generation", "score": 40.0, "kind": None}
 
 
@@ -174,3 +177,20 @@ def test_a_checkpoint_step_just_over_its_baseline_takes_a_loader_straggler_that_
     write = {**row, "metric": "checkpoint_seconds", "value": 0.8 + excess, "baseline": 0.8}
     assert not _judge(_explain("host", "h3", 0.85, [write]), need=FAINT, own_timing=True, own_device=True)[0]
 
+
+
+def test_a_straggler_that_holds_little_of_the_steps_excess_names_nothing_alone() -> None:
+    """731 run 19 step 44, a fault-free run: a step +4.6 % (96 ms) whose draft rested on one GPU's
+    compute timing 25 ms over its baseline (5.6 sigmas). A straggler holding straggler_min_share of
+    what the step lost may name it; one holding a quarter of it, with no device row, may not."""
+    def judge(rows: list[dict[str, Any]]) -> bool:
+        out = _out()
+        out["duration_s"] = 2.096
+        return AttributionEngine()._corroborated(out, _explain("compute", "h3:gpu2", 0.65, rows), base=2.0,
+                                                 sigma=0.05, need=MIN, host_of=HOST_OF)
+
+    small = {**GPU_TIMING, "value": 1.705, "baseline": 1.680}
+    assert not judge([small])
+    assert judge([{**GPU_TIMING, "value": 1.72, "baseline": 1.680}])  # 40 of the 96 ms
+    # a device row of the GPU's own is evidence of its own, whatever the timing holds
+    assert judge([small, GPU_PCIE])

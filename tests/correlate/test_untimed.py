@@ -7,6 +7,8 @@ the time, stay slow with the NIC. Through the real ingest API and database."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import httpx
 import numpy as np
 import psycopg
@@ -16,7 +18,7 @@ from fabricscope.service.correlate.engine import UNTIMED_KIND
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.model import JobSpec
-from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
+from fabricscope.service.simulate.topology import ClusterSpec, build_cluster, random_storage_names
 from tests.correlate.scenarios import longer_step, post, stored_baselines
 
 SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
@@ -49,5 +51,33 @@ def test_a_long_step_after_a_network_fault_is_not_slow_when_its_collectives_lost
     for s in (START + 1, AFTER - 1):
         b = engine.attribute_step(db_conn, job=sc.job, step=s)
         assert b is not None and b["slow"] and (b["layer"], b["component"]) == ("nic", f.component), (s, b)
+    listed = {r["step"]: r["slow"] for r in api.get(f"/v1/jobs/{sc.job}/steps").json()}
+    assert listed[AFTER] is False and listed[AFTER - 1] is True
+
+
+def test_a_long_step_after_a_shared_volume_slowdown_is_not_slow_when_its_loaders_lost_nothing(
+        service_url: str, api: httpx.Client, db_conn: psycopg.Connection) -> None:
+    """The same of a shared volume every host's loader reads (731 run 2 step 30): its slowdown is in
+    the ranks' `data` phase by its nature, so a step whose loaders read at their usual pace is not
+    slowed by it, whatever the volume's 6-s samples covering its seconds say."""
+    spec = dataclasses.replace(SPEC, **random_storage_names(np.random.default_rng(5)))
+    f = make_fault(build_cluster(spec), "shared_volume_slow", start_step=START, steps=LENGTH, severity=0.05,
+                   rng=np.random.default_rng(5))
+    sc = generate(spec, job="untimed-after-volume", steps=STEPS, faults=[f], seed=5, t0=1.7872e9, interval=6.0,
+                  job_spec=JobSpec(compute_noise=0.004))
+    d = sc.timeline.step_duration()
+    longer_step(sc.timeline, AFTER, float(np.median(d[10:START])) * 1.035 - float(d[AFTER]))
+    assert not sc.truth[AFTER].slow
+    post(service_url, sc)
+    bl, steps = stored_baselines(db_conn, sc.job, STEPS)
+    i = int(np.flatnonzero(steps == AFTER)[0])
+    assert bl.slow[i] and not bl.step_slow[i] and not bl.data_timing[i]
+    engine = AttributionEngine()
+    a = engine.attribute_step(db_conn, job=sc.job, step=AFTER)
+    assert a is not None and not a["slow"] and a["layer"] == "none", a
+    assert [(e["kind"], e["metric"]) for e in a["evidence"]] == [(UNTIMED_KIND, "data_seconds")], a["evidence"]
+    for s in (START + 1, AFTER - 1):
+        b = engine.attribute_step(db_conn, job=sc.job, step=s)
+        assert b is not None and b["slow"] and (b["layer"], b["component"]) == ("storage", f.component), (s, b)
     listed = {r["step"]: r["slow"] for r in api.get(f"/v1/jobs/{sc.job}/steps").json()}
     assert listed[AFTER] is False and listed[AFTER - 1] is True
