@@ -152,11 +152,14 @@ def with_probes(s: Samples, p: Samples) -> Samples:
 def single_samples(s: Samples) -> tuple[np.ndarray, np.ndarray]:
     """Ids and times of the series with one sample in `s` (sorted by series): its span, and so the
     series' interval, is unseen (a collector slower than the window: a probe's sample alone)."""
-    if not len(s.sid):
+    n = len(s.sid)
+    if not n:
         return np.zeros(0, np.int64), np.zeros(0)
-    ids, first, counts = np.unique(s.sid, return_index=True, return_counts=True)
-    one = counts == 1
-    return ids[one], s.t[first[one]]
+    new = np.ones(n, bool)
+    new[1:] = s.sid[1:] != s.sid[:-1]
+    first = np.flatnonzero(new)  # sorted by series: one pass, not np.unique's sort (500,000 samples)
+    one = first[np.diff(first, append=n) == 1]
+    return s.sid[one], s.t[one]
 
 
 def share_of(wlen: float, t: np.ndarray, prev: np.ndarray | float) -> np.ndarray:
