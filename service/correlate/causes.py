@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MIN_SCORE, EngineConfig
 from fabricscope.service.correlate.decompose import Straggler
 from fabricscope.service.correlate.localize import Topo, rank_candidates
 from fabricscope.service.correlate.records import CauseDraft, EvidenceRow
@@ -205,6 +205,22 @@ def rank_causes(causes: list[CauseDraft]) -> list[CauseDraft]:
     telemetry) never heads the answer over one it could: its lost time is only what the timings
     could not place (in the lab: time at a checkpoint barrier during a network fault)."""
     return sorted(causes, key=lambda c: (c["layer"] == "unknown", -c.get("lost_s", 0.0)))
+
+
+def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:
+    """`causes` (ranked) with a GPU cause ahead of a network cause that heads them less surely, when
+    the GPU's own device telemetry is among its evidence (a sampled row of the GPU itself at
+    MIN_SCORE: a PCIe link trained down, a throttle). Such a GPU slows the ring it sits in, so the
+    collectives' share of the loss, which the network cause was given, is its too (747 run 5: a PCIe
+    downtrain at 0.81 behind the 0.39 of a link that had flapped 8 s before the step)."""
+    if len(causes) < 2 or causes[0]["layer"] not in NET_LAYERS:
+        return causes
+    for c in causes[1:]:
+        own = any(e["source"] == c["component"] and e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE
+                  for e in c["evidence"])
+        if c["layer"] == "compute" and own and c["confidence"] > causes[0]["confidence"]:
+            return [c] + [x for x in causes if x is not c]
+    return causes
 
 
 # -- GPU and host evidence (#17) ------------------------------------------------------------------

@@ -27,6 +27,7 @@ from fabricscope.service.correlate.causes import (
     NET_LAYERS,
     LoaderLoss,
     combine_causes,
+    gpu_state_first,
     merge_same,
     net_cause,
     rank_causes,
@@ -490,7 +491,7 @@ class AttributionEngine:
                                    scan=e_comm / total >= cfg.min_share), cfg)
         if not causes:
             causes = [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}]
-        causes = rank_causes(merge_same(with_straggler_timing(causes, st, cfg)))
+        causes = gpu_state_first(rank_causes(merge_same(with_straggler_timing(causes, st, cfg))))
         top = causes[0]
         out.update({
             "layer": top["layer"], "component": top["component"], "confidence": self._capped(top["confidence"]),

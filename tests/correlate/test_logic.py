@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from fabricscope.service.correlate.baseline import CHANGE_RUN, Baselines, compute_baselines
-from fabricscope.service.correlate.causes import combine_causes, rank_causes
+from fabricscope.service.correlate.causes import combine_causes, gpu_state_first, rank_causes
 from fabricscope.service.correlate.decompose import decompose, find_straggler
 from fabricscope.service.correlate.localize import build_topo, candidates, rank_candidates
 
@@ -106,6 +106,26 @@ def test_a_named_cause_heads_the_answer_over_an_unknown_one() -> None:
     assert rank_causes([unknown, link]) == [link, unknown]
     assert rank_causes([link, unknown, gpu]) == [gpu, link, unknown]  # named ones still by lost time
     assert rank_causes([unknown]) == [unknown]
+
+
+def test_a_gpu_its_own_device_shows_heads_a_network_cause_less_sure_than_it() -> None:
+    """747 run 5 step 48: a PCIe downtrain (its GPU 104 sigmas over its compute baseline, link trained
+    from gen 4 to 2) behind a link named at 0.39 from a flap 8 s before the step, which the collectives'
+    larger share of the loss had put first. The GPU slows the ring it sits in: it heads the answer."""
+    link = {"layer": "link", "component": "sw10:p15", "lost_s": 0.56, "confidence": 0.39,
+            "evidence": [{"source": "sw10:p15", "metric": "link_down_total", "score": 16.7}]}
+    timing = {"source": "n3:gpu4", "metric": "compute_seconds", "score": 104.1, "kind": "timing"}
+    pcie = {"source": "n3:gpu4", "metric": "pcie_link_generation", "score": 50.0}
+    gpu = {"layer": "compute", "component": "n3:gpu4", "lost_s": 0.47, "confidence": 0.81, "evidence": [timing, pcie]}
+    assert gpu_state_first([link, gpu]) == [gpu, link]
+    # its timing alone is not its device's state; a surer network cause keeps its place
+    alone = {**gpu, "evidence": [timing]}
+    assert gpu_state_first([link, alone]) == [link, alone]
+    sure = {**link, "confidence": 0.9}
+    assert gpu_state_first([sure, gpu]) == [sure, gpu]
+    # a device row of another source (a NIC of the host) is not the GPU's own
+    other = {**gpu, "evidence": [timing, {**pcie, "source": "n3:nic1"}]}
+    assert gpu_state_first([link, other]) == [link, other]
 
 
 def _c(layer: str, comp: str | None) -> dict:
