@@ -269,9 +269,14 @@ def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray
     unseen = np.isnan(sh)
     if unseen.any():
         z_lo = (cur - med) / np.maximum(mad, sc.floor[pos] * np.where(unseen, share_lo, sh))
-        ask = unseen & (solo | (z_lo >= min_z))
+        could = np.flatnonzero(unseen & ~solo & (z_lo >= min_z))
+        # no more than the `limit` that can come back: a short step in a job of 2-s collectors leaves
+        # most series with one sample, and a probe each for all that pass at the least share cost
+        # more than the window (4,096 ranks: 0.7 s a slow step)
+        could = could[np.argsort(-z_lo[could], kind="stable")][:limit]
+        ask = np.concatenate([could, np.flatnonzero(unseen & solo)])
         sh[unseen] = 1.0
-        if resolve is not None and ask.any():
+        if resolve is not None and len(ask):
             sh[ask] = resolve(sc.ids[pos[ask]])
     floor = sc.floor[pos] * sh
     z = (cur - med) / np.maximum(mad, floor)
