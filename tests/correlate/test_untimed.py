@@ -26,33 +26,41 @@ START, LENGTH, STEPS = 42, 12, 66
 AFTER = START + LENGTH  # the first step after the fault
 
 
-def test_a_long_step_after_a_network_fault_is_not_slow_when_its_collectives_lost_nothing(
-        service_url: str, api: httpx.Client, db_conn: psycopg.Connection) -> None:
-    f = make_fault(build_cluster(SPEC), "nic_degradation", start_step=START, steps=LENGTH, severity=0.05,
-                   rng=np.random.default_rng(4))
+def _long_step_after(service_url: str, api: httpx.Client, db_conn: psycopg.Connection, spec: ClusterSpec,
+                     kind: str, seed: int, t0: float, timed: str, metric: str, layer: str) -> None:
+    """A `kind` fault of steps START..AFTER-1 (+5 %, samples every 6 s) and a healthy step right after
+    it that ran 3.5 % long (under the bar). The sequential test puts that step in the shift, the
+    per-step test does not, nor does the phase the fault slows (`timed`: the Baselines flag): it is
+    not slow, with one `untimed` row of `metric`, and the listing agrees; the fault's own steps keep
+    (`layer`, its component)."""
+    f = make_fault(build_cluster(spec), kind, start_step=START, steps=LENGTH, severity=0.05,
+                   rng=np.random.default_rng(seed))
     # t0: a time range no other test of the database uses (hosts share names across tests)
-    sc = generate(SPEC, job="untimed-after", steps=STEPS, faults=[f], seed=4, t0=1.7865e9, interval=6.0,
+    sc = generate(spec, job=f"untimed-after-{kind}", steps=STEPS, faults=[f], seed=seed, t0=t0, interval=6.0,
                   job_spec=JobSpec(compute_noise=0.004))
     d = sc.timeline.step_duration()
-    healthy = float(np.median(d[10:START]))
-    longer_step(sc.timeline, AFTER, healthy * 1.035 - float(d[AFTER]))  # +3.5 %: under the bar
+    longer_step(sc.timeline, AFTER, float(np.median(d[10:START])) * 1.035 - float(d[AFTER]))
     assert not sc.truth[AFTER].slow
     post(service_url, sc)
     bl, steps = stored_baselines(db_conn, sc.job, STEPS)
     i = int(np.flatnonzero(steps == AFTER)[0])
-    # the sequential test put it in the shift, the per-step test did not, nor do its collectives
-    assert bl.slow[i] and not bl.step_slow[i] and not bl.net_timing[i]
+    assert bl.slow[i] and not bl.step_slow[i] and not getattr(bl, timed)[i]
     engine = AttributionEngine()
     a = engine.attribute_step(db_conn, job=sc.job, step=AFTER)
     assert a is not None and not a["slow"] and a["layer"] == "none", a
-    assert [e["kind"] for e in a["evidence"]] == [UNTIMED_KIND], a["evidence"]
-    assert a["evidence"][0]["metric"] == "collective_transfer_seconds" and a["evidence"][0]["score"] < 4.0
-    # the fault's steps keep their cause: their collectives lost the time
+    assert [(e["kind"], e["metric"]) for e in a["evidence"]] == [(UNTIMED_KIND, metric)], a["evidence"]
+    assert a["evidence"][0]["score"] < 4.0
     for s in (START + 1, AFTER - 1):
         b = engine.attribute_step(db_conn, job=sc.job, step=s)
-        assert b is not None and b["slow"] and (b["layer"], b["component"]) == ("nic", f.component), (s, b)
+        assert b is not None and b["slow"] and (b["layer"], b["component"]) == (layer, f.component), (s, b)
     listed = {r["step"]: r["slow"] for r in api.get(f"/v1/jobs/{sc.job}/steps").json()}
     assert listed[AFTER] is False and listed[AFTER - 1] is True
+
+
+def test_a_long_step_after_a_network_fault_is_not_slow_when_its_collectives_lost_nothing(
+        service_url: str, api: httpx.Client, db_conn: psycopg.Connection) -> None:
+    _long_step_after(service_url, api, db_conn, SPEC, "nic_degradation", 4, 1.7865e9, "net_timing",
+                     "collective_transfer_seconds", "nic")
 
 
 def test_a_long_step_after_a_shared_volume_slowdown_is_not_slow_when_its_loaders_lost_nothing(
@@ -61,23 +69,5 @@ def test_a_long_step_after_a_shared_volume_slowdown_is_not_slow_when_its_loaders
     the ranks' `data` phase by its nature, so a step whose loaders read at their usual pace is not
     slowed by it, whatever the volume's 6-s samples covering its seconds say."""
     spec = dataclasses.replace(SPEC, **random_storage_names(np.random.default_rng(5)))
-    f = make_fault(build_cluster(spec), "shared_volume_slow", start_step=START, steps=LENGTH, severity=0.05,
-                   rng=np.random.default_rng(5))
-    sc = generate(spec, job="untimed-after-volume", steps=STEPS, faults=[f], seed=5, t0=1.7872e9, interval=6.0,
-                  job_spec=JobSpec(compute_noise=0.004))
-    d = sc.timeline.step_duration()
-    longer_step(sc.timeline, AFTER, float(np.median(d[10:START])) * 1.035 - float(d[AFTER]))
-    assert not sc.truth[AFTER].slow
-    post(service_url, sc)
-    bl, steps = stored_baselines(db_conn, sc.job, STEPS)
-    i = int(np.flatnonzero(steps == AFTER)[0])
-    assert bl.slow[i] and not bl.step_slow[i] and not bl.data_timing[i]
-    engine = AttributionEngine()
-    a = engine.attribute_step(db_conn, job=sc.job, step=AFTER)
-    assert a is not None and not a["slow"] and a["layer"] == "none", a
-    assert [(e["kind"], e["metric"]) for e in a["evidence"]] == [(UNTIMED_KIND, "data_seconds")], a["evidence"]
-    for s in (START + 1, AFTER - 1):
-        b = engine.attribute_step(db_conn, job=sc.job, step=s)
-        assert b is not None and b["slow"] and (b["layer"], b["component"]) == ("storage", f.component), (s, b)
-    listed = {r["step"]: r["slow"] for r in api.get(f"/v1/jobs/{sc.job}/steps").json()}
-    assert listed[AFTER] is False and listed[AFTER - 1] is True
+    _long_step_after(service_url, api, db_conn, spec, "shared_volume_slow", 5, 1.7872e9, "data_timing",
+                     "data_seconds", "storage")
