@@ -207,6 +207,12 @@ def rank_causes(causes: list[CauseDraft]) -> list[CauseDraft]:
     return sorted(causes, key=lambda c: (c["layer"] == "unknown", -c.get("lost_s", 0.0)))
 
 
+def has_device_row(evidence: list[EvidenceRow], source: str | None = None) -> bool:
+    """Whether `evidence` holds a sampled (not `timing`) row at MIN_SCORE, of `source` when given."""
+    return any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE
+               and (source is None or e["source"] == source) for e in evidence)
+
+
 def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:
     """`causes` (ranked) with a GPU cause ahead of a network cause that heads them less surely, when
     the GPU's own device telemetry is among its evidence (a sampled row of the GPU itself at
@@ -216,8 +222,7 @@ def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:
     if len(causes) < 2 or causes[0]["layer"] not in NET_LAYERS:
         return causes
     for c in causes[1:]:
-        own = any(e["source"] == c["component"] and e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE
-                  for e in c["evidence"])
+        own = has_device_row(c["evidence"], c["component"])
         if c["layer"] == "compute" and own and c["confidence"] > causes[0]["confidence"]:
             return [c] + [x for x in causes if x is not c]
     return causes

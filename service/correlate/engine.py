@@ -28,6 +28,7 @@ from fabricscope.service.correlate.causes import (
     LoaderLoss,
     combine_causes,
     gpu_state_first,
+    has_device_row,
     merge_same,
     net_cause,
     rank_causes,
@@ -38,7 +39,6 @@ from fabricscope.service.correlate.causes import (
 from fabricscope.service.correlate.constants import (
     DEFAULT_CONFIG,
     FAINT_REL,
-    MIN_SCORE,
     SEQ_LOOKAHEAD_STEPS,
     EngineConfig,
 )
@@ -391,9 +391,8 @@ class AttributionEngine:
         phase = (net_timing and draft["layer"] in NET_LAYERS) or (data_timing and draft["layer"] == "storage")
         # a GPU whose own device telemetry shows it (a link trained down, a throttle) slows the ring
         # it sits in: its loss is in the collectives' transfer time too (device_probe.gpu_or_network)
-        state = any(e["source"] == draft["component"] and e.get("kind") != "timing"
-                    and (e.get("score") or 0.0) >= MIN_SCORE for e in draft["evidence"])
-        ring = net_timing and only_layers == NET_LAYERS and draft["layer"] == "compute" and state
+        ring = (net_timing and only_layers == NET_LAYERS and draft["layer"] == "compute"
+                and has_device_row(draft["evidence"], draft["component"]))
         if only_layers and not ring and not (phase and draft["layer"] in only_layers):
             return False
         hosts = host_of or {}
@@ -401,14 +400,13 @@ class AttributionEngine:
         if straggler_host is not None and host != straggler_host:
             return False
         on_host = [e for e in draft["evidence"] if hosts.get(e["source"], e["source"]) == host]
-        sampled = any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE for e in draft["evidence"])
-        if not phase and not sampled and not _holds_its_share(on_host, draft["duration_s"] - base,
-                                                              self.config.straggler_min_share):
+        if (not phase and not has_device_row(draft["evidence"])
+                and not _holds_its_share(on_host, draft["duration_s"] - base, self.config.straggler_min_share)):
             return False  # named from a straggler's timing alone, which holds little of what the step lost
         alone = (draft["confidence"] >= (self.config.corroborate_min_confidence if phase else need)
                  and (not own_timing or phase or any(e.get("kind") == "timing" for e in on_host))
                  and (not own_device or phase
-                      or any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE for e in on_host)
+                      or has_device_row(on_host)
                       # a straggler besides the write that alone holds what made the step faint:
                       # the writes' spread, what own_device guards against, is not in it
                       # (decompose.find_straggler)
