@@ -152,3 +152,21 @@ def checkpoint_straggler(df: pd.DataFrame, hosts: set[str]) -> Straggler | None:
     i = int(members[np.argmax(ck[members])])
     return Straggler("checkpoint", True, int(df["rank"].iloc[i]), host, None, float(np.median(ck[on])), med,
                      excess, float(z), [int(df["rank"].iloc[m]) for m in members])
+
+
+def work_on(df: pd.DataFrame, host: str, gpu: str | None = None) -> tuple[float, float, float] | None:
+    """The most local work of the ranks on `host` (on its `gpu` when given), the median over all
+    ranks, and the ranks' spread (a MAD sigma, floored as the straggler test's); None when no rank of
+    the step is there. What a GPU's or a host's fault would have cost the step shows here first."""
+    if len(df) < 3 or "host" not in df:
+        return None
+    on = df["host"].to_numpy() == host
+    if gpu is not None:
+        on &= df["gpu"].astype(str).to_numpy() == gpu
+    if not on.any():
+        return None
+    work = df["work"].to_numpy(float)
+    med = float(np.median(work))
+    mad = float(np.median(np.abs(work - med)))
+    floor = max(WORK_MAD_FLOOR_REL * med, WORK_MAD_FLOOR_S)
+    return float(work[on].max()), med, max(MAD_TO_SIGMA * mad, floor)

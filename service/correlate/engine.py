@@ -48,6 +48,7 @@ from fabricscope.service.correlate.decompose import (
     decompose,
     find_straggler,
     straggler_loss,
+    work_on,
 )
 from fabricscope.service.correlate.device_probe import gpu_or_network, with_device_evidence
 from fabricscope.service.correlate.direction import follow_backpressure
@@ -62,6 +63,7 @@ STORAGE_ONLY = ("storage",)
 ONSET_KIND = "onset"  # the evidence row of an onset step that showed nothing of its own
 # ...and of a step only the sequential test flagged whose network cause its own collectives do not show
 UNTIMED_KIND = "untimed"
+WORK_LAYERS = ("compute", "host")  # causes that slow their own ranks' local work (_untimed_work)
 _SUMMARY_COLS = ["step", "n", "dur", "start", "ckpt_max", "ckpt_med", "transfer", "data"]
 JobTopo = tuple[pd.DataFrame, Topo, pd.DataFrame]  # the job's ranks, its topology, its series' peer groups
 
@@ -139,8 +141,9 @@ def _phase_row(metric: str, x: float, base_x: float, sigma_x: float) -> Evidence
             "unit": "seconds", "kind": UNTIMED_KIND}
 
 
-# The phase a cause slows by its nature, as the step summary names it, and its evidence row's metric.
-PHASE_METRIC = {"transfer": "collective_transfer_seconds", "data": "data_seconds"}
+# The phase a cause slows by its nature, as the step summary names it, and its evidence row's metric
+# (work: a rank's local work, what a GPU's or a host's fault slows).
+PHASE_METRIC = {"transfer": "collective_transfer_seconds", "data": "data_seconds", "work": "local_work_seconds"}
 
 
 def _untimed_phase(out: Attribution, bl: Baselines, i: int, topo: Topo) -> tuple[str, float, float] | None:
@@ -346,16 +349,42 @@ class AttributionEngine:
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
                              attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
             phase = _untimed_phase(out, bl, i, topo)
-            if phase is not None:
+            untimed = (_phase_row(PHASE_METRIC[phase[0]], float(row[phase[0]]), phase[1], phase[2]) if phase
+                       else self._untimed_work(conn, out, bl, i, job=job, topo=topo))
+            if untimed is not None:
                 # only the sequential test put this step in the shift (a noisy step beside a fault,
                 # whose coarse samples cover the fault's first or last seconds too), and the loss its
                 # cause would have cost is not in the phase that cause slows: not slow
                 self._healthy(out, d=d, base=base, thr=thr)
-                col, x_base, x_sigma = phase
-                out["evidence"] = [_phase_row(PHASE_METRIC[col], float(row[col]), x_base, x_sigma)]
+                out["evidence"] = [untimed]
         if store:
             q.store_attribution(conn, job=job, attribution=out)
         return out
+
+    def _untimed_work(self, conn: Any, out: Attribution, bl: Baselines, i: int, *, job: str,
+                      topo: Topo) -> EvidenceRow | None:
+        """_untimed_phase for a GPU (`compute`) or a host cause: such a fault slows the local work of
+        its own ranks, so a step only the sequential test flagged whose ranks there did no more work
+        than the others, by straggler_min_share of the step's excess, was not slowed by it (731 run 0
+        step 49: a noisy step right after a GPU's +45 % throttle borrowed that GPU from its episode).
+        Not when the step's collectives lost time: a GPU's PCIe link trained down slows its ring.
+        The `untimed` row: the most local work of the cause's ranks against all ranks' median."""
+        if (not out["slow"] or not bl.unproven[i] or out["layer"] not in WORK_LAYERS or bl.net_timing[i]
+                or not out["component"]):
+            return None
+        comp = str(out["component"])
+        host = topo.host_of.get(comp, comp)
+        gpu = comp[len(host) + 1:] if out["layer"] == "compute" and comp.startswith(f"{host}:") else None
+        if out["layer"] == "compute" and not gpu:
+            return None
+        steps_df, coll = q.rank_rows(conn, job=job, step=out["step"])
+        work = work_on(decompose(steps_df, coll), host, gpu) if len(steps_df) else None
+        if work is None:
+            return None
+        x, med, sigma = work
+        excess = float(out["duration_s"]) - float(bl.base[i])
+        return None if x - med >= self.config.straggler_min_share * excess else _phase_row(
+            PHASE_METRIC["work"], x, med, sigma)
 
     def _corroborated(self, out: Attribution, explain: Callable[[Attribution, bool], None], *, base: float,
                       sigma: float, need: float, own_timing: bool = False, own_device: bool = False,

@@ -71,3 +71,12 @@ def test_a_long_step_after_a_shared_volume_slowdown_is_not_slow_when_its_loaders
     spec = dataclasses.replace(SPEC, **random_storage_names(np.random.default_rng(5)))
     _long_step_after(service_url, api, db_conn, spec, "shared_volume_slow", 5, 1.7872e9, "data_timing",
                      "data_seconds", "storage")
+
+
+def test_a_long_step_after_a_gpu_fault_is_not_slow_when_that_gpus_rank_did_no_more_work(
+        service_url: str, api: httpx.Client, db_conn: psycopg.Connection) -> None:
+    """The same of a GPU (731 run 0 step 49, after a +45 % throttle): its fault slows its own rank's
+    local work by its nature, so a step in which that rank worked no longer than the others was not
+    slowed by it, whatever the episode before it or the GPU's 6-s samples covering its seconds say."""
+    _long_step_after(service_url, api, db_conn, SPEC, "gpu_thermal_throttle", 6, 1.7879e9, "net_timing",
+                     "local_work_seconds", "compute")
