@@ -22,6 +22,7 @@ from fabricscope.service.correlate.constants import (
     NEXT_SCAN_S,
     PEER_MIN_Z,
 )
+from fabricscope.service.correlate.edges import edge_excess
 from fabricscope.service.correlate.window import Scoring
 from fabricscope.service.db.frames import INCREMENT_METRICS
 
@@ -122,6 +123,13 @@ GROUP BY series_id HAVING max(CASE WHEN %(gauge)s THEN value ELSE rate END) IS N
 # The time of the sample before the window of each series of `ids` (one sample in the window and
 # its probe: a collector slower than the window), bounded by MAX_SAMPLE_GAP_S: that sample's span
 # is the series' interval (window.py).
+# The samples (rate) of a few series from MAX_SAMPLE_GAP_S before a window to as long after it: the
+# neighbours of its edge samples (_without_edge_changes).
+NEIGHBOURS_SQL = """
+SELECT series_id, date_part('epoch', ts) AS t, rate FROM samples WHERE series_id = ANY(%(ids)s::int[])
+  AND ts > to_timestamp(%(ws)s - %(gap)s) AND ts <= to_timestamp(%(we)s + %(gap)s) ORDER BY series_id, ts
+"""
+
 PREVIOUS_SQL = """
 SELECT u.series_id, date_part('epoch', x.ts) FROM unnest(%(ids)s::int[]) AS u(series_id)
 CROSS JOIN LATERAL (
@@ -288,7 +296,39 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     shares = np.ones(len(allpos))
     shares[np.searchsorted(allpos, pos)] = share
     # the least share: a span from MAX_SAMPLE_GAP_S before the window to as long after it
-    return win.peer_scores(sc, allpos, cur, cw, min_z, limit, shares, wlen / (wlen + 2 * MAX_SAMPLE_GAP_S), resolve)
+    out, n_net = win.peer_scores(sc, allpos, cur, cw, min_z, limit, shares, wlen / (wlen + 2 * MAX_SAMPLE_GAP_S),
+                                 resolve)
+    return _without_edge_changes(conn, out, sc, ws=ws, we=we, min_z=min_z), n_net
+
+
+def _without_edge_changes(conn: Any, out: pd.DataFrame, sc: win.Scoring, *, ws: float, we: float,
+                          min_z: float) -> pd.DataFrame:
+    """`out` (peer_scores) with the window value of each counter sampled slower than the window less
+    what its edge samples owe to a change outside it (edges.py); a peer outlier that no longer
+    stands out by `min_z` is dropped. One read of those few series' samples around the window."""
+    if out.empty:
+        return out
+    pos = np.searchsorted(sc.ids, out["series_id"].to_numpy())
+    cur, cur_w = out["cur"].to_numpy(float), out["cur_w"].to_numpy(float)
+    floor = out["window_floor"].to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        coarse = floor < sc.floor[pos]  # its floor at a share under 1: an interval longer than the window
+    ask = np.flatnonzero(coarse & ~sc.gauge[pos] & (cur == cur_w))
+    if not len(ask):
+        return out
+    rows = conn.execute(NEIGHBOURS_SQL, {"ids": pg_array(sc.ids[pos[ask]]), "ws": ws, "we": we,
+                                         "gap": MAX_SAMPLE_GAP_S}).fetchall()
+    got = np.array(rows, float).reshape(-1, 3)
+    cur = cur.copy()
+    for k in ask:
+        mine = got[got[:, 0] == sc.ids[pos[k]]]
+        cur[k] -= edge_excess(mine[:, 1], mine[:, 2], ws, we)
+    if np.array_equal(cur, out["cur"].to_numpy(float), equal_nan=True):
+        return out
+    peer_z = out["peer_z"].to_numpy(float)
+    z = (cur - out["peer_med"].to_numpy(float)) / np.maximum(out["peer_mad"].to_numpy(float), floor)
+    keep = np.isnan(peer_z) | (z >= min_z)
+    return out.assign(cur=cur, cur_w=cur, peer_z=np.where(np.isnan(peer_z), np.nan, z))[keep].reset_index(drop=True)
 
 
 def _window_samples(conn: Any, sql: str, p: dict[str, Any], we: float) -> tuple[win.Samples, np.ndarray]:

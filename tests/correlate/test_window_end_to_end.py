@@ -19,7 +19,7 @@ from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
 from tests.correlate.sampling import confine_anomaly, resample
-from tests.correlate.scenarios import post
+from tests.correlate.scenarios import longer_step, post
 from tests.support import TestDatabase, start_service
 
 SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
@@ -172,3 +172,23 @@ def test_a_small_retransmission_fault_in_8_s_host_samples(service_url: str, db_c
     hosts = set(sc.cluster.hosts)
     resample(sc, {s: 8 for s in set(sc.streams.sources) if s in hosts}, np.random.default_rng(15))
     _each_slow_step_named_and_the_rest_healthy(service_url, db_conn, sc, f)
+
+
+@pytest.mark.parametrize("seed", [2, 7])
+def test_a_step_after_a_fault_that_ended_inside_a_10_s_sample_is_not_given_that_fault(
+        service_url: str, db_conn: psycopg.Connection, seed: int) -> None:
+    """A NIC fault of three steps (20-22), every collector sampling every 10 s: the NIC's sample that
+    holds the fault's end also spans the next steps' seconds, and read evenly it made step 26, 3.5 %
+    long from its own noise (under the bar, over its noise), slow with the NIC. Its neighbours place
+    that rate at the span's start (correlate/edges.py): step 26 is healthy, the fault's steps keep the
+    NIC."""
+    f = _fault("nic_degradation", "", seed, start=20, steps=3)
+    sc = _gen([f], seed=seed + 100, name="ended")
+    resample(sc, {s: 10 for s in set(sc.streams.sources)}, np.random.default_rng(seed + 1))
+    d = sc.timeline.step_duration()
+    longer_step(sc.timeline, 26, float(np.median(d[8:20])) * 1.035 - float(d[26]))
+    assert sc.truth[26].slow is False
+    post(service_url, sc)
+    assert _attributed(db_conn, sc, [20, 21, 22]) == [(s, "nic", f.component) for s in (20, 21, 22)]
+    a = ENGINE.attribute_step(db_conn, job=sc.job, step=26, store=False)
+    assert a is not None and not a["slow"] and a["layer"] == "none", a
