@@ -65,11 +65,12 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
     storage = rank_candidates(ev, ("storage",)) if len(ev) else pd.DataFrame()
     reading = data_s is None or work_s is None or data_s >= cfg.storage_data_share * work_s
     shared = storage[storage["component"].isin(topo.shared_volumes)] if len(storage) else storage
-    if st is not None and work_s and st.excess_s < cfg.straggler_min_share * work_s:
-        # every rank lost far more local work than the straggler's own excess: what slowed them all (a
-        # shared volume they read from) is the cause, and the straggler is the usual spread across
-        # ranks (a checkpoint step's slowest writer is a few sigmas out on most steps); the straggler
-        # stays the answer when nothing shared can be named
+    all_lost = loaders.value_s - loaders.base_s if loaders is not None else 0.0
+    if st is not None and work_s and (st.excess_s < cfg.straggler_min_share * work_s or all_lost > st.excess_s):
+        # every rank lost far more local work than the straggler's own excess (or their loaders alone
+        # lost more than it): what slowed them all (a shared volume they read from) is the cause, and
+        # the straggler is the usual spread across ranks (a checkpoint step's slowest writer is a few
+        # sigmas out on most steps); the straggler stays the answer when nothing shared can be named
         if len(shared) and reading:
             comp = shared.iloc[0]["component"]
             return {"layer": "storage", "component": comp, "confidence": storage_confidence(shared, cfg),

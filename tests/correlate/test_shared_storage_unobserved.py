@@ -78,3 +78,19 @@ def test_a_checkpoint_writer_that_explains_little_does_not_take_the_loaders_loss
 
 def test_shared_volumes_are_those_off_the_job_hosts() -> None:
     assert _topo(["qq7:w3", "h1:/mnt/a", "h2:/mnt/a", "zz2:w3"]).shared_volumes == ("qq7:w3", "zz2:w3")
+
+
+def test_a_gpu_whose_excess_is_under_the_loaders_loss_does_not_take_it() -> None:
+    """723 run 16 step 20, a checkpoint step inside a shared volume's slowdown: a GPU whose compute
+    ran long by more than straggler_min_share of the lost work, but by less than every loader lost,
+    is the ranks' spread, not the cause; one that lost more than the loaders is."""
+    topo = _topo(["qq7:w3", "h1:/mnt/a", "h2:/mnt/a"])
+
+    def gpu(excess_s: float) -> Straggler:
+        return Straggler("compute", False, 2, "h2", "g0", 1.5 + excess_s, 1.5, excess_s, 6.0, [2])
+
+    assert 0.12 >= DEFAULT_CONFIG.straggler_min_share * 0.25
+    c = work_cause(gpu(0.12), NO_EVIDENCE, topo, 1.0, data_s=0.235, work_s=0.25, loaders=LOADERS)
+    assert (c["layer"], c["component"]) == ("storage", "qq7:w3")
+    c = work_cause(gpu(0.2), NO_EVIDENCE, topo, 1.0, data_s=0.235, work_s=0.25, loaders=LOADERS)
+    assert (c["layer"], c["component"]) == ("compute", "h2:g0")
