@@ -13,7 +13,7 @@ import pandas as pd
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MIN_SCORE, EngineConfig
 from fabricscope.service.correlate.decompose import Straggler
 from fabricscope.service.correlate.localize import Topo, rank_candidates
-from fabricscope.service.correlate.records import CauseDraft, EvidenceRow
+from fabricscope.service.correlate.records import Attribution, CauseDraft, EvidenceRow
 
 NET_LAYERS = ("nic", "link", "fabric")
 _PHASE_METRIC = {"compute": "compute_seconds", "data": "data_seconds", "checkpoint": "checkpoint_seconds",
@@ -227,6 +227,23 @@ def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:
         if c["layer"] == "compute" and own and c["confidence"] > causes[0]["confidence"]:
             return [c] + [x for x in causes if x is not c]
     return causes
+
+
+def first_timed(out: Attribution, untimed_of: Callable[[Attribution], EvidenceRow | None]) -> EvidenceRow | None:
+    """Of a slow step's causes, the first whose phase shows it heads `out`: a cause that
+    `untimed_of` finds did not slow the phase it slows by its nature (an `untimed` row) yields to
+    the next named cause, whose answer `out` then gives, with the yielded cause's `untimed` row
+    added to its evidence (759 run 12 step 32: the onset of a GPU straggler, second to a port's
+    concurrent congestion that its collectives did not show, was made healthy with the port).
+    Returns the `untimed` row of the last cause tried when none shows (the step is then not slow),
+    None when one does."""
+    untimed = untimed_of(out)
+    while untimed is not None and len(out["causes"]) > 1 and out["causes"][1]["layer"] not in ("none", "unknown"):
+        nxt = out["causes"][1]
+        out.update({"layer": nxt["layer"], "component": nxt["component"], "confidence": nxt["confidence"],
+                    "causes": out["causes"][1:], "evidence": [*out["evidence"], untimed]})
+        untimed = untimed_of(out)
+    return untimed
 
 
 # -- GPU and host evidence (#17) ------------------------------------------------------------------

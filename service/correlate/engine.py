@@ -27,6 +27,7 @@ from fabricscope.service.correlate.causes import (
     NET_LAYERS,
     LoaderLoss,
     combine_causes,
+    first_timed,
     gpu_state_first,
     has_device_row,
     merge_same,
@@ -348,9 +349,7 @@ class AttributionEngine:
                 from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
                              attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
-            phase = _untimed_phase(out, bl, i, topo)
-            untimed = (_phase_row(PHASE_METRIC[phase[0]], float(row[phase[0]]), phase[1], phase[2]) if phase
-                       else self._untimed_work(conn, out, bl, i, job=job, topo=topo))
+            untimed = first_timed(out, lambda o: self._untimed(conn, o, bl, i, row=row, job=job, topo=topo))
             if untimed is not None:
                 # only the sequential test put this step in the shift (a noisy step beside a fault,
                 # whose coarse samples cover the fault's first or last seconds too), and the loss its
@@ -360,6 +359,15 @@ class AttributionEngine:
         if store:
             q.store_attribution(conn, job=job, attribution=out)
         return out
+
+    def _untimed(self, conn: Any, out: Attribution, bl: Baselines, i: int, *, row: Any, job: str,
+                 topo: Topo) -> EvidenceRow | None:
+        """The `untimed` row of step `i` when its answer's cause did not slow the phase it slows by its
+        nature (_untimed_phase, _untimed_work); None when the answer stands."""
+        phase = _untimed_phase(out, bl, i, topo)
+        if phase is not None:
+            return _phase_row(PHASE_METRIC[phase[0]], float(row[phase[0]]), phase[1], phase[2])
+        return self._untimed_work(conn, out, bl, i, job=job, topo=topo)
 
     def _untimed_work(self, conn: Any, out: Attribution, bl: Baselines, i: int, *, job: str,
                       topo: Topo) -> EvidenceRow | None:

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from fabricscope.service.correlate.baseline import CHANGE_RUN, Baselines, compute_baselines
-from fabricscope.service.correlate.causes import combine_causes, gpu_state_first, rank_causes
+from fabricscope.service.correlate.causes import combine_causes, first_timed, gpu_state_first, rank_causes
 from fabricscope.service.correlate.decompose import decompose, find_straggler
 from fabricscope.service.correlate.localize import build_topo, candidates, rank_candidates
 
@@ -130,6 +130,32 @@ def test_a_gpu_its_own_device_shows_heads_a_network_cause_less_sure_than_it() ->
 
 def _c(layer: str, comp: str | None) -> dict:
     return {"layer": layer, "component": comp, "confidence": 0.8, "evidence": [] if layer == "unknown" else [{}]}
+
+
+def _two_causes() -> dict:  # type: ignore[type-arg]
+    port = {"layer": "fabric", "component": "sw3:p0", "lost_s": 0.085, "confidence": 0.53}
+    gpu = {"layer": "compute", "component": "h5:g1", "lost_s": 0.082, "confidence": 0.74}
+    port_row = {"source": "sw3:p0", "metric": "port_xmit_wait_total", "value": 4e5, "baseline": 1e4, "score": 8.6}
+    return {"step": 32, "slow": True, "layer": "fabric", "component": "sw3:p0", "confidence": 0.53,
+            "evidence": [port_row], "causes": [port, gpu]}
+
+
+def test_a_cause_its_phase_does_not_show_yields_to_the_next_one_that_it_does() -> None:
+    # 759 run 12 step 32: the onset of a GPU straggler, second to a port whose congestion the step's
+    # collectives did not show; made healthy with the port, it is slow with the GPU
+    untimed = {"source": "", "metric": "collective_transfer_seconds", "value": 0.3, "baseline": 0.3, "score": 0.2,
+               "unit": "seconds", "kind": "untimed"}
+    out = _two_causes()
+    assert first_timed(out, lambda o: untimed if o["layer"] == "fabric" else None) is None
+    assert (out["layer"], out["component"], out["confidence"]) == ("compute", "h5:g1", 0.74)
+    assert [c["component"] for c in out["causes"]] == ["h5:g1"]
+    assert out["evidence"][-1] == untimed  # why the port was dropped
+    # neither shows: the last one's row, and the step is the caller's to make healthy
+    out = _two_causes()
+    assert first_timed(out, lambda o: {**untimed, "metric": o["layer"]}) == {**untimed, "metric": "compute"}
+    # the first shows: nothing changes
+    out = _two_causes()
+    assert first_timed(out, lambda o: None) is None and out == _two_causes()
 
 
 def test_unexplained_work_goes_to_an_anomalous_network() -> None:
