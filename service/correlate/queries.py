@@ -120,9 +120,6 @@ WHERE series_id = ANY(%(lb_ids)s::int[]) AND ts > to_timestamp(%(ws)s - %(lb)s) 
 GROUP BY series_id HAVING max(CASE WHEN %(gauge)s THEN value ELSE rate END) IS NOT NULL
 """
 
-# The time of the sample before the window of each series of `ids` (one sample in the window and
-# its probe: a collector slower than the window), bounded by MAX_SAMPLE_GAP_S: that sample's span
-# is the series' interval (window.py).
 # The samples (rate) of a few series from MAX_SAMPLE_GAP_S before a window to as long after it: the
 # neighbours of its edge samples (_without_edge_changes).
 NEIGHBOURS_SQL = """
@@ -130,6 +127,9 @@ SELECT series_id, date_part('epoch', ts) AS t, rate FROM samples WHERE series_id
   AND ts > to_timestamp(%(ws)s - %(gap)s) AND ts <= to_timestamp(%(we)s + %(gap)s) ORDER BY series_id, ts
 """
 
+# The time of the sample before the window of each series of `ids` (one sample in the window and
+# its probe: a collector slower than the window), bounded by MAX_SAMPLE_GAP_S: that sample's span
+# is the series' interval (window.py).
 PREVIOUS_SQL = """
 SELECT u.series_id, date_part('epoch', x.ts) FROM unnest(%(ids)s::int[]) AS u(series_id)
 CROSS JOIN LATERAL (
