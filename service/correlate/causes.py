@@ -13,7 +13,7 @@ import pandas as pd
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MIN_SCORE, EngineConfig
 from fabricscope.service.correlate.decompose import Straggler
 from fabricscope.service.correlate.localize import Topo, rank_candidates
-from fabricscope.service.correlate.records import Attribution, CauseDraft, EvidenceRow
+from fabricscope.service.correlate.records import Attribution, CauseDraft, EvidenceRow, named
 
 NET_LAYERS = ("nic", "link", "fabric")
 _PHASE_METRIC = {"compute": "compute_seconds", "data": "data_seconds", "checkpoint": "checkpoint_seconds",
@@ -238,7 +238,7 @@ def first_timed(out: Attribution, untimed_of: Callable[[Attribution], EvidenceRo
     Returns the `untimed` row of the last cause tried when none shows (the step is then not slow),
     None when one does."""
     untimed = untimed_of(out)
-    while untimed is not None and len(out["causes"]) > 1 and out["causes"][1]["layer"] not in ("none", "unknown"):
+    while untimed is not None and len(out["causes"]) > 1 and named(out["causes"][1]["layer"]):
         nxt = out["causes"][1]
         out.update({"layer": nxt["layer"], "component": nxt["component"], "confidence": nxt["confidence"],
                     "causes": out["causes"][1:], "evidence": [*out["evidence"], untimed]})

@@ -25,13 +25,7 @@ import numpy as np
 from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
-from fabricscope.service.correlate.records import Attribution, Cause, CauseDraft
-
-NAMELESS = ("none", "unknown")
-
-
-def named(layer: Any) -> bool:
-    return isinstance(layer, str) and layer not in NAMELESS
+from fabricscope.service.correlate.records import Attribution, Cause, CauseDraft, named
 
 
 def best_cause(answers: Iterable[tuple[int, Any]]) -> tuple[int, dict[str, Any]] | None:

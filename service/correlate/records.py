@@ -6,7 +6,13 @@ compatible type, so the HTTP response never silently drops a field the engine co
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
+
+NAMELESS = ("none", "unknown")  # the layers of an answer that names no cause
+
+
+def named(layer: Any) -> bool:
+    return isinstance(layer, str) and layer not in NAMELESS
 
 
 class EvidenceRow(TypedDict):
