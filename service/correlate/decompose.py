@@ -69,10 +69,19 @@ def decompose(steps: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _z(x: np.ndarray, v: float, floor: float) -> tuple[float, float]:
+def _spread(x: np.ndarray, floor: float) -> tuple[float, float]:
+    """The median of `x` and its spread (a MAD sigma, never under `floor`)."""
     med = float(np.median(x))
-    mad = float(np.median(np.abs(x - med)))
-    return med, (v - med) / max(MAD_TO_SIGMA * mad, floor)
+    return med, max(MAD_TO_SIGMA * float(np.median(np.abs(x - med))), floor)
+
+
+def _work_floor(work: np.ndarray) -> float:
+    return max(WORK_MAD_FLOOR_REL * float(np.median(work)), WORK_MAD_FLOOR_S)
+
+
+def _z(x: np.ndarray, v: float, floor: float) -> tuple[float, float]:
+    med, sigma = _spread(x, floor)
+    return med, (v - med) / sigma
 
 
 def find_straggler(df: pd.DataFrame) -> Straggler | None:
@@ -92,7 +101,7 @@ def find_straggler(df: pd.DataFrame) -> Straggler | None:
 
 def _straggler(df: pd.DataFrame, work: np.ndarray, cols: dict[str, str]) -> Straggler | None:
     i = int(np.argmax(work))
-    med, z = _z(work, work[i], max(WORK_MAD_FLOOR_REL * float(np.median(work)), WORK_MAD_FLOOR_S))
+    med, z = _z(work, work[i], _work_floor(work))
     if z < MIN_Z or work[i] - med < MIN_EXCESS_S:
         return None
     vals = {p: df[c].to_numpy() for p, c in cols.items()}
@@ -166,7 +175,5 @@ def work_on(df: pd.DataFrame, host: str, gpu: str | None = None) -> tuple[float,
     if not on.any():
         return None
     work = df["work"].to_numpy(float)
-    med = float(np.median(work))
-    mad = float(np.median(np.abs(work - med)))
-    floor = max(WORK_MAD_FLOOR_REL * med, WORK_MAD_FLOOR_S)
-    return float(work[on].max()), med, max(MAD_TO_SIGMA * mad, floor)
+    med, sigma = _spread(work, _work_floor(work))
+    return float(work[on].max()), med, sigma
