@@ -241,6 +241,11 @@ NO_HISTORY_DISCOUNT = 0.7
 # (FLOORS assumes a host's local volume; a storage system's latency level is its own).
 SOLO_REL_FLOOR = 0.15
 SOLO_FLOOR_SHARE = 0.05
+# -- a read latency's floor follows its level (localize.LEVEL_FLOORS): FLOORS' 2 ms is five times a local
+# NVMe volume's whole read latency, so against its peers such a volume showed a five-fold slowdown
+# (0.8 -> 4-6 ms in a 9-s sample) at a peer z of 2 and was no evidence (stop 35: seed 811 run 22, a
+# local data volume named as its host). Never under this share of FLOORS (SOLO_FLOOR_SHARE's 0.1 ms).
+LEVEL_FLOOR_MIN_SHARE = SOLO_FLOOR_SHARE
 
 
 @dataclass(frozen=True)

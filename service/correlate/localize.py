@@ -84,6 +84,14 @@ FLOORS: dict[str, float] = {
     # a retransmission timeout is rare on a healthy host, one every two seconds is not background.
     "tcp_retransmitted_segments_total": 50, "tcp_timeouts_total": 0.5,
 }
+# Metrics whose smallest excess that matters is a share of their level (window.level_floor): a
+# volume's read latency. 2 ms is noise on a disk array and five times a local NVMe volume's whole read
+# latency; against its peers the floor is this share of their median when that is less. 0.15, as a
+# shared volume's own-history floor (SOLO_REL_FLOOR): a gauge's usual ~10 % wobble scores under 3.
+# Not write latency: a checkpoint's writes run 2-4 ms on the hosts still writing while the others'
+# are back at 0.5 ms, every checkpoint (dev seeds 811/821: 12 shared-volume steps named after a
+# host still writing, 5 false slow steps in fault-free runs).
+LEVEL_FLOORS: dict[str, float] = {"read_latency_seconds": SOLO_REL_FLOOR}
 
 
 @dataclass
@@ -187,6 +195,7 @@ def series_groups(meta: pd.DataFrame, topo: Topo) -> pd.DataFrame:
     df["solo"] = df.groupby("grp")["series_id"].transform("size").eq(1) if len(df) else False
     df["gauge"] = df["kind"] == "gauge"
     df["floor"] = df["metric"].map(FLOORS).astype(float)
+    df["floor_rel"] = df["metric"].map(LEVEL_FLOORS).fillna(0.0).astype(float)
     df["net"] = ~vol
     df["lookback"] = df["metric"].map(AFTERMATH_S).fillna(0.0).astype(float)
     return df

@@ -240,7 +240,9 @@ def scoring_arrays(meta: pd.DataFrame) -> Scoring:
                    lookback=tuple((float(s), bool(g), pg_array(x["series_id"].to_numpy()),
                                    not g and bool(metric[x.index].isin(INCREMENT_METRICS).all()))
                                   for (s, g), x in meta[lb].groupby(["lookback", "gauge"])),
-                   member=member)
+                   member=member,
+                   floor_rel=(meta["floor_rel"] if "floor_rel" in meta else pd.Series(0.0, index=meta.index))
+                   .to_numpy(float))
 
 
 def unsend_array(buf: bytes | None, dtype: str) -> np.ndarray:

@@ -40,7 +40,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from fabricscope.service.correlate.constants import BITMAP_MIN_SERIES, BITMAP_MIN_SHARE, FRAMES_MIN_SHARE
+from fabricscope.service.correlate.constants import (
+    BITMAP_MIN_SERIES,
+    BITMAP_MIN_SHARE,
+    FRAMES_MIN_SHARE,
+    LEVEL_FLOOR_MIN_SHARE,
+)
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,9 @@ class Scoring:
     lit: dict[str, str]
     lookback: tuple[tuple[float, bool, str, bool], ...] = ()
     member: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # by series id: in `ids`
+    # per series, the share of its level its floor shrinks to (localize.LEVEL_FLOORS; 0: absolute);
+    # empty: none does
+    floor_rel: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def has(self, sid: np.ndarray) -> np.ndarray:
         """Whether each series id is in the set (a table lookup, not a search)."""
@@ -251,6 +259,16 @@ def _median_by(grp: np.ndarray, v: np.ndarray) -> np.ndarray:
     return out
 
 
+def level_floor(floor: np.ndarray, rel: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """`floor`, or for a series with a relative floor (`rel` > 0: localize.LEVEL_FLOORS) `rel` of its
+    `level` when that is less, never under LEVEL_FLOOR_MIN_SHARE of `floor`."""
+    if not len(rel) or not np.any(rel > 0):
+        return floor
+    with np.errstate(invalid="ignore"):
+        own = np.minimum(floor, np.maximum(rel * np.abs(level), LEVEL_FLOOR_MIN_SHARE * floor))
+    return np.where((rel > 0) & np.isfinite(own), own, floor)
+
+
 def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray, min_z: float,
                 limit: int, share: np.ndarray | None = None, share_lo: float = 1.0,
                 resolve: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[pd.DataFrame, int]:
@@ -265,10 +283,12 @@ def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray
     med = _median_by(grp, cur)
     mad = 1.4826 * _median_by(grp, np.abs(cur - med))
     solo = sc.solo[pos]
+    # a solo series' floor stays absolute: finish_scores scores it on its own level already
+    rel = np.where(solo, 0.0, sc.floor_rel[pos]) if len(sc.floor_rel) else sc.floor_rel
     sh = np.ones(len(pos)) if share is None else share.copy()
     unseen = np.isnan(sh)
     if unseen.any():
-        z_lo = (cur - med) / np.maximum(mad, sc.floor[pos] * np.where(unseen, share_lo, sh))
+        z_lo = (cur - med) / np.maximum(mad, level_floor(sc.floor[pos] * np.where(unseen, share_lo, sh), rel, med))
         could = np.flatnonzero(unseen & ~solo & (z_lo >= min_z))
         # no more than the `limit` that can come back: a short step in a job of 2-s collectors leaves
         # most series with one sample, and a probe each for all that pass at the least share cost
@@ -278,7 +298,7 @@ def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray
         sh[unseen] = 1.0
         if resolve is not None and len(ask):
             sh[ask] = resolve(sc.ids[pos[ask]])
-    floor = sc.floor[pos] * sh
+    floor = level_floor(sc.floor[pos] * sh, rel, med)
     z = (cur - med) / np.maximum(mad, floor)
     hit = np.flatnonzero(~solo & (z >= min_z))
     hit = hit[np.argsort(-z[hit], kind="stable")][:limit]
