@@ -401,7 +401,10 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             seg.peak_s, seg.peak = seg.s, i
         if not seg.proven and seg.peak_s >= seq.h:
             upto = [x for j, x in zip(seg.steps, seg.x, strict=True) if j <= seg.peak]
-            seg.proven = bool(upto) and float(np.mean(upto)) >= seq.min_mean
+            # ...at least min_mean, or short of it by no more than min_mean_se standard errors of
+            # the segment's mean: a +4.8 % fault in 1.5 % noise measured +3.9 % over its 9 steps
+            need = seq.min_mean - seq.min_mean_se * seg.srel / np.sqrt(max(len(upto), 1))
+            seg.proven = bool(upto) and float(np.mean(upto)) >= need
             if seg.proven and seq.split_quiet_prefix:
                 admit(_quiet_prefix(seg, seq))
         if not seg.proven:

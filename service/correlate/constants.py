@@ -99,6 +99,10 @@ class SeqParams:
     # A proven segment must average at least REL over the baseline: below that nobody loses real
     # time (the per-step floor), and a slow 2-3% wander of a noisy job is not a fault.
     min_mean: float = REL
+    # ...as measured, within this many standard errors of its mean (the steps' robust sigma over
+    # the square root of their number): the noise of a handful of steps hides a fifth of a +5 %
+    # fault's shift about as often as it adds as much. 0: the mean itself must reach min_mean.
+    min_mean_se: float = 1.0
     # The test runs only in a job whose healthy steps vary at most this much (robust sigma over the
     # baseline): it exists to find a +5 % shift in 1-2 % jitter. In a job whose steps vary 20 % (the
     # fabric lab's 0.1-s steps, measured in CI) the healthy level itself wanders by 10-50 % for dozens

@@ -418,3 +418,22 @@ def test_a_checkpoint_step_whose_collectives_alone_lost_the_time_is_network_only
     assert b.net_only[60] and b.borderline[60] and not b.slow[60] and b.net_timing[60]
     assert not b.net_only[80] and not b.borderline[80]
     assert not b.net_only[np.arange(n) != 60].any()
+
+
+def test_a_shift_whose_steps_measured_a_little_under_rel_is_proven_within_a_standard_error() -> None:
+    """14 steps of a fault in 1.5 % noise that measured +3.1 % over the healthy steps (a +5 % fault whose
+    steps the noise took a third of): the evidence passes `h` and the mean, measured from the window's
+    trimmed mean, is short of REL by less than one standard error of it (sigma / sqrt(n)), so the
+    shift is proven; with the mean itself held to REL (min_mean_se 0) it is not. A +2.4 % wander of
+    the same noise stays unproven, and no step outside the segment is slow."""
+    rng = np.random.default_rng(35)
+    healthy = rng.normal(0.0, 0.015, 60)
+    z = rng.normal(0.0, 0.015, 14)
+    for size, proven in ((0.031, True), (0.024, False)):
+        x = healthy.copy()
+        x[30:44] = size + (z - z.mean())  # the segment's own mean exactly `size`
+        d = 2.0 * (1.0 + x)
+        bl = _run(d)
+        assert int(bl.slow[30:44].sum()) >= (10 if proven else 0) and bool(bl.slow[30:44].any()) is proven, size
+        assert not _run(d, seq=replace(DEFAULT_SEQ, min_mean_se=0.0)).slow[30:44].any()
+        assert not bl.slow[:30].any() and not bl.slow[46:].any()
