@@ -204,8 +204,10 @@ def combine_causes(lost: float, w_share: float, n_share: float, work_cause: Call
 def rank_causes(causes: list[CauseDraft]) -> list[CauseDraft]:
     """Worst first, but a cause the engine could not name (``unknown``: no straggler, no anomalous
     telemetry) never heads the answer over one it could: its lost time is only what the timings
-    could not place (in the lab: time at a checkpoint barrier during a network fault)."""
-    return sorted(causes, key=lambda c: (c["layer"] == "unknown", -c.get("lost_s", 0.0)))
+    could not place (in the lab: time at a checkpoint barrier during a network fault). Equal losses
+    (a slow step under its baseline lost none that can be measured) go by confidence, which carries
+    each cause's share of the step's excess work or transfer time."""
+    return sorted(causes, key=lambda c: (c["layer"] == "unknown", -c.get("lost_s", 0.0), -c.get("confidence", 0.0)))
 
 
 def has_device_row(evidence: list[EvidenceRow], source: str | None = None) -> bool:
@@ -214,16 +216,29 @@ def has_device_row(evidence: list[EvidenceRow], source: str | None = None) -> bo
                and (source is None or e["source"] == source) for e in evidence)
 
 
+def has_state_row(evidence: list[EvidenceRow], source: str | None, events: bool = True) -> bool:
+    """Whether `evidence` holds a row at MIN_SCORE of `source`'s own state in the window: a gauge (a
+    link's width, a throttle flag, a clock) or, with `events`, an event (an XID, which may have been
+    logged up to xid_lookback_s before the window); not a counter's rate, which a coarse sample may
+    hold from seconds outside the window (a link's flaps before and after it)."""
+    units = ("per_second", "seconds") if events else ("per_second", "seconds", "events")
+    return any(e.get("kind") != "timing" and e.get("unit") not in units
+               and (e.get("score") or 0.0) >= MIN_SCORE and e["source"] == source for e in evidence)
+
+
 def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:
     """`causes` (ranked) with a GPU cause ahead of a network cause that heads them less surely, when
-    the GPU's own device telemetry is among its evidence (a sampled row of the GPU itself at
+    the GPU's own state in the window is among its evidence (a gauge of the GPU itself at
     MIN_SCORE: a PCIe link trained down, a throttle). Such a GPU slows the ring it sits in, so the
     collectives' share of the loss, which the network cause was given, is its too (747 run 5: a PCIe
-    downtrain at 0.81 behind the 0.39 of a link that had flapped 8 s before the step)."""
+    downtrain at 0.81 behind the 0.39 of a link that had flapped 8 s before the step). Not for an XID
+    logged before the step nor an error counter: neither says its ring hop is slow now (749 run 27:
+    a straggling GPU whose XID came 30 s before the step, named over the link that lost twice its
+    time, 0.757 against 0.755)."""
     if len(causes) < 2 or causes[0]["layer"] not in NET_LAYERS:
         return causes
     for c in causes[1:]:
-        own = has_device_row(c["evidence"], c["component"])
+        own = has_state_row(c["evidence"], c["component"], events=False)
         if c["layer"] == "compute" and own and c["confidence"] > causes[0]["confidence"]:
             return [c] + [x for x in causes if x is not c]
     return causes

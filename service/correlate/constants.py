@@ -405,6 +405,13 @@ class EngineConfig:
     # scaled down as above, is stronger (episode.py: a coarse-sampled switch leaves some steps of a
     # long fault with only noise to show).
     episode_weak_confidence: float = 0.25
+    # A step under every timing bar inside a fault its noise hid is slow when its own window shows the
+    # cause's own state (a gauge or an event of the component: causes.has_state_row), it is not far
+    # under the level of the nearest slow steps either side (around.at_their_level), and those, up to
+    # this many steps away with only unflagged or borderline steps between, name that cause
+    # (engine._attribute). A +5 % PCIe downtrain in 1.5-2.6 % step noise leaves runs of up to 3-4
+    # such steps between its corroborated ones; 0: off.
+    fill_gap_steps: int = 4
     # Steps of the episode attributed to find that cause when none is stored yet (a GET of an old
     # step): the ones the per-step test flagged, worst first; a few show the cause if any does.
     episode_max_donors: int = 3

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from fabricscope.service.correlate import queries as q
+from fabricscope.service.correlate.around import at_their_level, between_slow, slow_around
 from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 from fabricscope.service.correlate.cache import LruCache
 from fabricscope.service.correlate.causes import (
@@ -30,6 +31,7 @@ from fabricscope.service.correlate.causes import (
     first_timed,
     gpu_state_first,
     has_device_row,
+    has_state_row,
     merge_same,
     net_cause,
     rank_causes,
@@ -88,14 +90,6 @@ def _loader_loss(bl: Baselines, i: int, row: Any) -> LoaderLoss | None:
     if bl.data_base is None or bl.data_sigma is None or not bl.data_timing[i] or not pd.notna(row["data"]):
         return None
     return LoaderLoss(float(row["data"]), float(bl.data_base[i]), float(bl.data_sigma[i]))
-
-
-def _between_slow(bl: Baselines, summ: pd.DataFrame, i: int) -> bool:
-    """Whether the steps right before and after row `i` of `summ` exist and may be slow (slow, or
-    borderline: slow when their telemetry corroborates it, which _between then asks)."""
-    steps = summ["step"].to_numpy(int)
-    return (0 < i < len(steps) - 1 and steps[i - 1] == steps[i] - 1 and steps[i + 1] == steps[i] + 1
-            and all(bool(bl.slow[j] or bl.borderline[j]) for j in (i - 1, i + 1)))
 
 
 def _holds_its_share(rows: list[Any], excess: float, share: float) -> bool:
@@ -322,7 +316,7 @@ class AttributionEngine:
                                 and self._corroborated(out, explain, base=base, sigma=sigma,
                                                        need=cfg.corroborate_min_confidence, own_timing=True,
                                                        host_of=topo.host_of))
-            if not corroborated and borrow and _between_slow(bl, summ, i) and not row["ckpt_max"] > 0:
+            if not corroborated and borrow and between_slow(bl, summ, i) and not row["ckpt_max"] > 0:
                 # inside a fault that spans steps: the step's noise can hide the fault's loss whole (a
                 # step at its baseline), but the ranks' own clocks still show the straggler; it counts
                 # when it is the cause the steps either side name
@@ -331,6 +325,20 @@ class AttributionEngine:
                     out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
                     host_of=topo.host_of, between=lambda c: self._between(conn, job=job, step=step, cause=c),
                     require_between=True, straggler_host=st.host)
+            around = (slow_around(bl, summ, i, cfg.fill_gap_steps)
+                      if not corroborated and borrow and not row["ckpt_max"] > 0 else None)
+            if around is not None and not at_their_level(bl, summ, i, around):
+                around = None  # far under the steps either side: between two faults, not inside one
+            if around is not None:
+                # inside a fault that spans steps, whose cause's own device still shows it in this
+                # step's window (a PCIe link trained down, a throttle): the fault slowed this step as
+                # it did the steps either side, whatever the step's noise did with the loss (a +4 %
+                # downtrain in 2.6 % noise: 4 of its 13 steps read under every bar, one under the
+                # baseline). The nearest slow steps either side, up to fill_gap_steps away, must name it.
+                corroborated = self._corroborated(
+                    out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
+                    host_of=topo.host_of, require_between=True, own_state=True,
+                    between=lambda c: self._between(conn, job=job, step=step, cause=c, around=around))
             if not corroborated:
                 self._healthy(out, d=d, base=base, thr=thr)
         else:
@@ -400,7 +408,7 @@ class AttributionEngine:
                       between: Callable[[tuple[str, str | None]], bool] | None = None,
                       net_timing: bool = False, data_timing: bool = False,
                       only_layers: tuple[str, ...] = (), require_between: bool = False,
-                      straggler_host: str | None = None) -> bool:
+                      straggler_host: str | None = None, own_state: bool = False) -> bool:
         """A borderline step (over the noise, under the bar) is slow when its own telemetry names a
         cause with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a
         faint one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the
@@ -418,12 +426,16 @@ class AttributionEngine:
         cause of these layers, resting on the matching phase's own timing, can corroborate (baseline.py:
         net_only and data_only, a step over only in its collectives or in its ranks' data phase).
         `require_between`: the draft must also be the cause of the steps either side (`between`), and
-        its component on `straggler_host` (the host of the straggler the step's own rank timings show)."""
+        its component on `straggler_host` (the host of the straggler the step's own rank timings show).
+        `own_state`: the draft's evidence must hold a row of its component's own state in the window
+        (causes.has_state_row: a gauge or an event of the component itself)."""
         if not 0.0 < need <= 1.0 or not 0.0 < self.config.corroborate_min_confidence <= 1.0:
             return False
         draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
         explain(draft, True)
         if draft["layer"] == "unknown" or draft["confidence"] < self.config.corroborate_min_confidence:
+            return False
+        if own_state and not has_state_row(draft["evidence"], draft["component"]):
             return False
         phase = (net_timing and draft["layer"] in NET_LAYERS) or (data_timing and draft["layer"] == "storage")
         # a GPU whose own device telemetry shows it (a link trained down, a throttle) slows the ring
@@ -474,10 +486,16 @@ class AttributionEngine:
         lost = st is not None and straggler_loss(per_rank, st) >= self.config.corroborate_straggler_loss * base
         return st if lost else None
 
-    def _between(self, conn: Any, *, job: str, step: int, cause: tuple[str, str | None]) -> bool:
-        """Whether the steps before and after `step` are both slow with `cause` as their answer."""
-        for s in (step - 1, step + 1):
-            a = self._attribute(conn, job=job, step=s, store=False, borrow=False)
+    def _between(self, conn: Any, *, job: str, step: int, cause: tuple[str, str | None],
+                 around: tuple[list[int], list[int]] | None = None) -> bool:
+        """Whether the steps before and after `step` are both slow with `cause` as their answer;
+        `around` (around.slow_around): on each side, the first of these steps that is slow."""
+        for side in around or ([step - 1], [step + 1]):
+            a = None
+            for s in side:
+                a = self._attribute(conn, job=job, step=s, store=False, borrow=False)
+                if a is not None and a["slow"]:
+                    break
             if a is None or not a["slow"] or (a["layer"], a["component"]) != cause:
                 return False
         return True
@@ -494,7 +512,9 @@ class AttributionEngine:
         (decompose.checkpoint_straggler). Not for a slow step: a checkpoint's spread across hosts has
         a 3.5-sigma host often enough that it took the cause of slow shared-volume and link steps."""
         cfg = self.config
-        lost = d - base
+        # a step its fault slowed that its noise put under the baseline (a proven shift's, or one
+        # between its slow steps) lost time that cannot be measured: none, never a negative loss
+        lost = max(d - base, 0.0)
         steps_df, coll = q.rank_rows(conn, job=job, step=out["step"])
         per_rank = decompose(steps_df, coll) if len(steps_df) else steps_df
         st = find_straggler(per_rank) if len(per_rank) else None
@@ -557,9 +577,10 @@ class AttributionEngine:
         summ = self._step_summaries(conn, job, rng[0] - self.config.history_steps, rng[1] + SEQ_LOOKAHEAD_STEPS,
                                     len(ranks))
         bl = _baselines_for(summ)
-        # borderline steps are slow when their stored attribution was corroborated by telemetry, and
-        # a step only the sequential test flagged is not when its stored attribution found nothing
-        # of its own (an onset) or a network cause its collectives did not show (_attribute)
+        # a step under the bar is slow when its stored attribution was corroborated by telemetry (a
+        # borderline step, or one inside a fault its noise hid: _attribute), and a step only the
+        # sequential test flagged is not when its stored attribution found nothing of its own (an
+        # onset) or a network cause its collectives did not show
         corroborated, stored_healthy = q.stored_flags(conn, job=job, lo=rng[0], hi=rng[1])
         unproven = bl.unproven
         lo = from_ts.timestamp() if from_ts else -math.inf
@@ -567,7 +588,7 @@ class AttributionEngine:
         out: list[StepRow] = []
         for j, (s, start, d) in enumerate(zip(summ["step"], summ["start"], summ["dur"], strict=False)):
             slow = ((bool(bl.slow[j]) and not (unproven[j] and int(s) in stored_healthy))
-                    or (bool(bl.borderline[j]) and int(s) in corroborated))
+                    or (not bl.slow[j] and int(s) in corroborated))
             if not rng[0] <= s <= rng[1] or not lo <= start <= hi or (slow_only and not slow):
                 continue
             b = bl.base[j]
@@ -620,25 +641,31 @@ class AttributionEngine:
         now = dict(zip(steps, bl.slow, strict=True))
         rows = q.stored_attributions(conn, job=job, lo=lo, hi=hi)
         stored = {int(r[0]): bool(r[1]) for r in rows if int(r[0]) < hi}
-        # a borderline step stored slow was corroborated by its telemetry, which later steps do not
-        # change; nor do they change a step only the sequential test flagged, stored healthy for
-        # showing nothing of its own (an onset) or not its network cause's loss (_attribute)
-        border = dict(zip(steps, bl.borderline, strict=True))
+        # a step stored slow by corroboration (borderline, or inside a fault its noise hid) was made
+        # so by its telemetry, which later steps do not change; nor do they change a step only the
+        # sequential test flagged, stored healthy for showing nothing of its own (an onset) or not
+        # its network cause's loss (_attribute)
         unproven = dict(zip(steps, bl.unproven, strict=True))
-        _, kept = q.stored_flags(conn, job=job, lo=lo, hi=hi)
+        corroborated, kept = q.stored_flags(conn, job=job, lo=lo, hi=hi)
         changed = [s for s, slow in sorted(stored.items())
-                   if s in now and bool(now[s]) != slow and not (slow and border[s])
+                   if s in now and bool(now[s]) != slow and not (slow and s in corroborated)
                    and not (not slow and unproven[s] and s in kept)]
         # ...or answered `unknown` before a step of its episode named a cause (episode.py)
         changed += [s for s in restate_unknown(rows, dict(zip(steps, bl.episode, strict=True)))
                     if s < hi and s not in changed]
-        # ...or a faint step stored healthy before the step after it was judged slow with the cause
-        # of the step before it (_between: it is inside that fault)
+        # ...or stored healthy before the slow steps either side of it (the next one, or the nearest
+        # within fill_gap_steps) were judged to have one cause (_between: it may be inside that fault)
         answer = {int(r[0]): (r[3], r[4]) for r in rows if r[1]}
+        at = {int(s): k for k, s in enumerate(steps)}
         weak = dict(zip(steps, bl.faint | bl.near_slow, strict=True))
-        changed += [s for s, slow in sorted(stored.items())
-                    if not slow and weak.get(s) and s not in changed
-                    and answer.get(s - 1) is not None and answer.get(s - 1) == answer.get(s + 1)]
+
+        def inside(s: int) -> bool:
+            near = [([s - 1], [s + 1])] if weak.get(s) else []
+            near += [x for x in [slow_around(bl, summ, at[s], self.config.fill_gap_steps)] if x is not None]
+            return any(any(answer.get(a) is not None and answer.get(a) == answer.get(b) for a in left for b in right)
+                       for left, right in near)
+
+        changed += [s for s, slow in sorted(stored.items()) if not slow and s in at and s not in changed and inside(s)]
         for s in changed:
             self.attribute_step(conn, job=job, step=s, store=True)
         return len(changed)

@@ -505,12 +505,15 @@ def stored_attributions(conn: Any, *, job: str, lo: int, hi: int) -> list[tuple[
 
 
 def stored_flags(conn: Any, *, job: str, lo: int, hi: int) -> tuple[set[int], set[int]]:
-    """The steps in [lo, hi] whose stored attribution says slow, and those stored healthy as an
-    unproven onset or shift step (an evidence row of kind `onset` or `untimed`), in one read."""
+    """The steps in [lo, hi] whose stored attribution says slow by corroboration (an evidence row of
+    kind `corroborated`: a step under the timing bars that its telemetry made slow), and those stored
+    healthy as an unproven onset or shift step (an evidence row of kind `onset` or `untimed`), in one
+    read."""
     slow: set[int] = set()
     unproven: set[int] = set()
     for step, is_slow, healthy_unproven in conn.execute(
-            "SELECT step, slow, NOT slow AND (evidence @> '[{\"kind\": \"onset\"}]'::jsonb "
+            "SELECT step, slow AND evidence @> '[{\"kind\": \"corroborated\"}]'::jsonb, "
+            "NOT slow AND (evidence @> '[{\"kind\": \"onset\"}]'::jsonb "
             "OR evidence @> '[{\"kind\": \"untimed\"}]'::jsonb) FROM attributions "
             "WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall():
         if is_slow:

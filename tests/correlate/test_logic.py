@@ -126,6 +126,14 @@ def test_a_gpu_its_own_device_shows_heads_a_network_cause_less_sure_than_it() ->
     # a device row of another source (a NIC of the host) is not the GPU's own
     other = {**gpu, "evidence": [timing, {**pcie, "source": "n3:nic1"}]}
     assert gpu_state_first([link, other]) == [link, other]
+    # nor is an XID logged before the step, nor an error counter's rate (749 run 27 step 42: a
+    # straggler whose XID came 30 s before, 0.757 against a link at 0.755 that lost twice its time)
+    xid = {"source": "n3:gpu4", "metric": "gpu_xid", "score": 10.0, "unit": "events", "kind": "event"}
+    replays = {"source": "n3:gpu4", "metric": "pcie_replays_total", "score": 5.0, "unit": "per_second"}
+    for rows in ([timing, xid], [timing, replays]):
+        logged = {**gpu, "evidence": rows}
+        assert gpu_state_first([link, logged]) == [link, logged]
+    assert gpu_state_first([link, {**gpu, "evidence": [timing, {**pcie, "unit": "value"}]}])[0] is not link
 
 
 def _c(layer: str, comp: str | None) -> dict:

@@ -1,0 +1,54 @@
+"""The steps around a step inside a fault that spans steps (engine._attribute): which may be slow on
+either side of it, and whether it sits at their level. Pure functions of the step summaries and their
+baselines; the engine asks their telemetry (engine._between)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fabricscope.service.correlate.baseline import Baselines
+from fabricscope.service.correlate.constants import REL, SEG_MEMBER_SIGMAS
+
+
+def between_slow(bl: Baselines, summ: pd.DataFrame, i: int) -> bool:
+    """Whether the steps right before and after row `i` of `summ` exist and may be slow (slow, or
+    borderline: slow when their telemetry corroborates it, which _between then asks)."""
+    return slow_around(bl, summ, i, 1) is not None
+
+
+def slow_around(bl: Baselines, summ: pd.DataFrame, i: int, reach: int) -> tuple[list[int], list[int]] | None:
+    """The steps up to `reach` steps before and after row `i` of `summ` that may be slow (slow, or
+    borderline: _between asks their telemetry), nearest first, each side up to its first step the
+    timing alone flags slow (a step past it is past the fault's edge seen from `i`); None when a side
+    has none. Only consecutive steps count (a step missing from the job ends a side)."""
+    steps = summ["step"].to_numpy(int)
+    sides: list[list[int]] = []
+    for way in (-1, 1):
+        side: list[int] = []
+        for k in range(1, reach + 1):
+            j = i + way * k
+            if not 0 <= j < len(steps) or steps[j] != steps[i] + way * k:
+                break
+            if bl.slow[j] or bl.borderline[j]:
+                side.append(int(steps[j]))
+                if bl.slow[j]:
+                    break
+        if not side:
+            return None
+        sides.append(side)
+    return sides[0], sides[1]
+
+
+def at_their_level(bl: Baselines, summ: pd.DataFrame, i: int, around: tuple[list[int], list[int]]) -> bool:
+    """Whether row `i`'s step is not far under the level of the steps `around` it (each over its own
+    baseline): over half that level less SEG_MEMBER_SIGMAS of the noise, as a step of a proven
+    shift must be (baseline.compute_baselines: mark), and never asked for more than REL. A small
+    fault's level is inside the noise, so any step passes; two +30 % faults of one link four steps
+    apart leave steps at the baseline between them (821 run 65 steps 37-39)."""
+    at = {int(s): k for k, s in enumerate(summ["step"])}
+    dur = summ["dur"].to_numpy(float)
+    rel = [(dur[at[s]] - bl.base[at[s]]) / bl.base[at[s]] for side in around for s in side]
+    level = float(np.nanmedian(rel)) if rel else 0.0
+    cut = min(level / 2 - SEG_MEMBER_SIGMAS * float(bl.sigma[i]) / float(bl.base[i]), REL)
+    return bool((dur[i] - bl.centre[i]) / bl.base[i] >= cut)
