@@ -45,10 +45,12 @@ def at_their_level(bl: Baselines, summ: pd.DataFrame, i: int, around: tuple[list
     baseline): over half that level less SEG_MEMBER_SIGMAS of the noise, as a step of a proven
     shift must be (baseline.compute_baselines: mark), and never asked for more than REL. A small
     fault's level is inside the noise, so any step passes; two +30 % faults of one link four steps
-    apart leave steps at the baseline between them (821 run 65 steps 37-39)."""
-    at = {int(s): k for k, s in enumerate(summ["step"])}
+    apart leave steps at the baseline between them (821 run 65 steps 37-39). `around` holds
+    consecutive steps (slow_around), so each one's row is as far from `i` as its step is."""
     dur = summ["dur"].to_numpy(float)
-    rel = [(dur[at[s]] - bl.base[at[s]]) / bl.base[at[s]] for side in around for s in side]
+    step_i = int(summ["step"].iat[i])
+    rows = [i + s - step_i for side in around for s in side]
+    rel = [(dur[k] - bl.base[k]) / bl.base[k] for k in rows]
     level = float(np.nanmedian(rel)) if rel else 0.0
     cut = min(level / 2 - SEG_MEMBER_SIGMAS * float(bl.sigma[i]) / float(bl.base[i]), REL)
     return bool((dur[i] - bl.centre[i]) / bl.base[i] >= cut)

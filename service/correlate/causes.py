@@ -221,9 +221,8 @@ def has_state_row(evidence: list[EvidenceRow], source: str | None, events: bool 
     link's width, a throttle flag, a clock) or, with `events`, an event (an XID, which may have been
     logged up to xid_lookback_s before the window); not a counter's rate, which a coarse sample may
     hold from seconds outside the window (a link's flaps before and after it)."""
-    units = ("per_second", "seconds") if events else ("per_second", "seconds", "events")
-    return any(e.get("kind") != "timing" and e.get("unit") not in units
-               and (e.get("score") or 0.0) >= MIN_SCORE and e["source"] == source for e in evidence)
+    rates = ("per_second", "seconds") if events else ("per_second", "seconds", "events")
+    return source is not None and has_device_row([e for e in evidence if e.get("unit") not in rates], source)
 
 
 def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:

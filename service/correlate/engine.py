@@ -327,14 +327,13 @@ class AttributionEngine:
                     require_between=True, straggler_host=st.host)
             around = (slow_around(bl, summ, i, cfg.fill_gap_steps)
                       if not corroborated and borrow and not row["ckpt_max"] > 0 else None)
-            if around is not None and not at_their_level(bl, summ, i, around):
-                around = None  # far under the steps either side: between two faults, not inside one
-            if around is not None:
+            if around is not None and at_their_level(bl, summ, i, around):
                 # inside a fault that spans steps, whose cause's own device still shows it in this
                 # step's window (a PCIe link trained down, a throttle): the fault slowed this step as
                 # it did the steps either side, whatever the step's noise did with the loss (a +4 %
                 # downtrain in 2.6 % noise: 4 of its 13 steps read under every bar, one under the
-                # baseline). The nearest slow steps either side, up to fill_gap_steps away, must name it.
+                # baseline). The nearest slow steps either side, up to fill_gap_steps away, must name it;
+                # a step far under their level is between two faults, not inside one.
                 corroborated = self._corroborated(
                     out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
                     host_of=topo.host_of, require_between=True, own_state=True,
