@@ -12,6 +12,7 @@ import pandas as pd
 
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MIN_SCORE, EngineConfig
 from fabricscope.service.correlate.decompose import Straggler
+from fabricscope.service.correlate.devices import ORIGIN_METRICS
 from fabricscope.service.correlate.localize import Topo, rank_candidates
 from fabricscope.service.correlate.records import Attribution, CauseDraft, EvidenceRow, named
 
@@ -214,6 +215,14 @@ def has_device_row(evidence: list[EvidenceRow], source: str | None = None) -> bo
     """Whether `evidence` holds a sampled (not `timing`) row at MIN_SCORE, of `source` when given."""
     return any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE
                and (source is None or e["source"] == source) for e in evidence)
+
+
+def has_origin_state(evidence: list[EvidenceRow], source: str | None) -> bool:
+    """Whether `evidence` holds a row at MIN_SCORE of a state of GPU `source` that alone slows it
+    (devices.ORIGIN_METRICS: its PCIe link's width or generation under the link's maximum, a slowing
+    throttle flag), as a device reports it."""
+    return source is not None and any(e["source"] == source and e["metric"] in ORIGIN_METRICS
+                                      and (e.get("score") or 0.0) >= MIN_SCORE for e in evidence)
 
 
 def has_state_row(evidence: list[EvidenceRow], source: str | None, events: bool = True) -> bool:

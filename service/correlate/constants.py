@@ -412,6 +412,20 @@ class EngineConfig:
     # (engine._attribute). A +5 % PCIe downtrain in 1.5-2.6 % step noise leaves runs of up to 3-4
     # such steps between its corroborated ones; 0: off.
     fill_gap_steps: int = 4
+    # ...or up to this many when the cause is a GPU whose own state alone slows it, as the device
+    # reports it (causes.has_origin_state: its PCIe link trained down, a slowing throttle flag): such a
+    # state lasts as long as its fault, where a volume's latency or a port's queue, read beside two
+    # faults of one component, also rose a step before the second began (811 run 1 step 47). Off
+    # with fill_gap_steps.
+    fill_gap_origin_steps: int = 12
+    # ...and a GPU fault's first or last step, under every bar but over the window's centre, whose
+    # own span shows such a state of the GPU and whose nearest slow step, up to this many steps after
+    # (before) it with none this far before (after) it, names that GPU (engine._attribute); 0: off.
+    fill_edge_steps: int = 2
+    # ...when the state covers at least this share of the step between its first and last reading in
+    # it (devices.state_runs: the time it surely held): a fault that began late in the step, or ended
+    # early in it, slowed it by under half its effect.
+    fill_edge_share: float = 0.5
     # Steps of the episode attributed to find that cause when none is stored yet (a GET of an old
     # step): the ones the per-step test flagged, worst first; a few show the cause if any does.
     episode_max_donors: int = 3

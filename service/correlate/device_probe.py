@@ -8,8 +8,18 @@ from typing import Any
 
 from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.causes import add_device_rows, gpu_cause
-from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
-from fabricscope.service.correlate.devices import GPU_RULES, HOST_RULES, XID_KIND, Rule, judge, rule_metrics, xid_rows
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MAX_SAMPLE_GAP_S, EngineConfig
+from fabricscope.service.correlate.devices import (
+    GPU_RULES,
+    HOST_RULES,
+    XID_KIND,
+    Rule,
+    covered,
+    judge,
+    rule_metrics,
+    state_runs,
+    xid_rows,
+)
 from fabricscope.service.correlate.localize import Topo
 from fabricscope.service.correlate.records import CauseDraft, EvidenceRow
 
@@ -38,6 +48,18 @@ def device_findings(conn: Any, sources: list[str], rules: tuple[Rule, ...], win:
         for src, ev_rows in xid_rows(events).items():
             out[src] = ev_rows + out.get(src, [])
     return out
+
+
+def origin_cover(conn: Any, gpu: str, win: Window) -> float:
+    """How many seconds of `win` GPU `gpu` spent in a state that alone slows it (its PCIe link trained
+    down, a slowing throttle flag: GPU_RULES' `origin` rules) for sure: between its first and last
+    reading in the state (devices.state_runs), from as far back and ahead as a reading describes the
+    window."""
+    ws, we = win
+    origin = tuple(r for r in GPU_RULES if r.origin)
+    rows = q.readings(conn, source=gpu, metrics=rule_metrics(origin), fs=ws - MAX_SAMPLE_GAP_S,
+                      ts=we + MAX_SAMPLE_GAP_S)
+    return covered(state_runs(rows, origin), ws, we)
 
 
 def _gpus(topo: Topo) -> list[str]:

@@ -62,6 +62,8 @@ GPU_RULES: tuple[Rule, ...] = (
     Rule("gpu_nvlink_errors_total", "rate_above", 10.0),
     Rule("pcie_replays_total", "rate_above", 5.0),
 )
+# The GPU states that alone explain a slow GPU, as the device reports them (engine: a fault's first step).
+ORIGIN_METRICS = frozenset(r.metric for r in GPU_RULES if r.origin)
 HOST_RULES: tuple[Rule, ...] = (
     # PSI: seconds stalled per second; 0.1 = tasks waited for CPU a tenth of the time more than usual.
     Rule("cpu_pressure_seconds_total", "rate_above", 0.1),
@@ -155,6 +157,47 @@ def judge(rows: pd.DataFrame, rules: tuple[Rule, ...],
     for v in out.values():
         v.sort(key=lambda x: -x[1]["score"])
     return out
+
+
+def _in_state(rule: Rule, value: float, labels: object, ref: float | None) -> bool:
+    if rule.test == "flag":
+        return value >= rule.scale and (rule.reasons is None or _labels(labels).get("reason") in rule.reasons)
+    return rule.test == "below_ref" and ref is not None and value < rule.scale * ref - 1e-9
+
+
+def state_runs(readings: pd.DataFrame, rules: tuple[Rule, ...]) -> list[tuple[float, float]]:
+    """The spans of time in which the `flag` and `below_ref` rules find a state in `readings`
+    (queries.readings: one source, oldest first), each from the first to the last of its consecutive
+    readings in the state: the time it surely held. Not halfway to the readings either side: a 10-s
+    reading dates a state's start or end no better than to 10 s, which is five steps (773 run 18 step
+    35, a downtrain that ended early in its last step, dated to cover most of it). A `below_ref`
+    reference is the highest reading of its `ref` metric."""
+    if readings.empty:
+        return []
+    recs = readings.to_dict("records")
+    refs: dict[str, float] = {}
+    for r in recs:
+        if _ok(r["value"]):
+            refs[str(r["metric"])] = max(refs.get(str(r["metric"]), -math.inf), float(r["value"]))
+    by_metric = {r.metric: r for r in rules if r.test in ("flag", "below_ref")}
+    runs: list[tuple[float, float]] = []
+    open_runs: dict[tuple[str, str], tuple[float, float]] = {}  # series -> (first, last) in the state
+    for r in recs:
+        rule = by_metric.get(str(r["metric"]))
+        if rule is None or not _ok(r["value"]) or not _ok(r["ts"]):
+            continue
+        key, ts = (str(r["metric"]), str(r["labels"])), float(r["ts"])
+        if _in_state(rule, float(r["value"]), r["labels"], refs.get(rule.ref) if rule.ref else None):
+            open_runs[key] = (open_runs.get(key, (ts, ts))[0], ts)
+        elif key in open_runs:
+            runs.append(open_runs.pop(key))
+    runs.extend(open_runs.values())
+    return sorted(runs)
+
+
+def covered(runs: list[tuple[float, float]], ws: float, we: float) -> float:
+    """The most seconds of [ws, we] one of `runs` (state_runs) covers."""
+    return max((max(0.0, min(b, we) - max(a, ws)) for a, b in runs), default=0.0)
 
 
 def xid_rows(events: pd.DataFrame) -> dict[str, list[EvidenceRow]]:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from fabricscope.service.correlate import queries as q
-from fabricscope.service.correlate.around import at_their_level, between_slow, slow_around
+from fabricscope.service.correlate.around import at_their_level, between_slow, slow_around, slow_beside
 from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 from fabricscope.service.correlate.cache import LruCache
 from fabricscope.service.correlate.causes import (
@@ -31,6 +31,7 @@ from fabricscope.service.correlate.causes import (
     first_timed,
     gpu_state_first,
     has_device_row,
+    has_origin_state,
     has_state_row,
     merge_same,
     net_cause,
@@ -53,7 +54,7 @@ from fabricscope.service.correlate.decompose import (
     straggler_loss,
     work_on,
 )
-from fabricscope.service.correlate.device_probe import gpu_or_network, with_device_evidence
+from fabricscope.service.correlate.device_probe import gpu_or_network, origin_cover, with_device_evidence
 from fabricscope.service.correlate.direction import follow_backpressure
 from fabricscope.service.correlate.episode import from_episode, restate_unknown
 from fabricscope.service.correlate.localize import FLOORS, Topo, build_topo, candidates, finish_scores, series_groups
@@ -325,19 +326,48 @@ class AttributionEngine:
                     out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
                     host_of=topo.host_of, between=lambda c: self._between(conn, job=job, step=step, cause=c),
                     require_between=True, straggler_host=st.host)
-            around = (slow_around(bl, summ, i, cfg.fill_gap_steps)
-                      if not corroborated and borrow and not row["ckpt_max"] > 0 else None)
-            if around is not None and at_their_level(bl, summ, i, around):
+            fill = borrow and cfg.fill_gap_steps > 0 and not row["ckpt_max"] > 0
+            tried: list[tuple[list[int], ...]] = []
+            for reach, far in ((cfg.fill_gap_steps, False), (cfg.fill_gap_origin_steps, True)):
                 # inside a fault that spans steps, whose cause's own device still shows it in this
                 # step's window (a PCIe link trained down, a throttle): the fault slowed this step as
                 # it did the steps either side, whatever the step's noise did with the loss (a +4 %
                 # downtrain in 2.6 % noise: 4 of its 13 steps read under every bar, one under the
-                # baseline). The nearest slow steps either side, up to fill_gap_steps away, must name it;
-                # a step far under their level is between two faults, not inside one.
+                # baseline). The nearest slow steps either side, up to fill_gap_steps away, must name it
+                # (then up to fill_gap_origin_steps for a GPU's own state that alone slows it, read in
+                # the step's own span: not the next step's first second, where a fault may begin); a
+                # step far under their level is between two faults, not inside one.
+                around = slow_around(bl, summ, i, reach) if fill and not corroborated else None
+                if around is None or around in tried or not at_their_level(bl, summ, i, around):
+                    continue
+                tried.append(around)
+
+                def named_around(c: tuple[str, str | None], sides: tuple[list[int], ...] = around) -> bool:
+                    return self._between(conn, job=job, step=step, cause=c, around=sides)
+
                 corroborated = self._corroborated(
                     out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
-                    host_of=topo.host_of, require_between=True, own_state=True,
-                    between=lambda c: self._between(conn, job=job, step=step, cause=c, around=around))
+                    host_of=topo.host_of, require_between=True, own_state=True, own_span=far, origin_state=far,
+                    between=named_around)
+            edge = (slow_beside(bl, summ, i, cfg.fill_edge_steps)
+                    if not corroborated and borrow and not row["ckpt_max"] > 0 else None)
+            if edge is not None and at_their_level(bl, summ, i, edge, over_centre=True):
+                # the first or last step of a GPU's fault whose own state says it is slowed (its PCIe
+                # link trained down, a throttle flag) in the step's own span (not the next step's first
+                # second, where the fault may have begun) and whose slow steps right after or before it
+                # name that GPU. Not other causes' gauges nor a GPU's clock in the step: a volume's
+                # latency and a straggler's time were high in the steps before their faults began often
+                # enough (17 false slow steps on 811/821). The state must cover, between its first and
+                # last reading in it, most of the step (fill_edge_share): a fault that began late in
+                # the step, or ended early in it, slowed it little, and a 10-s reading dates neither.
+                trial: Attribution = {**out}
+                corroborated = self._corroborated(
+                    trial, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
+                    host_of=topo.host_of, require_between=True, origin_state=True, own_span=True,
+                    between=lambda c: self._between(conn, job=job, step=step, cause=c, around=edge)
+                ) and origin_cover(conn, str(trial["component"]), (start, start + d)) >= cfg.fill_edge_share * d
+                if corroborated:
+                    out.update(trial)
             if not corroborated:
                 self._healthy(out, d=d, base=base, thr=thr)
         else:
@@ -401,13 +431,14 @@ class AttributionEngine:
         return None if x - med >= self.config.straggler_min_share * excess else _phase_row(
             PHASE_METRIC["work"], x, med, sigma)
 
-    def _corroborated(self, out: Attribution, explain: Callable[[Attribution, bool], None], *, base: float,
+    def _corroborated(self, out: Attribution, explain: Callable[[Attribution, bool, bool], None], *, base: float,
                       sigma: float, need: float, own_timing: bool = False, own_device: bool = False,
                       host_of: dict[str, str] | None = None,
                       between: Callable[[tuple[str, str | None]], bool] | None = None,
                       net_timing: bool = False, data_timing: bool = False,
                       only_layers: tuple[str, ...] = (), require_between: bool = False,
-                      straggler_host: str | None = None, own_state: bool = False) -> bool:
+                      straggler_host: str | None = None, own_state: bool = False, own_span: bool = False,
+                      origin_state: bool = False) -> bool:
         """A borderline step (over the noise, under the bar) is slow when its own telemetry names a
         cause with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a
         faint one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the
@@ -427,14 +458,19 @@ class AttributionEngine:
         `require_between`: the draft must also be the cause of the steps either side (`between`), and
         its component on `straggler_host` (the host of the straggler the step's own rank timings show).
         `own_state`: the draft's evidence must hold a row of its component's own state in the window
-        (causes.has_state_row: a gauge or an event of the component itself)."""
+        (causes.has_state_row: a gauge or an event of the component itself); `own_span`: read from the
+        step's own span only, without the next step's first second (_explain); `origin_state`: the
+        draft's evidence must hold a row of a GPU's own state that alone slows it (causes.has_origin_state:
+        its PCIe link trained down, a throttle flag)."""
         if not 0.0 < need <= 1.0 or not 0.0 < self.config.corroborate_min_confidence <= 1.0:
             return False
         draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
-        explain(draft, True)
+        explain(draft, True, own_span)
         if draft["layer"] == "unknown" or draft["confidence"] < self.config.corroborate_min_confidence:
             return False
         if own_state and not has_state_row(draft["evidence"], draft["component"]):
+            return False
+        if origin_state and not has_origin_state(draft["evidence"], draft["component"]):
             return False
         phase = (net_timing and draft["layer"] in NET_LAYERS) or (data_timing and draft["layer"] == "storage")
         # a GPU whose own device telemetry shows it (a link trained down, a throttle) slows the ring
@@ -486,7 +522,7 @@ class AttributionEngine:
         return st if lost else None
 
     def _between(self, conn: Any, *, job: str, step: int, cause: tuple[str, str | None],
-                 around: tuple[list[int], list[int]] | None = None) -> bool:
+                 around: tuple[list[int], ...] | None = None) -> bool:
         """Whether the steps before and after `step` are both slow with `cause` as their answer;
         `around` (around.slow_around): on each side, the first of these steps that is slow."""
         for side in around or ([step - 1], [step + 1]):

@@ -594,6 +594,24 @@ def device_rows(conn: Any, *, sources: list[str], metrics: list[str], ws: float,
     return df
 
 
+READINGS_SQL = """
+SELECT m.name AS metric, se.labels::text AS labels, extract(epoch FROM s.ts)::float8 AS ts, s.value
+FROM sources src JOIN series se ON se.source_id = src.id JOIN metrics m ON m.id = se.metric_id
+JOIN samples s ON s.series_id = se.id
+WHERE src.name = %(source)s AND m.name = ANY(%(metrics)s)
+  AND s.ts > to_timestamp(%(fs)s) AND s.ts <= to_timestamp(%(ts)s)
+ORDER BY s.ts
+"""
+
+
+def readings(conn: Any, *, source: str, metrics: list[str], fs: float, ts: float) -> pd.DataFrame:
+    """The raw readings (metric, labels, ts, value) of `source`'s `metrics` in (fs, ts], oldest first."""
+    df = _frame(conn, READINGS_SQL, {"source": source, "metrics": metrics, "fs": fs, "ts": ts})
+    for c in ("ts", "value"):
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df
+
+
 def device_events(conn: Any, *, sources: list[str], kinds: list[str], es: float, we: float) -> pd.DataFrame:
     """Events of `kinds` on `sources` that started in (es, we]."""
     return _frame(conn, EVENTS_SQL, {"sources": sources, "kinds": kinds, "es": es, "we": we})

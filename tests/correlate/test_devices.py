@@ -8,7 +8,7 @@ import math
 import pandas as pd
 
 from fabricscope.service.correlate.causes import add_device_rows, gpu_cause, merge_same
-from fabricscope.service.correlate.devices import GPU_RULES, HOST_RULES, judge, xid_rows
+from fabricscope.service.correlate.devices import GPU_RULES, HOST_RULES, covered, judge, state_runs, xid_rows
 from fabricscope.service.correlate.localize import build_topo, candidates, rank_candidates
 
 NAN = math.nan
@@ -134,3 +134,36 @@ def test_a_reference_is_the_highest_window_value_of_its_metric_skipping_missing_
     assert not judge(_rows(width, (g, "pcie_link_width_max", None, NAN, NAN, NAN, 16, NAN, NAN)), GPU_RULES)
     # another GPU's maximum is not this one's reference
     assert not judge(_rows(width, ("n3:gpu5", "pcie_link_width_max", None, 16, 16, NAN, 16, NAN, NAN)), GPU_RULES)
+
+
+def _readings(*rows: tuple) -> pd.DataFrame:
+    """Frames shaped like queries.readings: (metric, labels, ts, value), oldest first."""
+    return pd.DataFrame([(m, json.dumps(lab) if lab else None, ts, v) for m, lab, ts, v in rows],
+                        columns=["metric", "labels", "ts", "value"]).sort_values("ts")
+
+
+def test_a_states_span_runs_from_its_first_to_its_last_reading_in_it() -> None:
+    origin = tuple(r for r in GPU_RULES if r.origin)
+    width = [("pcie_link_width_max", None, t, 16) for t in (100.0, 102.0, 104.0, 106.0, 108.0)]
+    # trained down between the readings at 102 and 104, back between 106 and 108: surely 104 to 106
+    rows = _readings(*width, ("pcie_link_width", None, 100.0, 16), ("pcie_link_width", None, 102.0, 16),
+                     ("pcie_link_width", None, 104.0, 8), ("pcie_link_width", None, 106.0, 4),
+                     ("pcie_link_width", None, 108.0, 16))
+    assert state_runs(rows, origin) == [(104.0, 106.0)]
+    assert covered(state_runs(rows, origin), 103.0, 105.0) == 1.0
+    assert covered(state_runs(rows, origin), 100.0, 103.0) == 0.0
+    # still in the state at its last reading: the run ends there
+    assert state_runs(rows[rows["ts"] < 108.0], origin) == [(104.0, 106.0)]
+    # at its maximum throughout, or without a maximum to compare with: no state
+    assert state_runs(_readings(*width, ("pcie_link_width", None, 104.0, 16)), origin) == []
+    assert state_runs(rows[rows["metric"] == "pcie_link_width"], origin) == []
+    # a throttle flag alike, each series on its own; an idle GPU's flag is no such state
+    flags = _readings(("gpu_throttle_active", {"reason": "gpu_idle"}, 99.0, 1),
+                      ("gpu_throttle_active", {"reason": "gpu_idle"}, 103.0, 1),
+                      ("gpu_throttle_active", {"reason": "hw_slowdown"}, 100.0, 0),
+                      ("gpu_throttle_active", {"reason": "hw_slowdown"}, 101.0, 1),
+                      ("gpu_throttle_active", {"reason": "hw_slowdown"}, 103.0, 1))
+    assert state_runs(flags, origin) == [(101.0, 103.0)]
+    assert state_runs(pd.concat([rows, flags]).sort_values("ts", kind="stable"), origin) == [
+        (101.0, 103.0), (104.0, 106.0)]
+    assert state_runs(rows.iloc[0:0], origin) == []
