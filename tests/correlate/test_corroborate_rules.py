@@ -30,7 +30,7 @@ def _out() -> Attribution:
 
 
 def _explain(layer: str, component: str, conf: float, rows: list[dict[str, Any]]) -> Callable[..., None]:
-    def explain(into: Attribution, corroborating: bool = False) -> None:
+    def explain(into: Attribution, corroborating: bool = False, own_span: bool = False) -> None:
         assert corroborating  # the draft is built on the step's own window only
         into.update({"layer": layer, "component": component, "confidence": conf,
                      "evidence": [dict(r) for r in rows]})  # type: ignore[typeddict-item]
@@ -194,3 +194,29 @@ def test_a_straggler_that_holds_little_of_the_steps_excess_names_nothing_alone()
     assert judge([{**GPU_TIMING, "value": 1.72, "baseline": 1.680}])  # 40 of the 96 ms
     # a device row of the GPU's own is evidence of its own, whatever the timing holds
     assert judge([small, GPU_PCIE])
+
+
+def test_only_a_gpus_own_state_that_alone_slows_it_counts_as_its_origin_state() -> None:
+    """`origin_state` (a GPU fault's long gaps and edges): its PCIe link under the maximum or a
+    slowing throttle flag counts; its clock in the step, a counter's rate or a volume's latency
+    gauge does not."""
+    def between(cause: tuple[str, str | None]) -> bool:
+        return True
+
+    width = {"source": "h3:gpu2", "metric": "pcie_link_width", "value": 8.0, "baseline": 16.0, "score": 50.0,
+             "unit": "value"}
+    timing = {"source": "h3:gpu2", "metric": "compute_seconds", "value": 1.7, "baseline": 1.6, "score": 9.0,
+              "unit": "seconds", "kind": "timing"}
+    replays = {"source": "h3:gpu2", "metric": "pcie_replays_total", "value": 10.0, "baseline": 0.0, "score": 5.0,
+               "unit": "per_second"}
+    latency = {"source": "h3:/data", "metric": "read_latency_seconds", "value": 0.006, "baseline": 0.001,
+               "score": 9.0, "unit": "value"}
+    kw: dict[str, Any] = {"need": 0.25, "between": between, "require_between": True, "origin_state": True}
+    assert _judge(_explain("compute", "h3:gpu2", 0.7, [timing, width]), **kw)[0]
+    assert not _judge(_explain("compute", "h3:gpu2", 0.7, [timing, replays]), **kw)[0]
+    assert not _judge(_explain("storage", "h3:/data", 0.7, [latency]), **kw)[0]
+    # a state of another GPU is not this one's
+    assert not _judge(_explain("compute", "h3:gpu1", 0.7, [width]), **kw)[0]
+    # without origin_state, a straggler's clock and its replays do
+    assert _judge(_explain("compute", "h3:gpu2", 0.7, [timing, replays]), need=0.25, between=between,
+                  require_between=True)[0]
