@@ -524,7 +524,8 @@ class AttributionEngine:
     def _between(self, conn: Any, *, job: str, step: int, cause: tuple[str, str | None],
                  around: tuple[list[int], ...] | None = None) -> bool:
         """Whether the steps before and after `step` are both slow with `cause` as their answer;
-        `around` (around.slow_around): on each side, the first of these steps that is slow."""
+        `around` (around.slow_around, or one side: around.slow_beside): on each side it holds, the
+        first of these steps that is slow."""
         for side in around or ([step - 1], [step + 1]):
             a = None
             for s in side:
