@@ -12,6 +12,7 @@ from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MAX_SAMPLE_G
 from fabricscope.service.correlate.devices import (
     GPU_RULES,
     HOST_RULES,
+    ORIGIN_RULES,
     XID_KIND,
     Rule,
     covered,
@@ -56,10 +57,9 @@ def origin_cover(conn: Any, gpu: str, win: Window) -> float:
     reading in the state (devices.state_runs), from as far back and ahead as a reading describes the
     window."""
     ws, we = win
-    origin = tuple(r for r in GPU_RULES if r.origin)
-    rows = q.readings(conn, source=gpu, metrics=rule_metrics(origin), fs=ws - MAX_SAMPLE_GAP_S,
+    rows = q.readings(conn, source=gpu, metrics=rule_metrics(ORIGIN_RULES), fs=ws - MAX_SAMPLE_GAP_S,
                       ts=we + MAX_SAMPLE_GAP_S)
-    return covered(state_runs(rows, origin), ws, we)
+    return covered(state_runs(rows, ORIGIN_RULES), ws, we)
 
 
 def _gpus(topo: Topo) -> list[str]:
@@ -88,8 +88,7 @@ def gpu_or_network(conn: Any, cause: CauseDraft, topo: Topo, win: Window, cfg: E
     gpus = _gpus(topo)
     if cause["layer"] != "unknown" or not scan or not gpus:
         return cause
-    origin = tuple(r for r in GPU_RULES if r.origin)
     # An XID long before the step may explain a GPU the timings point at (straggler path), but not
     # one picked from all the job's GPUs: here only XIDs around the step itself count.
-    found = device_findings(conn, gpus, origin, win, cfg.device_state_lookback_s, cfg=cfg)
+    found = device_findings(conn, gpus, ORIGIN_RULES, win, cfg.device_state_lookback_s, cfg=cfg)
     return gpu_cause(found, cfg) or cause

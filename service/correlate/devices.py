@@ -62,8 +62,10 @@ GPU_RULES: tuple[Rule, ...] = (
     Rule("gpu_nvlink_errors_total", "rate_above", 10.0),
     Rule("pcie_replays_total", "rate_above", 5.0),
 )
-# The GPU states that alone explain a slow GPU, as the device reports them (engine: a fault's first step).
-ORIGIN_METRICS = frozenset(r.metric for r in GPU_RULES if r.origin)
+# The rules whose finding alone explains a slow GPU, as the device reports it (a PCIe link trained
+# down, a slowing throttle flag): gpu_or_network's scan, and the engine's long gaps and fault edges.
+ORIGIN_RULES = tuple(r for r in GPU_RULES if r.origin)
+ORIGIN_METRICS = frozenset(r.metric for r in ORIGIN_RULES)
 HOST_RULES: tuple[Rule, ...] = (
     # PSI: seconds stalled per second; 0.1 = tasks waited for CPU a tenth of the time more than usual.
     Rule("cpu_pressure_seconds_total", "rate_above", 0.1),
@@ -96,13 +98,19 @@ def _ok(x: object) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(float(x))
 
 
+def _in_state(rule: Rule, value: float, labels: object, ref: float | None) -> bool:
+    """Whether one value is in the state a `flag` or `below_ref` rule looks for (`ref`: the
+    reference a `below_ref` value must be under)."""
+    if rule.test == "flag":
+        return value >= rule.scale and (rule.reasons is None or _labels(labels).get("reason") in rule.reasons)
+    return rule.test == "below_ref" and ref is not None and value < rule.scale * ref - 1e-9
+
+
 def _check(rule: Rule, r: Mapping[str, Any], ref: float | None, peer: float | None) -> EvidenceRow | None:
     hval, hrate, hsig = r["hval"], r["hrate"], r["hsig"]
     if rule.test == "flag":
-        if rule.reasons is not None and _labels(r["labels"]).get("reason") not in rule.reasons:
-            return None
         past = float(hval) if _ok(hval) else 0.0
-        if _ok(r["wmax"]) and r["wmax"] >= rule.scale > past:
+        if _ok(r["wmax"]) and _in_state(rule, float(r["wmax"]), r["labels"], None) and rule.scale > past:
             return _row(r, float(r["wmax"]), past, 10.0, "value")
         return None
     if rule.test == "below_ref":
@@ -110,7 +118,7 @@ def _check(rule: Rule, r: Mapping[str, Any], ref: float | None, peer: float | No
         if not bases or not _ok(r["wmin"]):
             return None
         base = min(bases)
-        if r["wmin"] < rule.scale * base - 1e-9:
+        if _in_state(rule, float(r["wmin"]), r["labels"], base):
             return _row(r, float(r["wmin"]), base, 100.0 * (base - float(r["wmin"])) / base, "value")
         return None
     if rule.test == "above_hist":
@@ -157,12 +165,6 @@ def judge(rows: pd.DataFrame, rules: tuple[Rule, ...],
     for v in out.values():
         v.sort(key=lambda x: -x[1]["score"])
     return out
-
-
-def _in_state(rule: Rule, value: float, labels: object, ref: float | None) -> bool:
-    if rule.test == "flag":
-        return value >= rule.scale and (rule.reasons is None or _labels(labels).get("reason") in rule.reasons)
-    return rule.test == "below_ref" and ref is not None and value < rule.scale * ref - 1e-9
 
 
 def state_runs(readings: pd.DataFrame, rules: tuple[Rule, ...]) -> list[tuple[float, float]]:

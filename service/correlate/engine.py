@@ -326,7 +326,9 @@ class AttributionEngine:
                     out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
                     host_of=topo.host_of, between=lambda c: self._between(conn, job=job, step=step, cause=c),
                     require_between=True, straggler_host=st.host)
-            fill = borrow and cfg.fill_gap_steps > 0 and not row["ckpt_max"] > 0
+            # the rules below fill in a fault that spans steps; not at a checkpoint step (ckpt_faint above)
+            spans = borrow and not row["ckpt_max"] > 0
+            fill = spans and cfg.fill_gap_steps > 0
             tried: list[tuple[list[int], ...]] = []
             for reach, far in ((cfg.fill_gap_steps, False), (cfg.fill_gap_origin_steps, True)):
                 # inside a fault that spans steps, whose cause's own device still shows it in this
@@ -349,8 +351,7 @@ class AttributionEngine:
                     out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
                     host_of=topo.host_of, require_between=True, own_state=True, own_span=far, origin_state=far,
                     between=named_around)
-            edge = (slow_beside(bl, summ, i, cfg.fill_edge_steps)
-                    if not corroborated and borrow and not row["ckpt_max"] > 0 else None)
+            edge = slow_beside(bl, summ, i, cfg.fill_edge_steps) if spans and not corroborated else None
             if edge is not None and at_their_level(bl, summ, i, edge, over_centre=True):
                 # the first or last step of a GPU's fault whose own state says it is slowed (its PCIe
                 # link trained down, a throttle flag) in the step's own span (not the next step's first

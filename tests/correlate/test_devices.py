@@ -8,7 +8,15 @@ import math
 import pandas as pd
 
 from fabricscope.service.correlate.causes import add_device_rows, gpu_cause, merge_same
-from fabricscope.service.correlate.devices import GPU_RULES, HOST_RULES, covered, judge, state_runs, xid_rows
+from fabricscope.service.correlate.devices import (
+    GPU_RULES,
+    HOST_RULES,
+    ORIGIN_RULES,
+    covered,
+    judge,
+    state_runs,
+    xid_rows,
+)
 from fabricscope.service.correlate.localize import build_topo, candidates, rank_candidates
 
 NAN = math.nan
@@ -143,7 +151,7 @@ def _readings(*rows: tuple) -> pd.DataFrame:
 
 
 def test_a_states_span_runs_from_its_first_to_its_last_reading_in_it() -> None:
-    origin = tuple(r for r in GPU_RULES if r.origin)
+    origin = ORIGIN_RULES
     width = [("pcie_link_width_max", None, t, 16) for t in (100.0, 102.0, 104.0, 106.0, 108.0)]
     # trained down between the readings at 102 and 104, back between 106 and 108: surely 104 to 106
     rows = _readings(*width, ("pcie_link_width", None, 100.0, 16), ("pcie_link_width", None, 102.0, 16),
