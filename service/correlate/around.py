@@ -1,6 +1,6 @@
 """The steps around a step inside a fault that spans steps (engine._attribute): which may be slow on
 either side of it, and whether it sits at their level. Pure functions of the step summaries and their
-baselines; the engine asks their telemetry (engine._between)."""
+baselines; the engine asks their telemetry (engine._between, through corroborate.Probes)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,9 @@
 `AttributionEngine` holds the caches and the configuration; one instance is shared by the API's
 request threads and the background scheduler (service/api/main.py puts it on `app.state.engine`).
 Its public methods take a psycopg 3 connection and keyword-only arguments; the output is docs/API.md's
-attribution. All SQL is in queries.py, the cause logic in causes.py, the numbers in constants.py.
+attribution. All SQL is in queries.py, the cause logic in causes.py, the numbers in constants.py; a
+step under the bar that was slowed all the same in corroborate.py, a flagged step whose cause did not
+slow it in untimed.py.
 """
 
 from __future__ import annotations
@@ -20,19 +22,14 @@ import numpy as np
 import pandas as pd
 
 from fabricscope.service.correlate import queries as q
-from fabricscope.service.correlate.around import at_their_level, between_slow, slow_around, slow_beside
+from fabricscope.service.correlate.around import slow_around
 from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 from fabricscope.service.correlate.cache import LruCache
 from fabricscope.service.correlate.causes import (
-    CHECKPOINT_METRIC,
-    NET_LAYERS,
     LoaderLoss,
     combine_causes,
     first_timed,
     gpu_state_first,
-    has_device_row,
-    has_origin_state,
-    has_state_row,
     merge_same,
     net_cause,
     rank_causes,
@@ -40,34 +37,26 @@ from fabricscope.service.correlate.causes import (
     with_straggler_timing,
     work_cause,
 )
-from fabricscope.service.correlate.constants import (
-    DEFAULT_CONFIG,
-    FAINT_REL,
-    SEQ_LOOKAHEAD_STEPS,
-    EngineConfig,
-)
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG, SEQ_LOOKAHEAD_STEPS, EngineConfig
+from fabricscope.service.correlate.corroborate import CauseKey, Probes, Sides, hidden_slow, step_row
 from fabricscope.service.correlate.decompose import (
     Straggler,
     checkpoint_straggler,
     decompose,
     find_straggler,
     straggler_loss,
-    work_on,
 )
 from fabricscope.service.correlate.device_probe import gpu_or_network, origin_cover, with_device_evidence
 from fabricscope.service.correlate.direction import follow_backpressure
 from fabricscope.service.correlate.episode import from_episode, restate_unknown
 from fabricscope.service.correlate.localize import FLOORS, Topo, build_topo, candidates, finish_scores, series_groups
-from fabricscope.service.correlate.records import Attribution, EvidenceRow, StepRow
+from fabricscope.service.correlate.records import Attribution, StepRow
 from fabricscope.service.correlate.report import summarize
+from fabricscope.service.correlate.untimed import untimed_row
 from fabricscope.service.correlate.window import Scoring
 from fabricscope.service.observability.metrics import attribution_timer
 
-STORAGE_ONLY = ("storage",)
 ONSET_KIND = "onset"  # the evidence row of an onset step that showed nothing of its own
-# ...and of a step only the sequential test flagged whose network cause its own collectives do not show
-UNTIMED_KIND = "untimed"
-WORK_LAYERS = ("compute", "host")  # causes that slow their own ranks' local work (_untimed_work)
 _SUMMARY_COLS = ["step", "n", "dur", "start", "ckpt_max", "ckpt_med", "transfer", "data"]
 JobTopo = tuple[pd.DataFrame, Topo, pd.DataFrame]  # the job's ranks, its topology, its series' peer groups
 
@@ -81,10 +70,6 @@ def _iso(ts: float | None) -> str | None:
     return None if ts is None or not math.isfinite(ts) else datetime.fromtimestamp(ts, UTC).isoformat()
 
 
-def _only_layers(bl: Baselines, i: int) -> tuple[str, ...]:
-    """The layers that alone may corroborate step `i` (empty: any): a step over only in one phase."""
-    return NET_LAYERS if bl.net_only[i] else STORAGE_ONLY if bl.data_only[i] else ()
-
 
 def _loader_loss(bl: Baselines, i: int, row: Any) -> LoaderLoss | None:
     """Step `i`'s loaders' loss when its median data phase lost the time itself (Baselines.data_timing)."""
@@ -92,15 +77,6 @@ def _loader_loss(bl: Baselines, i: int, row: Any) -> LoaderLoss | None:
         return None
     return LoaderLoss(float(row["data"]), float(bl.data_base[i]), float(bl.data_sigma[i]))
 
-
-def _holds_its_share(rows: list[Any], excess: float, share: float) -> bool:
-    """Whether a timing row of `rows` holds `share` of the step's `excess` (seconds over its baseline):
-    a straggler whose own excess is a small part of what the step lost did not make the step slow
-    (the ranks' usual spread has a few-sigma rank on many healthy steps; causes.work_cause weighs a
-    slow step's straggler by the same share)."""
-    return excess <= 0.0 or any(e.get("kind") == "timing"
-                                and float(e["value"]) - float(e.get("baseline") or 0.0) >= share * excess
-                                for e in rows)
 
 
 def _history_end(starts: np.ndarray, episode: np.ndarray, i: int, cfg: EngineConfig) -> float | None:
@@ -119,42 +95,21 @@ def _history_end(starts: np.ndarray, episode: np.ndarray, i: int, cfg: EngineCon
     return float(starts[k])
 
 
-def _step_row(source: str, d: float, base: float, sigma: float, kind: str) -> EvidenceRow:
-    """The evidence row of a step's own time against its baseline (its excess in sigmas), which says
-    why the step time alone did not decide (`kind`: corroborated, onset)."""
-    return {"source": source, "metric": "step_duration_seconds", "value": round(d, 6), "baseline": round(base, 6),
-            "score": round((d - base) / max(sigma, 1e-9), 3), "unit": "seconds", "kind": kind}
 
-
-def _phase_row(metric: str, x: float, base_x: float, sigma_x: float) -> EvidenceRow:
-    """The evidence row of a step's phase time (its collectives' pure transfer, its ranks' median
-    `data` phase) against its baseline, which says why the cause its episode names was not the
-    step's own (`kind`: untimed)."""
-    ok = math.isfinite(x) and math.isfinite(base_x)
-    return {"source": "", "metric": metric, "value": round(x, 6) if ok else 0.0,
-            "baseline": round(base_x, 6) if ok else 0.0,
-            "score": round((x - base_x) / max(sigma_x, 1e-9), 3) if ok and math.isfinite(sigma_x) else 0.0,
-            "unit": "seconds", "kind": UNTIMED_KIND}
-
-
-# The phase a cause slows by its nature, as the step summary names it, and its evidence row's metric
-# (work: a rank's local work, what a GPU's or a host's fault slows).
-PHASE_METRIC = {"transfer": "collective_transfer_seconds", "data": "data_seconds", "work": "local_work_seconds"}
-
-
-def _untimed_phase(out: Attribution, bl: Baselines, i: int, topo: Topo) -> tuple[str, float, float] | None:
-    """For a slow step only the sequential test flagged (Baselines.unproven), the phase its answer
-    slows by its nature when that phase did not lose the time (column, baseline, sigma); None when the
-    answer stands. A network cause slows the collectives' transfer (net_timing); a shared volume every
-    loader reads slows the ranks' `data` phase (data_timing)."""
-    if not out["slow"] or not bl.unproven[i]:
-        return None
-    if out["layer"] in NET_LAYERS and not bl.net_timing[i]:
-        return "transfer", float(bl.base_transfer[i]), float(bl.sigma_transfer[i])
-    if (out["layer"] == "storage" and out["component"] in topo.shared_volumes and not bl.data_timing[i]
-            and bl.data_base is not None and bl.data_sigma is not None):
-        return "data", float(bl.data_base[i]), float(bl.data_sigma[i])
-    return None
+def _between(attribute: Callable[[int], Attribution | None], *, step: int, cause: CauseKey,
+             around: Sides | None = None) -> bool:
+    """Whether the steps before and after `step` are both slow with `cause` as their answer
+    (`attribute`: a step's answer, not borrowing in turn); `around` (around.slow_around, or one side:
+    around.slow_beside): on each side it holds, the first of these steps that is slow."""
+    for side in around or ([step - 1], [step + 1]):
+        a = None
+        for s in side:
+            a = attribute(s)
+            if a is not None and a["slow"]:
+                break
+        if a is None or not a["slow"] or (a["layer"], a["component"]) != cause:
+            return False
+    return True
 
 
 def _baselines_for(df: pd.DataFrame) -> Baselines:
@@ -296,80 +251,22 @@ class AttributionEngine:
         if math.isnan(base):
             out["confidence"] = 0.0  # not enough history to judge
         elif not out["slow"]:
-            faint, ck_faint = bool(bl.faint[i]), bool(bl.ckpt_faint[i])
-            need = cfg.corroborate_faint_confidence if faint else cfg.corroborate_min_confidence
-            own = bool(bl.near_slow[i])
-            # a faint or near-slow step between two slow steps that name one cause: inside that fault
-            # (it spans steps), so its telemetry need only name the same cause (the neighbours'
-            # answers are computed without this rule: no chain of them)
-            between = ((lambda c: self._between(conn, job=job, step=step, cause=c))
-                       if borrow and (faint or own) else None)
-            sigma = float(bl.sigma[i])
-            corroborated = bool(bl.borderline[i]) and self._corroborated(
-                out, explain, base=base, sigma=sigma, need=need, own_timing=own or ck_faint, own_device=ck_faint,
-                host_of=topo.host_of, between=between, net_timing=bool(bl.net_timing[i]),
-                data_timing=bool(bl.data_timing[i]), only_layers=_only_layers(bl, i))
-            # the step's rank rows are read for the rules below only, and once for both
-            lost_to = cache(lambda: self._straggler_lost(conn, job=job, step=step, base=base))
-            if not corroborated and d > float(bl.centre[i]) and not row["ckpt_max"] > 0:
-                # its timing alone decided nothing: the ranks' own clocks may still show what it hid
-                corroborated = (lost_to() is not None
-                                and self._corroborated(out, explain, base=base, sigma=sigma,
-                                                       need=cfg.corroborate_min_confidence, own_timing=True,
-                                                       host_of=topo.host_of))
-            if not corroborated and borrow and between_slow(bl, summ, i) and not row["ckpt_max"] > 0:
-                # inside a fault that spans steps: the step's noise can hide the fault's loss whole (a
-                # step at its baseline), but the ranks' own clocks still show the straggler; it counts
-                # when it is the cause the steps either side name
-                st = lost_to()
-                corroborated = st is not None and self._corroborated(
-                    out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
-                    host_of=topo.host_of, between=lambda c: self._between(conn, job=job, step=step, cause=c),
-                    require_between=True, straggler_host=st.host)
-            # the rules below fill in a fault that spans steps; not at a checkpoint step (ckpt_faint above)
-            spans = borrow and not row["ckpt_max"] > 0
-            fill = spans and cfg.fill_gap_steps > 0
-            tried: list[tuple[list[int], ...]] = []
-            for reach, far in ((cfg.fill_gap_steps, False), (cfg.fill_gap_origin_steps, True)):
-                # inside a fault that spans steps, whose cause's own device still shows it in this
-                # step's window (a PCIe link trained down, a throttle): the fault slowed this step as
-                # it did the steps either side, whatever the step's noise did with the loss (a +4 %
-                # downtrain in 2.6 % noise: 4 of its 13 steps read under every bar, one under the
-                # baseline). The nearest slow steps either side, up to fill_gap_steps away, must name it
-                # (then up to fill_gap_origin_steps for a GPU's own state that alone slows it, read in
-                # the step's own span: not the next step's first second, where a fault may begin); a
-                # step far under their level is between two faults, not inside one.
-                around = slow_around(bl, summ, i, reach) if fill and not corroborated else None
-                if around is None or around in tried or not at_their_level(bl, summ, i, around):
-                    continue
-                tried.append(around)
+            # a neighbour's answer is asked by several rules (and by each step of a long gap): once
+            seen: dict[int, Attribution | None] = {}
 
-                def named_around(c: tuple[str, str | None], sides: tuple[list[int], ...] = around) -> bool:
-                    return self._between(conn, job=job, step=step, cause=c, around=sides)
+            def neighbour(s: int) -> Attribution | None:
+                if s not in seen:
+                    seen[s] = self._attribute(conn, job=job, step=s, store=False, borrow=False)
+                return seen[s]
 
-                corroborated = self._corroborated(
-                    out, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
-                    host_of=topo.host_of, require_between=True, own_state=True, own_span=far, origin_state=far,
-                    between=named_around)
-            edge = slow_beside(bl, summ, i, cfg.fill_edge_steps) if spans and not corroborated else None
-            if edge is not None and at_their_level(bl, summ, i, edge, over_centre=True):
-                # the first or last step of a GPU's fault whose own state says it is slowed (its PCIe
-                # link trained down, a throttle flag) in the step's own span (not the next step's first
-                # second, where the fault may have begun) and whose slow steps right after or before it
-                # name that GPU. Not other causes' gauges nor a GPU's clock in the step: a volume's
-                # latency and a straggler's time were high in the steps before their faults began often
-                # enough (17 false slow steps on 811/821). The state must cover, between its first and
-                # last reading in it, most of the step (fill_edge_share): a fault that began late in
-                # the step, or ended early in it, slowed it little, and a 10-s reading dates neither.
-                trial: Attribution = {**out}
-                corroborated = self._corroborated(
-                    trial, explain, base=base, sigma=sigma, need=cfg.corroborate_min_confidence,
-                    host_of=topo.host_of, require_between=True, origin_state=True, own_span=True,
-                    between=lambda c: self._between(conn, job=job, step=step, cause=c, around=edge)
-                ) and origin_cover(conn, str(trial["component"]), (start, start + d)) >= cfg.fill_edge_share * d
-                if corroborated:
-                    out.update(trial)
-            if not corroborated:
+            probes = Probes(
+                explain=explain,
+                between=lambda c, sides: _between(neighbour, step=step, cause=c, around=sides),
+                # the step's rank rows are read for the rules that need them only, and once for all
+                straggler=cache(lambda: self._straggler_lost(conn, job=job, step=step, base=base)),
+                cover=lambda gpu, span: origin_cover(conn, gpu, span))
+            if not hidden_slow(out, bl=bl, summ=summ, i=i, cfg=cfg, host_of=topo.host_of, probes=probes,
+                               borrow=borrow):
                 self._healthy(out, d=d, base=base, thr=thr)
         else:
             # an onset only the sequential test found is the least sure step of its shift: only what
@@ -382,12 +279,12 @@ class AttributionEngine:
                 # step of it (Baselines.onset): with nothing of its own to show (or only a weak
                 # candidate), it is not slow, and it does not borrow its episode's cause
                 self._healthy(out, d=d, base=base, thr=thr)
-                out["evidence"] = [_step_row("", d, base, float(bl.sigma[i]), ONSET_KIND)]
+                out["evidence"] = [step_row("", d, base, float(bl.sigma[i]), ONSET_KIND)]
             elif borrow and weak and bl.episode[i] >= 0:
                 from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
                              attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
-            untimed = first_timed(out, lambda o: self._untimed(conn, o, bl, i, row=row, job=job, topo=topo))
+            untimed = first_timed(out, lambda o: untimed_row(conn, o, bl, i, row=row, job=job, topo=topo, cfg=cfg))
             if untimed is not None:
                 # only the sequential test put this step in the shift (a noisy step beside a fault,
                 # whose coarse samples cover the fault's first or last seconds too), and the loss its
@@ -398,119 +295,12 @@ class AttributionEngine:
             q.store_attribution(conn, job=job, attribution=out)
         return out
 
-    def _untimed(self, conn: Any, out: Attribution, bl: Baselines, i: int, *, row: Any, job: str,
-                 topo: Topo) -> EvidenceRow | None:
-        """The `untimed` row of step `i` when its answer's cause did not slow the phase it slows by its
-        nature (_untimed_phase, _untimed_work); None when the answer stands."""
-        phase = _untimed_phase(out, bl, i, topo)
-        if phase is not None:
-            return _phase_row(PHASE_METRIC[phase[0]], float(row[phase[0]]), phase[1], phase[2])
-        return self._untimed_work(conn, out, bl, i, job=job, topo=topo)
-
-    def _untimed_work(self, conn: Any, out: Attribution, bl: Baselines, i: int, *, job: str,
-                      topo: Topo) -> EvidenceRow | None:
-        """_untimed_phase for a GPU (`compute`) or a host cause: such a fault slows the local work of
-        its own ranks, so a step only the sequential test flagged whose ranks there did no more work
-        than the others, by straggler_min_share of the step's excess, was not slowed by it (731 run 0
-        step 49: a noisy step right after a GPU's +45 % throttle borrowed that GPU from its episode).
-        Not when the step's collectives lost time: a GPU's PCIe link trained down slows its ring.
-        The `untimed` row: the most local work of the cause's ranks against all ranks' median."""
-        if (not out["slow"] or not bl.unproven[i] or out["layer"] not in WORK_LAYERS or bl.net_timing[i]
-                or not out["component"]):
-            return None
-        comp = str(out["component"])
-        host = topo.host_of.get(comp, comp)
-        gpu = comp[len(host) + 1:] if out["layer"] == "compute" and comp.startswith(f"{host}:") else None
-        if out["layer"] == "compute" and not gpu:
-            return None
-        steps_df, coll = q.rank_rows(conn, job=job, step=out["step"])
-        work = work_on(decompose(steps_df, coll), host, gpu) if len(steps_df) else None
-        if work is None:
-            return None
-        x, med, sigma = work
-        excess = float(out["duration_s"]) - float(bl.base[i])
-        return None if x - med >= self.config.straggler_min_share * excess else _phase_row(
-            PHASE_METRIC["work"], x, med, sigma)
-
-    def _corroborated(self, out: Attribution, explain: Callable[[Attribution, bool, bool], None], *, base: float,
-                      sigma: float, need: float, own_timing: bool = False, own_device: bool = False,
-                      host_of: dict[str, str] | None = None,
-                      between: Callable[[tuple[str, str | None]], bool] | None = None,
-                      net_timing: bool = False, data_timing: bool = False,
-                      only_layers: tuple[str, ...] = (), require_between: bool = False,
-                      straggler_host: str | None = None, own_state: bool = False, own_span: bool = False,
-                      origin_state: bool = False) -> bool:
-        """A borderline step (over the noise, under the bar) is slow when its own telemetry names a
-        cause with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a
-        faint one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the
-        timing alone did not decide. `own_timing`: only a cause resting on the step's own rank timings
-        (a straggler's `timing` row) counts, not sampled telemetry (baseline.py: near_slow); `own_device`:
-        and a telemetry row of that host's own devices too, or a straggler outside the checkpoint write
-        (baseline.py: ckpt_faint); `host_of`
-        (Topo.host_of) says which host a component or a timing row's source is on. `between`: whether
-        the steps either side are slow with the draft's (layer, component); when they are, the draft
-        needs only corroborate_min_confidence and no timing row of its own. `net_timing`: the step's own
-        collectives lost the time to the network (constants.NET_TIMING_Z): a network cause then needs
-        only corroborate_min_confidence and counts as the step's own timing and device (a checkpoint
-        step's link loss shows in its collectives, not in a host's write); `data_timing`: the same of
-        its ranks' `data` phase, for a storage cause (a shared volume has no straggler). `only_layers`: only a
-        cause of these layers, resting on the matching phase's own timing, can corroborate (baseline.py:
-        net_only and data_only, a step over only in its collectives or in its ranks' data phase).
-        `require_between`: the draft must also be the cause of the steps either side (`between`), and
-        its component on `straggler_host` (the host of the straggler the step's own rank timings show).
-        `own_state`: the draft's evidence must hold a row of its component's own state in the window
-        (causes.has_state_row: a gauge or an event of the component itself); `own_span`: read from the
-        step's own span only, without the next step's first second (_explain); `origin_state`: the
-        draft's evidence must hold a row of a GPU's own state that alone slows it (causes.has_origin_state:
-        its PCIe link trained down, a throttle flag)."""
-        if not 0.0 < need <= 1.0 or not 0.0 < self.config.corroborate_min_confidence <= 1.0:
-            return False
-        draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
-        explain(draft, True, own_span)
-        if draft["layer"] == "unknown" or draft["confidence"] < self.config.corroborate_min_confidence:
-            return False
-        if own_state and not has_state_row(draft["evidence"], draft["component"]):
-            return False
-        if origin_state and not has_origin_state(draft["evidence"], draft["component"]):
-            return False
-        phase = (net_timing and draft["layer"] in NET_LAYERS) or (data_timing and draft["layer"] == "storage")
-        # a GPU whose own device telemetry shows it (a link trained down, a throttle) slows the ring
-        # it sits in: its loss is in the collectives' transfer time too (device_probe.gpu_or_network)
-        ring = (net_timing and only_layers == NET_LAYERS and draft["layer"] == "compute"
-                and has_device_row(draft["evidence"], draft["component"]))
-        if only_layers and not ring and not (phase and draft["layer"] in only_layers):
-            return False
-        hosts = host_of or {}
-        host = hosts.get(str(draft["component"]), draft["component"])
-        if straggler_host is not None and host != straggler_host:
-            return False
-        on_host = [e for e in draft["evidence"] if hosts.get(e["source"], e["source"]) == host]
-        if (not phase and not has_device_row(draft["evidence"])
-                and not _holds_its_share(on_host, draft["duration_s"] - base, self.config.straggler_min_share)):
-            return False  # named from a straggler's timing alone, which holds little of what the step lost
-        alone = (draft["confidence"] >= (self.config.corroborate_min_confidence if phase else need)
-                 and (not own_timing or phase or any(e.get("kind") == "timing" for e in on_host))
-                 and (not own_device or phase
-                      or has_device_row(on_host)
-                      # a straggler besides the write that alone holds what made the step faint:
-                      # the writes' spread, what own_device guards against, is not in it
-                      # (decompose.find_straggler)
-                      or any(e.get("kind") == "timing" and e.get("metric") != CHECKPOINT_METRIC
-                             and float(e["value"]) - float(e.get("baseline") or 0.0) >= FAINT_REL * base
-                             for e in on_host)))
-        if (require_between or not alone) and not (between is not None
-                                                   and between((draft["layer"], draft["component"]))):
-            return False  # (a sure cause does not ask its neighbours: two more attributions)
-        draft["evidence"].append(_step_row(draft["component"] or "", draft["duration_s"], base, sigma, "corroborated"))
-        out.update(draft)
-        return True
-
     def _straggler_lost(self, conn: Any, *, job: str, step: int, base: float) -> Straggler | None:
         """The straggler the step's ranks waited for corroborate_straggler_loss of the baseline longer
         than for the next-slowest rank (None: none): a step its own rank timings show slowed, whatever
         the step time's noise did (a step above its centre, not a checkpoint step, or one inside a
         fault: the callers' tests). Read only for such steps under every timing bar; its cause must
-        still be named by the step's telemetry with a `timing` row of its own (_corroborated with
+        still be named by the step's telemetry with a `timing` row of its own (corroborate.corroborated with
         own_timing), or be on its host and the cause of the steps either side (straggler_host)."""
         if not math.isfinite(self.config.corroborate_straggler_loss):
             return None
@@ -522,27 +312,12 @@ class AttributionEngine:
         lost = st is not None and straggler_loss(per_rank, st) >= self.config.corroborate_straggler_loss * base
         return st if lost else None
 
-    def _between(self, conn: Any, *, job: str, step: int, cause: tuple[str, str | None],
-                 around: tuple[list[int], ...] | None = None) -> bool:
-        """Whether the steps before and after `step` are both slow with `cause` as their answer;
-        `around` (around.slow_around, or one side: around.slow_beside): on each side it holds, the
-        first of these steps that is slow."""
-        for side in around or ([step - 1], [step + 1]):
-            a = None
-            for s in side:
-                a = self._attribute(conn, job=job, step=s, store=False, borrow=False)
-                if a is not None and a["slow"]:
-                    break
-            if a is None or not a["slow"] or (a["layer"], a["component"]) != cause:
-                return False
-        return True
-
     def _explain(self, conn: Any, out: Attribution, *, job: str, topo: Topo, meta: pd.DataFrame,
                  ranks: pd.DataFrame, row: Any, base_t: float, base: float, start: float, d: float,
                  corroborating: bool = False, past: float | None = None, loaders: LoaderLoss | None = None,
                  own_span: bool = False) -> None:
         """Fill `out` (a slow step) with its causes: split the lost time into local work and network.
-        `corroborating` (a step under the bar, `_corroborated`): telemetry of the step's own window
+        `corroborating` (a step under the bar, `corroborate.corroborated`): telemetry of the step's own window
         only, without the aftermath of a signal in the seconds before it (AFTERMATH_S: that explains a
         step known to be slow, it does not show that a step under the bar was slowed); and at a
         checkpoint step a host that wrote its checkpoint slowly is a straggler at a lower bar

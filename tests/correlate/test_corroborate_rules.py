@@ -1,4 +1,4 @@
-"""Which evidence lets a step under the slow bar be slow (engine._corroborated, issue #15): a draft
+"""Which evidence lets a step under the slow bar be slow (corroborate.corroborated, issue #15): a draft
 attribution of the step as if it were slow (the step's own telemetry, rank and collective timings)
 is judged by rules that could each fail. Only the draft is made up here; the rules are the engine's."""
 
@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.correlate.causes import NET_LAYERS
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
-from fabricscope.service.correlate.engine import STORAGE_ONLY
+from fabricscope.service.correlate.corroborate import STORAGE_ONLY, corroborated
 from fabricscope.service.correlate.records import Attribution
 
 HOST_OF = {"h3": "h3", "h3:nic1": "h3", "h3:/data": "h3", "h3:gpu2": "h3", "h5": "h5"}
@@ -39,7 +38,7 @@ def _explain(layer: str, component: str, conf: float, rows: list[dict[str, Any]]
 
 def _judge(explain: Callable[..., None], **kw: Any) -> tuple[bool, Attribution]:
     out = _out()
-    ok = AttributionEngine()._corroborated(out, explain, base=2.0, sigma=0.05, host_of=HOST_OF, **kw)
+    ok = corroborated(out, explain, cfg=DEFAULT_CONFIG, base=2.0, sigma=0.05, host_of=HOST_OF, **kw)
     return ok, out
 
 
@@ -186,8 +185,8 @@ def test_a_straggler_that_holds_little_of_the_steps_excess_names_nothing_alone()
     def judge(rows: list[dict[str, Any]]) -> bool:
         out = _out()
         out["duration_s"] = 2.096
-        return AttributionEngine()._corroborated(out, _explain("compute", "h3:gpu2", 0.65, rows), base=2.0,
-                                                 sigma=0.05, need=MIN, host_of=HOST_OF)
+        return corroborated(out, _explain("compute", "h3:gpu2", 0.65, rows), cfg=DEFAULT_CONFIG, base=2.0,
+                            sigma=0.05, need=MIN, host_of=HOST_OF)
 
     small = {**GPU_TIMING, "value": 1.705, "baseline": 1.680}
     assert not judge([small])

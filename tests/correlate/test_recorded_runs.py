@@ -30,7 +30,7 @@ def test_a_slow_write_only_checkpoint_steps_show_is_not_learnt_as_their_norm() -
     write = [s for s in ckpt if 18 <= s <= 41]
     read = [s for s in ckpt if 45 <= s <= 72]
     assert (write, read) == ([20, 30, 40], [50, 60, 70])
-    # the write's steps stay borderline (their telemetry decides, engine._corroborated), the last
+    # the write's steps stay borderline (their telemetry decides, corroborate.corroborated), the last
     # one included, and the read fault's checkpoint steps are slow with the rest of its steps
     assert all(bl.borderline[s] or bl.slow[s] for s in write), [(s, float(bl.base[s])) for s in write]
     assert all(bl.slow[s] for s in read), [(s, float(bl.base[s])) for s in read]

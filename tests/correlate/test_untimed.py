@@ -14,7 +14,7 @@ import numpy as np
 import psycopg
 
 from fabricscope.service.correlate import AttributionEngine
-from fabricscope.service.correlate.engine import UNTIMED_KIND
+from fabricscope.service.correlate.untimed import UNTIMED_KIND
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.model import JobSpec
