@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.causes import add_device_rows, gpu_cause
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MAX_SAMPLE_GAP_S, EngineConfig
@@ -51,14 +53,19 @@ def device_findings(conn: Any, sources: list[str], rules: tuple[Rule, ...], win:
     return out
 
 
-def origin_cover(conn: Any, gpu: str, win: Window) -> float:
+def origin_cover(conn: Any, gpu: str, win: Window, cfg: EngineConfig = DEFAULT_CONFIG) -> float:
     """How many seconds of `win` GPU `gpu` spent in a state that alone slows it (its PCIe link trained
     down, a slowing throttle flag: GPU_RULES' `origin` rules) for sure: between its first and last
     reading in the state (devices.state_runs), from as far back and ahead as a reading describes the
-    window."""
+    window. A capability with no reading there (a collector's gap) is read from the GPU's own past,
+    as devices.judge does."""
     ws, we = win
     rows = q.readings(conn, source=gpu, metrics=rule_metrics(ORIGIN_RULES), fs=ws - MAX_SAMPLE_GAP_S,
                       ts=we + MAX_SAMPLE_GAP_S)
+    gaps = sorted({r.ref for r in ORIGIN_RULES if r.ref} - set(rows["metric"])) if len(rows) else []
+    if gaps:
+        past = q.readings(conn, source=gpu, metrics=gaps, fs=ws - cfg.own_history_s, ts=ws - MAX_SAMPLE_GAP_S)
+        rows = pd.concat([past, rows], ignore_index=True) if len(past) else rows
     return covered(state_runs(rows, ORIGIN_RULES), ws, we)
 
 

@@ -138,7 +138,8 @@ def _check(rule: Rule, r: Mapping[str, Any], ref: float | None, peer: float | No
 def judge(rows: pd.DataFrame, rules: tuple[Rule, ...],
           peers: dict[str, float] | None = None) -> dict[str, list[tuple[Rule, EvidenceRow]]]:
     """Findings per source: `rows` from queries.device_rows (source, metric, labels, wmin, wmax, wrate,
-    hval, hrate, hsig). A reference is the highest window value of the `ref` metric of the same source;
+    hval, hrate, hsig). A reference is the highest window value of the `ref` metric of the same source
+    (without one, that metric's value in the source's own past);
     `peers`: metric -> the job's GPUs' median in the window (queries.peer_median)."""
     out: dict[str, list[tuple[Rule, EvidenceRow]]] = {}
     if rows.empty:
@@ -151,6 +152,12 @@ def judge(rows: pd.DataFrame, rules: tuple[Rule, ...],
         key, v = (r["source"], r["metric"]), r["wmax"]
         cur = refs.setdefault(key, math.nan)
         if v is not None and v == v and (cur != cur or v > cur):  # x != x: NaN
+            refs[key] = float(v)
+    for r in records:
+        # a capability (a link's maximum width) holds between its readings: when none describes the
+        # window (a collector's gap in that series), its value in the source's own past
+        key, v = (r["source"], r["metric"]), r["hval"]
+        if refs[key] != refs[key] and v is not None and v == v:
             refs[key] = float(v)
     by_metric = {r.metric: r for r in rules}
     for r in records:

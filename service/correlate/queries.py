@@ -547,6 +547,7 @@ def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) ->
 # up to its sample, so the rates that overlap the window are those inside it plus the first one after
 # it. Each neighbour is one index probe per series, bounded by %(gap)s (MAX_SAMPLE_GAP_S). The past is
 # what lies before the first reading used, so the window's own state never becomes its baseline.
+# A series with only a past is kept: a capability (a link's maximum width) in a collector's gap.
 # Everything per series in LATERAL subqueries, nothing joined between CTEs: the planner estimated
 # the series of `se` at one row, and for a scan of 64 GPUs (511 series) it ran the history's MAD as a
 # nested loop over two CTE scans, 511 x 511 x 12,708 rows: 27-55 s for one step, where this is 3 ms.
@@ -572,7 +573,7 @@ CROSS JOIN LATERAL (
          percentile_cont(0.5) WITHIN GROUP (ORDER BY h.rate) AS hrate, array_agg(h.rate) AS rates
   FROM samples h WHERE h.series_id = se.id AND h.ts > to_timestamp(%(hs)s) AND h.ts <= to_timestamp(%(he)s)
     AND (p.ts IS NULL OR h.ts < p.ts)) hm
-WHERE inw.k > 0 OR p.value IS NOT NULL OR n.rate IS NOT NULL
+WHERE inw.k > 0 OR p.value IS NOT NULL OR n.rate IS NOT NULL OR hm.hval IS NOT NULL
 """
 
 EVENTS_SQL = """

@@ -69,6 +69,24 @@ def test_pcie_link_below_its_maximum_width_or_generation() -> None:
     assert not judge(rows[rows["metric"] != "pcie_link_width_max"], GPU_RULES)
 
 
+def test_a_maximum_in_a_collectors_gap_is_its_value_in_the_gpus_own_past() -> None:
+    """777 run 7 step 28: the width read 4 in the step while its maximum's series had a gap (no
+    reading in the step nor in the 30 s before it). A capability holds between readings: its value
+    in the source's own past is the reference; with none at all, still nothing to compare with."""
+    g = "n2:gpu1"
+    gap = _rows((g, "pcie_link_width", None, 4, 16, NAN, 16, NAN, NAN),
+                (g, "pcie_link_width_max", None, NAN, NAN, NAN, 16, NAN, NAN))
+    row = _metrics(judge(gap, GPU_RULES), g)["pcie_link_width"]
+    assert (row["value"], row["baseline"]) == (4, 16)
+    # a maximum read in the window wins over its past (a GPU swapped for one with a wider link)
+    swapped = _rows((g, "pcie_link_width", None, 16, 16, NAN, 8, NAN, NAN),
+                    (g, "pcie_link_width_max", None, 16, 16, NAN, 8, NAN, NAN))
+    assert not judge(swapped, GPU_RULES)
+    never = _rows((g, "pcie_link_width", None, 4, 16, NAN, 16, NAN, NAN),
+                  (g, "pcie_link_width_max", None, NAN, NAN, NAN, NAN, NAN, NAN))
+    assert not judge(never, GPU_RULES)
+
+
 def test_counter_rates_must_clear_their_own_past_by_the_floor_and_three_sigma() -> None:
     h = "n3"
     quiet = _rows((h, "cpu_pressure_seconds_total", {"level": "some"}, NAN, NAN, 0.12, NAN, 0.04, 0.01))
@@ -138,8 +156,9 @@ def test_a_reference_is_the_highest_window_value_of_its_metric_skipping_missing_
                  (g, "pcie_link_width_max", {"port": "b"}, 8, 8, NAN, 16, NAN, NAN),
                  (g, "pcie_link_width_max", {"port": "c"}, 16, 16, NAN, 16, NAN, NAN))
     assert _metrics(judge(rows, GPU_RULES), g)["pcie_link_width"]["baseline"] == 16
-    # only missing readings: no reference, no finding
-    assert not judge(_rows(width, (g, "pcie_link_width_max", None, NAN, NAN, NAN, 16, NAN, NAN)), GPU_RULES)
+    # only missing readings, in the window and in the GPU's past: no reference, no finding (with a
+    # past, test_a_maximum_in_a_collectors_gap_is_its_value_in_the_gpus_own_past)
+    assert not judge(_rows(width, (g, "pcie_link_width_max", None, NAN, NAN, NAN, NAN, NAN, NAN)), GPU_RULES)
     # another GPU's maximum is not this one's reference
     assert not judge(_rows(width, ("n3:gpu5", "pcie_link_width_max", None, 16, 16, NAN, 16, NAN, NAN)), GPU_RULES)
 
