@@ -11,12 +11,6 @@ from fabricscope.service.correlate.baseline import Baselines
 from fabricscope.service.correlate.constants import REL, SEG_MEMBER_SIGMAS
 
 
-def between_slow(bl: Baselines, summ: pd.DataFrame, i: int) -> bool:
-    """Whether the steps right before and after row `i` of `summ` exist and may be slow (slow, or
-    borderline: slow when their telemetry corroborates it, which _between then asks)."""
-    return slow_around(bl, summ, i, 1) is not None
-
-
 def _side(bl: Baselines, steps: np.ndarray, i: int, way: int, reach: int) -> list[int]:
     """The steps up to `reach` steps from row `i` in direction `way` that may be slow (slow, or
     borderline), nearest first, up to the first one the timing alone flags slow. Only consecutive

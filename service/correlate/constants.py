@@ -271,6 +271,13 @@ class EngineConfig:
     # Healthy steps' stragglers on development seeds (503, 509: 2,143 healthy steps, 12 of them with
     # a straggler) cost at most 2.3 %. inf: off.
     corroborate_straggler_loss: float = REL
+    # ...and this share, for a step beside a slow step (or between two) whose answer names the cause
+    # on the straggler's host (corroborate.hidden_slow): its neighbours already name it, and the
+    # ranks' wait for the straggler past the next-slowest rank measures under what the fault cost
+    # (the other ranks' own noise): 775 run 33 step 49 and 777 run 5 step 46 waited 3.9 % and 3.8 %
+    # of the baseline for faults that cost 4.0 % and 4.1 %. FAINT_REL, the least a faint step is
+    # over its centre; not tuned. inf: off.
+    beside_straggler_loss: float = FAINT_REL
     # -- history and windows --------------------------------------------------------------------
     # Steps of history fetched to rebuild the baseline: three baseline windows (48 healthy steps)
     # so that a fault of a dozen steps still leaves enough healthy ones behind it.

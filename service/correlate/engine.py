@@ -263,8 +263,8 @@ class AttributionEngine:
                 explain=explain,
                 between=lambda c, sides: _between(neighbour, step=step, cause=c, around=sides),
                 # the step's rank rows are read for the rules that need them only, and once for all
-                straggler=cache(lambda: self._straggler_lost(conn, job=job, step=step, base=base)),
-                cover=lambda gpu, span: origin_cover(conn, gpu, span))
+                straggler=cache(lambda: self._straggler(conn, job=job, step=step)),
+                cover=lambda gpu, span: origin_cover(conn, gpu, span, cfg))
             if not hidden_slow(out, bl=bl, summ=summ, i=i, cfg=cfg, host_of=topo.host_of, probes=probes,
                                borrow=borrow):
                 self._healthy(out, d=d, base=base, thr=thr)
@@ -295,22 +295,16 @@ class AttributionEngine:
             q.store_attribution(conn, job=job, attribution=out)
         return out
 
-    def _straggler_lost(self, conn: Any, *, job: str, step: int, base: float) -> Straggler | None:
-        """The straggler the step's ranks waited for corroborate_straggler_loss of the baseline longer
-        than for the next-slowest rank (None: none): a step its own rank timings show slowed, whatever
-        the step time's noise did (a step above its centre, not a checkpoint step, or one inside a
-        fault: the callers' tests). Read only for such steps under every timing bar; its cause must
-        still be named by the step's telemetry with a `timing` row of its own (corroborate.corroborated with
-        own_timing), or be on its host and the cause of the steps either side (straggler_host)."""
-        if not math.isfinite(self.config.corroborate_straggler_loss):
-            return None
+    def _straggler(self, conn: Any, *, job: str, step: int) -> tuple[Straggler, float] | None:
+        """The straggler the step's ranks waited for and how much longer (seconds) than for the
+        next-slowest rank (decompose.straggler_loss); None: none. Read only for steps under every
+        timing bar that corroborate.hidden_slow's straggler rules ask about."""
         steps_df, coll = q.rank_rows(conn, job=job, step=step)
         if len(steps_df) < 3:
             return None
         per_rank = decompose(steps_df, coll)
         st = find_straggler(per_rank)
-        lost = st is not None and straggler_loss(per_rank, st) >= self.config.corroborate_straggler_loss * base
-        return st if lost else None
+        return None if st is None else (st, straggler_loss(per_rank, st))
 
     def _explain(self, conn: Any, out: Attribution, *, job: str, topo: Topo, meta: pd.DataFrame,
                  ranks: pd.DataFrame, row: Any, base_t: float, base: float, start: float, d: float,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fabricscope.service.correlate.around import at_their_level, between_slow, slow_around
+from fabricscope.service.correlate.around import at_their_level, slow_around
 from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 
 
@@ -29,7 +29,7 @@ def test_the_nearest_steps_that_may_be_slow_each_side_up_to_the_first_slow_one()
     assert bl.slow[30:33].all() and bl.slow[37:40].all() and not bl.slow[33:37].any()
     assert slow_around(bl, summ, 34, 4) == ([132], [137])  # steps, nearest first
     assert slow_around(bl, summ, 34, 2) is None  # 137 is 3 steps away
-    assert between_slow(bl, summ, 33) is False and between_slow(bl, summ, 31) is True
+    assert slow_around(bl, summ, 33, 1) is None and slow_around(bl, summ, 31, 1) == ([130], [132])
     # a step missing from the job ends its side
     gap = summ.drop(index=36).reset_index(drop=True)
     assert slow_around(bl, gap, 34, 4) is None

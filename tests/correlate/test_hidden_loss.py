@@ -88,8 +88,10 @@ def test_a_straggler_the_step_time_hides_is_slow_and_named(service_url: str, db_
     st = find_straggler(per_rank)
     bar = DEFAULT_CONFIG.corroborate_straggler_loss * float(bl.base[i])
     assert st is not None and straggler_loss(per_rank, st) >= bar
-    # ...and without the rule the step is healthy: nothing else made it slow
-    off = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_straggler_loss=math.inf))
+    # ...and without the rules the step is healthy: nothing else made it slow (the slow steps beside
+    # it name the GPU too: test_a_fault_step_its_noise_brought_under_the_centre_is_slow_between_its_neighbours)
+    off = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_straggler_loss=math.inf,
+                                    beside_straggler_loss=math.inf))
     b = off.attribute_step(db_conn, job=sc.job, step=step, store=False)
     assert b is not None and not b["slow"], b
     # no step away from the fault is slow
@@ -169,6 +171,69 @@ def test_a_fault_step_its_noise_brought_under_the_centre_is_slow_between_its_nei
     assert (a["layer"], a["component"]) == (f.layer, f.component), a  # type: ignore[attr-defined]
     assert a["evidence"][-1]["kind"] == "corroborated"
     # ...the ranks' clocks are what made it: without the straggler-loss rule it is healthy
-    off = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_straggler_loss=math.inf))
+    off = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_straggler_loss=math.inf,
+                                    beside_straggler_loss=math.inf))
     b = off.attribute_step(db_conn, job=sc.job, step=step, store=False)
     assert b is not None and not b["slow"], b
+
+
+def test_a_faults_last_step_its_noise_hid_is_slow_beside_its_slow_steps(
+        service_url: str, db_conn: psycopg.Connection) -> None:
+    """775 run 8 step 25: a host fault's last step measured at its baseline while the ranks waited
+    6.9 % of it for that host's loaders, and the steps before it were slow with the host. With the
+    slow steps on one side only (the step after the fault is healthy), the same rule makes it slow
+    with the cause they name; the steps after the fault, with no straggler, stay healthy."""
+    sc, f, d, healthy = _straggling("last", 5)
+    step = START + LENGTH - 1
+    _faster_collectives(sc.timeline, step, float(d[step]) - healthy * 0.99)
+    post(service_url, sc)
+    bl, i = _flags(db_conn, sc.job, step)
+    assert not bl.slow[i] and not bl.borderline[i] and float(sc.timeline.step_duration()[step]) < bl.centre[i]
+    engine = AttributionEngine()
+    n = engine.attribute_step(db_conn, job=sc.job, step=step - 1, store=False)
+    assert n is not None and n["slow"] and (n["layer"], n["component"]) == (f.layer, f.component), n  # type: ignore[attr-defined]
+    a = engine.attribute_step(db_conn, job=sc.job, step=step, store=False)
+    assert a is not None and a["slow"] and (a["layer"], a["component"]) == (f.layer, f.component), a  # type: ignore[attr-defined]
+    assert a["evidence"][-1]["kind"] == "corroborated"
+    off = AttributionEngine(replace(DEFAULT_CONFIG, beside_straggler_loss=math.inf))
+    b = off.attribute_step(db_conn, job=sc.job, step=step, store=False)
+    assert b is not None and not b["slow"], b
+    for s in range(step + 1, step + 5):
+        c = engine.attribute_step(db_conn, job=sc.job, step=s, store=False)
+        assert c is not None and not c["slow"], c
+
+
+def test_a_checkpoint_step_inside_a_fault_is_slow_by_its_loss_on_the_work_besides_the_write(
+        service_url: str, db_conn: psycopg.Connection) -> None:
+    """775 run 50 step 40: a checkpoint step inside a host fault measured +0.5 % over its own
+    baseline (the write's spread hides a few %), while the ranks waited 3.9 % of that baseline for
+    the host. The write is time the fault did not slow: the straggler's loss is weighed against the
+    step less its write, and the step is slow with the cause the steps either side name. With the
+    bar between the loss's share of the step less its write and its share of the whole step, it is
+    slow; just over the first, healthy."""
+    f = make_fault(build_cluster(SPEC), "host_contention", start_step=36, steps=8, severity=0.04,
+                   rng=np.random.default_rng(9))
+    sc = generate(SPEC, job="straggler-loss-checkpoint", steps=STEPS, faults=[f], seed=9, t0=1.7805e9,
+                  job_spec=JobSpec(compute_noise=0.004))
+    step = 40
+    d = sc.timeline.step_duration()
+    assert sc.timeline.ckpt_steps[step]
+    # its write's spread hid the loss: the step at its healthy checkpoint steps' median
+    _faster_collectives(sc.timeline, step, float(d[step]) - float(np.median(d[[10, 20, 30]])))
+    post(service_url, sc)
+    bl, i = _flags(db_conn, sc.job, step)
+    assert not bl.slow[i] and not bl.borderline[i], (bl.base[i], bl.centre[i])
+    steps_df, coll = q.rank_rows(db_conn, job=sc.job, step=step)
+    per_rank = decompose(steps_df, coll)
+    st = find_straggler(per_rank)
+    assert st is not None and st.host == f.component  # type: ignore[attr-defined]
+    loss, base = straggler_loss(per_rank, st), float(bl.base[i])
+    work = base - float(q.step_summaries(db_conn, job=sc.job, lo=step, hi=step)["ckpt_med"].iloc[0])
+    assert 0.0 < work < base
+    for share, slow in ((loss / (0.5 * (work + base)), True), (1.01 * loss / work, False)):
+        engine = AttributionEngine(replace(DEFAULT_CONFIG, beside_straggler_loss=share))
+        a = engine.attribute_step(db_conn, job=sc.job, step=step, store=False)
+        assert a is not None and a["slow"] is slow, (share, a)
+        if slow:
+            assert (a["layer"], a["component"]) == (f.layer, f.component), a  # type: ignore[attr-defined]
+            assert a["evidence"][-1]["kind"] == "corroborated"
