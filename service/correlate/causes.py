@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MIN_SCORE, EngineConfig
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MIN_SCORE, PEAK_GAUGES, EngineConfig
 from fabricscope.service.correlate.decompose import Straggler
 from fabricscope.service.correlate.devices import ORIGIN_METRICS
 from fabricscope.service.correlate.localize import Topo, rank_candidates
@@ -229,9 +229,11 @@ def has_state_row(evidence: list[EvidenceRow], source: str | None, events: bool 
     """Whether `evidence` holds a row at MIN_SCORE of `source`'s own state in the window: a gauge (a
     link's width, a throttle flag, a clock) or, with `events`, an event (an XID, which may have been
     logged up to xid_lookback_s before the window); not a counter's rate, which a coarse sample may
-    hold from seconds outside the window (a link's flaps before and after it)."""
+    hold from seconds outside the window (a link's flaps before and after it), nor a peak since the
+    last read (PEAK_GAUGES: a queue's watermark), for the same reason."""
     rates = ("per_second", "seconds") if events else ("per_second", "seconds", "events")
-    return source is not None and has_device_row([e for e in evidence if e.get("unit") not in rates], source)
+    return source is not None and has_device_row(
+        [e for e in evidence if e.get("unit") not in rates and e["metric"] not in PEAK_GAUGES], source)
 
 
 def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:

@@ -219,3 +219,22 @@ def test_only_a_gpus_own_state_that_alone_slows_it_counts_as_its_origin_state() 
     # without origin_state, a straggler's clock and its replays do
     assert _judge(_explain("compute", "h3:gpu2", 0.7, [timing, replays]), need=0.25, between=between,
                   require_between=True)[0]
+
+
+def test_a_queues_watermark_is_no_state_of_the_steps_own_seconds() -> None:
+    """`own_state` (a gap between a fault's slow steps): a queue's watermark is the peak since its
+    last read, so a 10-s reading holds a fault's seconds after the step (779 run 65: a one-step
+    incast's watermark filled the two steps before it in). Its occupancy, a state, still counts."""
+    def between(cause: tuple[str, str | None]) -> bool:
+        return True
+
+    def queue(metric: str) -> dict[str, Any]:
+        return {"source": "leaf1:p3", "metric": metric, "value": 3.4e6, "baseline": 2.2e5, "score": 9.0,
+                "unit": "value", "labels": {"queue": "3"}}
+
+    kw: dict[str, Any] = {"need": MIN, "between": between, "require_between": True, "own_state": True}
+    assert not _judge(_explain("fabric", "leaf1:p3", 0.9, [queue("queue_watermark_bytes")]), **kw)[0]
+    assert _judge(_explain("fabric", "leaf1:p3", 0.9, [queue("queue_occupancy_bytes")]), **kw)[0]
+    # without own_state the watermark is evidence like any other
+    assert _judge(_explain("fabric", "leaf1:p3", 0.9, [queue("queue_watermark_bytes")]), need=MIN,
+                  between=between, require_between=True)[0]
