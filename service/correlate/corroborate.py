@@ -90,6 +90,7 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         out, need=need, own_timing=own or ck_faint, own_device=ck_faint,
         between=named_by() if borrow and (faint or own) else None, net_timing=bool(bl.net_timing[i]),
         data_timing=bool(bl.data_timing[i]), only_layers=only_layers(bl, i))
+
     def straggler(share: float) -> Straggler | None:
         # what a fault can slow at a checkpoint step is the step less its write: the same loss is a
         # smaller share of a checkpoint step's baseline (775 run 50 step 40, a host's +4.2 % loss
