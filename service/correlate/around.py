@@ -46,6 +46,14 @@ def slow_beside(bl: Baselines, summ: pd.DataFrame, i: int, reach: int) -> tuple[
     return (after,) if after and not before else (before,) if before and not after else None
 
 
+def slow_near(bl: Baselines, summ: pd.DataFrame, i: int, reach: int) -> tuple[list[int], ...] | None:
+    """slow_around's two sides when both have steps that may be slow, else slow_beside's one side
+    (None: neither has): row `i` inside a fault, or at its first or last step."""
+    steps = summ["step"].to_numpy(int)
+    sides = tuple(s for s in (_side(bl, steps, i, -1, reach), _side(bl, steps, i, 1, reach)) if s)
+    return sides or None
+
+
 def at_their_level(bl: Baselines, summ: pd.DataFrame, i: int, around: tuple[list[int], ...],
                    over_centre: bool = False) -> bool:
     """Whether row `i`'s step is not far under the level of the steps `around` it (each over its own

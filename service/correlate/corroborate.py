@@ -6,13 +6,14 @@ neighbours' answers), `straggler` (its rank rows) and `cover` (a GPU's state ove
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from fabricscope.service.correlate.around import at_their_level, slow_around, slow_beside
+from fabricscope.service.correlate.around import at_their_level, slow_around, slow_beside, slow_near
 from fabricscope.service.correlate.baseline import Baselines
 from fabricscope.service.correlate.causes import (
     CHECKPOINT_METRIC,
@@ -94,7 +95,9 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
     def straggler(share: float) -> Straggler | None:
         # what a fault can slow at a checkpoint step is the step less its write: the same loss is a
         # smaller share of a checkpoint step's baseline (775 run 50 step 40, a host's +4.2 % loss
-        # at a checkpoint step was 3.9 % of it)
+        # at a checkpoint step was 3.9 % of it). A bar of inf is the rule off: no rank rows read.
+        if not math.isfinite(share):
+            return None
         got = probes.straggler()
         work = base - (float(row["ckpt_med"]) if checkpoint and pd.notna(row["ckpt_med"]) else 0.0)
         return got[0] if got is not None and got[1] >= share * work else None
@@ -103,7 +106,7 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # its timing alone decided nothing: the ranks' own clocks may still show what it hid
         ok = (straggler(cfg.corroborate_straggler_loss) is not None
               and judge(out, need=cfg.corroborate_min_confidence, own_timing=True))
-    near = (slow_around(bl, summ, i, 1) or slow_beside(bl, summ, i, 1)) if borrow and not ok else None
+    near = slow_near(bl, summ, i, 1) if borrow and not ok else None
     if near is not None:
         # beside a slow step, or between two: the step's noise can hide the fault's loss whole (a
         # step at its baseline, the fault's first or last step, a checkpoint step), but the ranks'

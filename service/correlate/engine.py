@@ -70,13 +70,11 @@ def _iso(ts: float | None) -> str | None:
     return None if ts is None or not math.isfinite(ts) else datetime.fromtimestamp(ts, UTC).isoformat()
 
 
-
 def _loader_loss(bl: Baselines, i: int, row: Any) -> LoaderLoss | None:
     """Step `i`'s loaders' loss when its median data phase lost the time itself (Baselines.data_timing)."""
     if bl.data_base is None or bl.data_sigma is None or not bl.data_timing[i] or not pd.notna(row["data"]):
         return None
     return LoaderLoss(float(row["data"]), float(bl.data_base[i]), float(bl.data_sigma[i]))
-
 
 
 def _history_end(starts: np.ndarray, episode: np.ndarray, i: int, cfg: EngineConfig) -> float | None:

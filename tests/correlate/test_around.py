@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fabricscope.service.correlate.around import at_their_level, slow_around
+from fabricscope.service.correlate.around import at_their_level, slow_around, slow_beside, slow_near
 from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 
 
@@ -30,6 +30,9 @@ def test_the_nearest_steps_that_may_be_slow_each_side_up_to_the_first_slow_one()
     assert slow_around(bl, summ, 34, 4) == ([132], [137])  # steps, nearest first
     assert slow_around(bl, summ, 34, 2) is None  # 137 is 3 steps away
     assert slow_around(bl, summ, 33, 1) is None and slow_around(bl, summ, 31, 1) == ([130], [132])
+    # one side or both: what slow_beside or slow_around gives, and None with neither
+    assert slow_near(bl, summ, 33, 1) == slow_beside(bl, summ, 33, 1) == ([132],)
+    assert slow_near(bl, summ, 31, 1) == ([130], [132]) and slow_near(bl, summ, 35, 1) is None
     # a step missing from the job ends its side
     gap = summ.drop(index=36).reset_index(drop=True)
     assert slow_around(bl, gap, 34, 4) is None
