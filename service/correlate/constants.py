@@ -283,6 +283,13 @@ class EngineConfig:
     # of the baseline for faults that cost 4.0 % and 4.1 %. FAINT_REL, the least a faint step is
     # over its centre; not tuned. inf: off.
     beside_straggler_loss: float = FAINT_REL
+    # ...counting, when the straggler is one GPU, what the step's collectives lost over their baseline
+    # transfer: a GPU whose PCIe link trained down carries its share of every collective at a fraction
+    # of its speed, so part of its loss is in the ring, which the wait for its work does not hold (781
+    # run 15 step 17: a downtrain's first step, where the ranks waited 2.0 % of the baseline for the
+    # GPU past the next-slowest rank and the collectives lost 2.8 % more). The neighbours must still
+    # name that GPU, and the step's own clocks show it straggling. False: the wait alone.
+    beside_ring_loss: bool = True
     # -- history and windows --------------------------------------------------------------------
     # Steps of history fetched to rebuild the baseline: three baseline windows (48 healthy steps)
     # so that a fault of a dozen steps still leaves enough healthy ones behind it.

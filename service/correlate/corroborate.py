@@ -49,6 +49,12 @@ def holds_its_share(rows: list[Any], excess: float, share: float) -> bool:
                                 for e in rows)
 
 
+def transfer_loss(bl: Baselines, i: int, row: Any) -> float:
+    """Seconds step `i`'s collectives (`row`: its summary) lost over their baseline transfer, >= 0."""
+    lost = float(row["transfer"]) - float(bl.base_transfer[i])
+    return lost if math.isfinite(lost) and lost > 0.0 else 0.0
+
+
 def only_layers(bl: Baselines, i: int) -> tuple[str, ...]:
     """The layers that alone may corroborate step `i` (empty: any): a step over only in one phase."""
     return NET_LAYERS if bl.net_only[i] else STORAGE_ONLY if bl.data_only[i] else ()
@@ -92,15 +98,22 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         between=named_by() if borrow and (faint or own) else None, net_timing=bool(bl.net_timing[i]),
         data_timing=bool(bl.data_timing[i]), only_layers=only_layers(bl, i))
 
-    def straggler(share: float) -> Straggler | None:
+    def straggler(share: float, ring: bool = False) -> Straggler | None:
         # what a fault can slow at a checkpoint step is the step less its write: the same loss is a
         # smaller share of a checkpoint step's baseline (775 run 50 step 40, a host's +4.2 % loss
         # at a checkpoint step was 3.9 % of it). A bar of inf is the rule off: no rank rows read.
         if not math.isfinite(share):
             return None
         got = probes.straggler()
+        if got is None:
+            return None
         work = base - (float(row["ckpt_med"]) if checkpoint and pd.notna(row["ckpt_med"]) else 0.0)
-        return got[0] if got is not None and got[1] >= share * work else None
+        return got[0] if got[1] + (ring_loss(got[0]) if ring else 0.0) >= share * work else None
+
+    def ring_loss(st: Straggler) -> float:
+        # one GPU's fault may sit in its hop of the ring too (a PCIe link trained down), which the
+        # ranks' wait for its work does not hold (EngineConfig.beside_ring_loss)
+        return transfer_loss(bl, i, row) if st.gpu and not st.host_level else 0.0
 
     if not ok and d > float(bl.centre[i]) and not checkpoint:
         # its timing alone decided nothing: the ranks' own clocks may still show what it hid
@@ -112,7 +125,7 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # step at its baseline, the fault's first or last step, a checkpoint step), but the ranks'
         # own clocks still show the straggler; it counts when it is the cause the slow steps beside
         # it name
-        st = straggler(cfg.beside_straggler_loss)
+        st = straggler(cfg.beside_straggler_loss, ring=cfg.beside_ring_loss)
         ok = st is not None and judge(out, need=cfg.corroborate_min_confidence, between=named_by(near),
                                       require_between=True, straggler_host=st.host)
     # the rules below fill in a fault that spans steps; not at a checkpoint step (ckpt_faint above)

@@ -9,6 +9,7 @@ timestamps, so clock skew between hosts changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,9 @@ from fabricscope.service.correlate.constants import (
 
 PHASE_COLUMNS = {"compute": "compute", "data": "data", "checkpoint": "ckpt", "optimizer": "opt"}  # phase -> column
 PHASES = tuple(PHASE_COLUMNS)
+# A step's rank rows (queries.rank_rows' steps) and their decomposition, read on the first call and
+# kept for the rest of the request (engine._rank_frame)
+RankRows = Callable[[], tuple[pd.DataFrame, pd.DataFrame]]
 
 
 @dataclass

@@ -40,6 +40,7 @@ from fabricscope.service.correlate.causes import (
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, SEQ_LOOKAHEAD_STEPS, EngineConfig
 from fabricscope.service.correlate.corroborate import CauseKey, Probes, Sides, hidden_slow, step_row
 from fabricscope.service.correlate.decompose import (
+    RankRows,
     Straggler,
     checkpoint_straggler,
     decompose,
@@ -108,6 +109,23 @@ def _between(attribute: Callable[[int], Attribution | None], *, step: int, cause
         if a is None or not a["slow"] or (a["layer"], a["component"]) != cause:
             return False
     return True
+
+
+def _rank_frame(conn: Any, *, job: str, step: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The step's rank rows and their decomposition (decompose.RankRows)."""
+    steps_df, coll = q.rank_rows(conn, job=job, step=step)
+    return steps_df, decompose(steps_df, coll) if len(steps_df) else steps_df
+
+
+def _straggler(ranked: RankRows) -> tuple[Straggler, float] | None:
+    """The straggler the step's ranks waited for and how much longer (seconds) than for the
+    next-slowest rank (decompose.straggler_loss); None: none. Asked only for steps under every
+    timing bar that corroborate.hidden_slow's straggler rules ask about."""
+    steps_df, per_rank = ranked()
+    if len(steps_df) < 3:
+        return None
+    st = find_straggler(per_rank)
+    return None if st is None else (st, straggler_loss(per_rank, st))
 
 
 def _baselines_for(df: pd.DataFrame) -> Baselines:
@@ -241,8 +259,12 @@ class AttributionEngine:
                             "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0,
                             "evidence": [], "causes": []}
         past = _history_end(summ["start"].to_numpy(float), bl.episode, i, cfg)
+        # the step's rank rows, read and decomposed once for every rule that asks (the straggler rules,
+        # each corroboration's explain, the untimed rule): at 4,096 ranks a read is ~25-30 ms
+        ranked = cache(lambda: _rank_frame(conn, job=job, step=step))
+
         def explain(into: Attribution, corroborating: bool = False, own_span: bool = False) -> None:
-            self._explain(conn, into, job=job, topo=topo, meta=meta, ranks=ranks, row=row,
+            self._explain(conn, into, ranked=ranked, topo=topo, meta=meta, ranks=ranks, row=row,
                           base_t=float(bl.base_transfer[i]), base=base, start=start, d=d, corroborating=corroborating,
                           past=past, loaders=_loader_loss(bl, i, row), own_span=own_span)
 
@@ -260,8 +282,8 @@ class AttributionEngine:
             probes = Probes(
                 explain=explain,
                 between=lambda c, sides: _between(neighbour, step=step, cause=c, around=sides),
-                # the step's rank rows are read for the rules that need them only, and once for all
-                straggler=cache(lambda: self._straggler(conn, job=job, step=step)),
+                # the step's rank rows are read for the rules that need them only
+                straggler=cache(lambda: _straggler(ranked)),
                 cover=lambda gpu, span: origin_cover(conn, gpu, span, cfg))
             if not hidden_slow(out, bl=bl, summ=summ, i=i, cfg=cfg, host_of=topo.host_of, probes=probes,
                                borrow=borrow):
@@ -282,7 +304,7 @@ class AttributionEngine:
                 from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
                              attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
-            untimed = first_timed(out, lambda o: untimed_row(conn, o, bl, i, row=row, job=job, topo=topo, cfg=cfg))
+            untimed = first_timed(out, lambda o: untimed_row(ranked, o, bl, i, row=row, topo=topo, cfg=cfg))
             if untimed is not None:
                 # only the sequential test put this step in the shift (a noisy step beside a fault,
                 # whose coarse samples cover the fault's first or last seconds too), and the loss its
@@ -293,18 +315,7 @@ class AttributionEngine:
             q.store_attribution(conn, job=job, attribution=out)
         return out
 
-    def _straggler(self, conn: Any, *, job: str, step: int) -> tuple[Straggler, float] | None:
-        """The straggler the step's ranks waited for and how much longer (seconds) than for the
-        next-slowest rank (decompose.straggler_loss); None: none. Read only for steps under every
-        timing bar that corroborate.hidden_slow's straggler rules ask about."""
-        steps_df, coll = q.rank_rows(conn, job=job, step=step)
-        if len(steps_df) < 3:
-            return None
-        per_rank = decompose(steps_df, coll)
-        st = find_straggler(per_rank)
-        return None if st is None else (st, straggler_loss(per_rank, st))
-
-    def _explain(self, conn: Any, out: Attribution, *, job: str, topo: Topo, meta: pd.DataFrame,
+    def _explain(self, conn: Any, out: Attribution, *, ranked: RankRows, topo: Topo, meta: pd.DataFrame,
                  ranks: pd.DataFrame, row: Any, base_t: float, base: float, start: float, d: float,
                  corroborating: bool = False, past: float | None = None, loaders: LoaderLoss | None = None,
                  own_span: bool = False) -> None:
@@ -319,9 +330,14 @@ class AttributionEngine:
         # a step its fault slowed that its noise put under the baseline (a proven shift's, or one
         # between its slow steps) lost time that cannot be measured: none, never a negative loss
         lost = max(d - base, 0.0)
-        steps_df, coll = q.rank_rows(conn, job=job, step=out["step"])
-        per_rank = decompose(steps_df, coll) if len(steps_df) else steps_df
+        steps_df, per_rank = ranked()
         st = find_straggler(per_rank) if len(per_rank) else None
+        if st is not None and row["ckpt_max"] > 0 and straggler_loss(per_rank, st) <= 0.0:
+            # at a checkpoint step the ranks may have waited for another rank than the phase's outlier:
+            # one host's slow write outweighs a GPU's few-sigma compute (781 run 35 step 60: a GPU
+            # 9.6 sigmas out in compute that no rank waited for, a host's checkpoint volume 8 sigmas
+            # slow in the same seconds); a straggler no rank waited for is not the step's cause
+            st = None
         if st is None and corroborating and len(per_rank) and topo.checkpoint_volumes and row["ckpt_max"] > 0:
             st = checkpoint_straggler(per_rank, {topo.host_of[v] for v in topo.checkpoint_volumes if v in topo.host_of})
         transfer = float(row["transfer"]) if pd.notna(row["transfer"]) else base_t
@@ -341,10 +357,11 @@ class AttributionEngine:
                                                                     ws=start, we=start + d)))
         data = steps_df["data"].dropna() if "data" in steps_df else pd.Series(dtype=float)
         data_s = float(data.median()) if len(data) else None  # None: the job records no phases
+        ckpt_s = float(row["ckpt_med"]) if row["ckpt_max"] > 0 and pd.notna(row["ckpt_med"]) else None
         causes = combine_causes(
             lost, e_work / total, e_comm / total,
             lambda: with_device_evidence(conn, work_cause(st, ev, topo, conf_t, cfg, data_s=data_s, work_s=e_work,
-                                                                    loaders=loaders),
+                                                                    loaders=loaders, ckpt_s=ckpt_s),
                                          topo, win, cfg),
             lambda: gpu_or_network(conn, net_cause(ev, coverage, cfg), topo, win, cfg,
                                    scan=e_comm / total >= cfg.min_share), cfg)

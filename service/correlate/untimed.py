@@ -8,11 +8,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines
-from fabricscope.service.correlate.causes import NET_LAYERS
+from fabricscope.service.correlate.causes import NET_LAYERS, has_origin_state
 from fabricscope.service.correlate.constants import EngineConfig
-from fabricscope.service.correlate.decompose import decompose, work_on
+from fabricscope.service.correlate.corroborate import transfer_loss
+from fabricscope.service.correlate.decompose import RankRows, work_on
 from fabricscope.service.correlate.localize import Topo
 from fabricscope.service.correlate.records import Attribution, EvidenceRow
 
@@ -51,24 +51,33 @@ def _untimed_phase(out: Attribution, bl: Baselines, i: int, topo: Topo) -> tuple
     return None
 
 
-def untimed_row(conn: Any, out: Attribution, bl: Baselines, i: int, *, row: Any, job: str, topo: Topo,
+def untimed_row(ranked: RankRows, out: Attribution, bl: Baselines, i: int, *, row: Any, topo: Topo,
                 cfg: EngineConfig) -> EvidenceRow | None:
     """The `untimed` row of step `i` when its answer's cause did not slow the phase it slows by its
     nature (_untimed_phase, _untimed_work); None when the answer stands."""
     phase = _untimed_phase(out, bl, i, topo)
     if phase is not None:
         return _phase_row(PHASE_METRIC[phase[0]], float(row[phase[0]]), phase[1], phase[2])
-    return _untimed_work(conn, out, bl, i, job=job, topo=topo, cfg=cfg)
+    return _untimed_work(ranked, out, bl, i, row=row, topo=topo, cfg=cfg)
 
 
-def _untimed_work(conn: Any, out: Attribution, bl: Baselines, i: int, *, job: str, topo: Topo,
+def ring_loss(out: Attribution, bl: Baselines, i: int, row: Any, gpu_source: str) -> float:
+    """What the step's collectives lost over their baseline transfer (seconds) when the answer's GPU
+    is in a state that slows its hop of the ring (causes.has_origin_state: its PCIe link trained down
+    carries the GPU's share of every all-reduce at a fraction of its speed); 0 otherwise."""
+    return transfer_loss(bl, i, row) if has_origin_state(out["evidence"], gpu_source) else 0.0
+
+
+def _untimed_work(ranked: RankRows, out: Attribution, bl: Baselines, i: int, *, row: Any, topo: Topo,
                   cfg: EngineConfig) -> EvidenceRow | None:
     """_untimed_phase for a GPU (`compute`) or a host cause: such a fault slows the local work of
     its own ranks, so a step only the sequential test flagged whose ranks there did no more work
     than the others, by straggler_min_share of the step's excess, was not slowed by it (731 run 0
     step 49: a noisy step right after a GPU's +45 % throttle borrowed that GPU from its episode).
-    Not when the step's collectives lost time: a GPU's PCIe link trained down slows its ring.
-    The `untimed` row: the most local work of the cause's ranks against all ranks' median."""
+    Not when the step's collectives lost time: a GPU's PCIe link trained down slows its ring; nor
+    when, for such a GPU, its work and the collectives' unproven loss together hold that share (781
+    run 33 step 32: a +8 % downtrain's step, its GPU's work 34.8 % of the excess and its collectives'
+    transfer 35 % more). The `untimed` row: the most local work of the cause's ranks against all ranks' median."""
     if (not out["slow"] or not bl.unproven[i] or out["layer"] not in WORK_LAYERS or bl.net_timing[i]
             or not out["component"]):
         return None
@@ -77,11 +86,12 @@ def _untimed_work(conn: Any, out: Attribution, bl: Baselines, i: int, *, job: st
     gpu = comp[len(host) + 1:] if out["layer"] == "compute" and comp.startswith(f"{host}:") else None
     if out["layer"] == "compute" and not gpu:
         return None
-    steps_df, coll = q.rank_rows(conn, job=job, step=out["step"])
-    work = work_on(decompose(steps_df, coll), host, gpu) if len(steps_df) else None
+    steps_df, per_rank = ranked()
+    work = work_on(per_rank, host, gpu) if len(steps_df) else None
     if work is None:
         return None
     x, med, sigma = work
     excess = float(out["duration_s"]) - float(bl.base[i])
-    return None if x - med >= cfg.straggler_min_share * excess else _phase_row(
+    lost = x - med + (ring_loss(out, bl, i, row, comp) if gpu else 0.0)
+    return None if lost >= cfg.straggler_min_share * excess else _phase_row(
         PHASE_METRIC["work"], x, med, sigma)

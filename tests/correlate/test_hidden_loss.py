@@ -237,3 +237,55 @@ def test_a_checkpoint_step_inside_a_fault_is_slow_by_its_loss_on_the_work_beside
         if slow:
             assert (a["layer"], a["component"]) == (f.layer, f.component), a  # type: ignore[attr-defined]
             assert a["evidence"][-1]["kind"] == "corroborated"
+
+
+def _faster_forward(tl: Timeline, step: int, by_s: float) -> None:
+    """Every rank's forward pass of `step` takes `by_s` less (a common compute factor under 1, as
+    JobSpec.step_jitter draws): the collectives and the step's end move up; no rank's lead changes."""
+    tl.coll_start[step] -= by_s
+    tl.coll_end[step] -= by_s
+    tl.fb[step] -= by_s
+    tl.end[step] -= by_s
+
+
+def test_a_downtrained_gpus_last_step_counts_its_rings_loss_beside_its_slow_steps(
+        service_url: str, db_conn: psycopg.Connection) -> None:
+    """781 run 15 step 17: a PCIe downtrain's step under every timing bar, where the ranks waited
+    for the GPU 2.0 % of the baseline past the next-slowest rank and the collectives lost 2.8 % more.
+    The link carries the GPU's share of every all-reduce, so part of the fault is in the ring: with
+    the collectives' loss counted the step is slow with the GPU the slow steps before it name, and
+    healthy with the wait alone (beside_ring_loss off)."""
+    f = make_fault(build_cluster(SPEC), "pcie_downtrain", start_step=START, steps=LENGTH, severity=0.05,
+                   variant="width", rng=np.random.default_rng(21))
+    sc = generate(SPEC, job="straggler-loss-ring", steps=STEPS, faults=[f], seed=21, t0=1.7807e9,
+                  job_spec=JobSpec(compute_noise=0.004), slow_truth=0.04, healthy_truth=0.02)
+    step = START + LENGTH - 1
+    d = sc.timeline.step_duration()
+    healthy = float(np.median(d[10:START]))
+    assert sc.truth[step].slow and not sc.timeline.ckpt_steps[step]
+    _faster_forward(sc.timeline, step, float(d[step]) - healthy * 0.99)  # under its centre
+    post(service_url, sc)
+    bl, i = _flags(db_conn, sc.job, step)
+    assert not bl.slow[i] and not bl.borderline[i] and not bl.faint[i], (bl.base[i], bl.centre[i])
+    # the wait alone is under the bar; with the collectives' loss over their baseline it is over
+    steps_df, coll = q.rank_rows(db_conn, job=sc.job, step=step)
+    per_rank = decompose(steps_df, coll)
+    st = find_straggler(per_rank)
+    assert st is not None and st.gpu and not st.host_level
+    summary = q.step_summaries(db_conn, job=sc.job, lo=step, hi=step).iloc[0]
+    ring = float(summary["transfer"]) - float(bl.base_transfer[i])
+    bar = DEFAULT_CONFIG.beside_straggler_loss * float(bl.base[i])
+    assert straggler_loss(per_rank, st) < bar <= straggler_loss(per_rank, st) + ring, (straggler_loss(per_rank, st),
+                                                                                      ring, bar)
+    engine = AttributionEngine()
+    n = engine.attribute_step(db_conn, job=sc.job, step=step - 1, store=False)
+    assert n is not None and n["slow"] and (n["layer"], n["component"]) == ("compute", f.component), n  # type: ignore[attr-defined]
+    a = engine.attribute_step(db_conn, job=sc.job, step=step, store=False)
+    assert a is not None and a["slow"] and (a["layer"], a["component"]) == ("compute", f.component), a  # type: ignore[attr-defined]
+    assert a["evidence"][-1]["kind"] == "corroborated"
+    off = AttributionEngine(replace(DEFAULT_CONFIG, beside_ring_loss=False))
+    b = off.attribute_step(db_conn, job=sc.job, step=step, store=False)
+    assert b is not None and not b["slow"], b
+    for s in range(step + 1, step + 5):  # after the fault, no straggler and no ring loss of its own
+        c = engine.attribute_step(db_conn, job=sc.job, step=s, store=False)
+        assert c is not None and not c["slow"], c

@@ -8,13 +8,15 @@ the time, stay slow with the NIC. Through the real ingest API and database."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import httpx
 import numpy as np
 import psycopg
+import pytest
 
 from fabricscope.service.correlate import AttributionEngine
-from fabricscope.service.correlate.untimed import UNTIMED_KIND
+from fabricscope.service.correlate.untimed import UNTIMED_KIND, ring_loss
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.model import JobSpec
@@ -80,3 +82,22 @@ def test_a_long_step_after_a_gpu_fault_is_not_slow_when_that_gpus_rank_did_no_mo
     slowed by it, whatever the episode before it or the GPU's 6-s samples covering its seconds say."""
     _long_step_after(service_url, api, db_conn, SPEC, "gpu_thermal_throttle", 6, 1.7879e9, "net_timing",
                      "local_work_seconds", "compute")
+
+
+def _gpu_answer(metric: str) -> dict[str, object]:
+    return {"layer": "compute", "component": "n1:gpu2", "evidence": [
+        {"source": "n1:gpu2", "metric": metric, "value": 4.0, "baseline": 16.0, "score": 12.0, "unit": "lanes"}]}
+
+
+def test_the_rings_loss_counts_for_a_gpu_whose_own_state_slows_its_hop_of_the_ring() -> None:
+    """781 run 33 step 32: a PCIe downtrain's step only the sequential test flagged, its GPU's work
+    34.8 % of the step's excess (under straggler_min_share) and its collectives' transfer 35 % more.
+    A link trained down carries the GPU's share of every all-reduce: the collectives' loss over their
+    baseline counts with the work. Not for a GPU whose evidence holds no such state (a hot GPU), nor
+    when the collectives ran faster than their baseline."""
+    bl = SimpleNamespace(base_transfer=np.array([0.30, 0.30]))
+    row = {"transfer": 0.395}
+    assert ring_loss(_gpu_answer("pcie_link_width"), bl, 1, row, "n1:gpu2") == pytest.approx(0.095)
+    assert ring_loss(_gpu_answer("gpu_temperature_celsius"), bl, 1, row, "n1:gpu2") == 0.0
+    assert ring_loss(_gpu_answer("pcie_link_width"), bl, 1, row, "n1:gpu3") == 0.0
+    assert ring_loss(_gpu_answer("pcie_link_width"), bl, 1, {"transfer": 0.25}, "n1:gpu2") == 0.0
