@@ -23,6 +23,7 @@ fault we must report) and is flat becomes the job's new level; its steps stay re
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -119,6 +120,12 @@ class Baselines:
         marking, made them slow): slow only as long as what they show of their own does not say
         otherwise (engine.py: an onset that names nothing, a network cause its collectives lack)."""
         return self.slow & ~self.step_slow
+
+    def transfer_lost(self, i: int, transfer: float) -> float:
+        """Seconds step `i`'s collectives (their pure `transfer` time) lost over their baseline, >= 0
+        (0 when either is unknown)."""
+        lost = float(transfer) - float(self.base_transfer[i])
+        return lost if math.isfinite(lost) and lost > 0.0 else 0.0
 
     @property
     def onset(self) -> np.ndarray:

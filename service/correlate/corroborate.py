@@ -49,12 +49,6 @@ def holds_its_share(rows: list[Any], excess: float, share: float) -> bool:
                                 for e in rows)
 
 
-def transfer_loss(bl: Baselines, i: int, row: Any) -> float:
-    """Seconds step `i`'s collectives (`row`: its summary) lost over their baseline transfer, >= 0."""
-    lost = float(row["transfer"]) - float(bl.base_transfer[i])
-    return lost if math.isfinite(lost) and lost > 0.0 else 0.0
-
-
 def only_layers(bl: Baselines, i: int) -> tuple[str, ...]:
     """The layers that alone may corroborate step `i` (empty: any): a step over only in one phase."""
     return NET_LAYERS if bl.net_only[i] else STORAGE_ONLY if bl.data_only[i] else ()
@@ -113,7 +107,7 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
     def ring_loss(st: Straggler) -> float:
         # one GPU's fault may sit in its hop of the ring too (a PCIe link trained down), which the
         # ranks' wait for its work does not hold (EngineConfig.beside_ring_loss)
-        return transfer_loss(bl, i, row) if st.gpu and not st.host_level else 0.0
+        return bl.transfer_lost(i, row["transfer"]) if st.gpu and not st.host_level else 0.0
 
     if not ok and d > float(bl.centre[i]) and not checkpoint:
         # its timing alone decided nothing: the ranks' own clocks may still show what it hid

@@ -330,15 +330,16 @@ class AttributionEngine:
         # a step its fault slowed that its noise put under the baseline (a proven shift's, or one
         # between its slow steps) lost time that cannot be measured: none, never a negative loss
         lost = max(d - base, 0.0)
+        checkpoint = bool(row["ckpt_max"] > 0)
         steps_df, per_rank = ranked()
         st = find_straggler(per_rank) if len(per_rank) else None
-        if st is not None and row["ckpt_max"] > 0 and straggler_loss(per_rank, st) <= 0.0:
+        if st is not None and checkpoint and straggler_loss(per_rank, st) <= 0.0:
             # at a checkpoint step the ranks may have waited for another rank than the phase's outlier:
             # one host's slow write outweighs a GPU's few-sigma compute (781 run 35 step 60: a GPU
             # 9.6 sigmas out in compute that no rank waited for, a host's checkpoint volume 8 sigmas
             # slow in the same seconds); a straggler no rank waited for is not the step's cause
             st = None
-        if st is None and corroborating and len(per_rank) and topo.checkpoint_volumes and row["ckpt_max"] > 0:
+        if st is None and corroborating and len(per_rank) and topo.checkpoint_volumes and checkpoint:
             st = checkpoint_straggler(per_rank, {topo.host_of[v] for v in topo.checkpoint_volumes if v in topo.host_of})
         transfer = float(row["transfer"]) if pd.notna(row["transfer"]) else base_t
         e_comm = max(transfer - base_t, 0.0) if math.isfinite(base_t) else 0.0
@@ -357,7 +358,7 @@ class AttributionEngine:
                                                                     ws=start, we=start + d)))
         data = steps_df["data"].dropna() if "data" in steps_df else pd.Series(dtype=float)
         data_s = float(data.median()) if len(data) else None  # None: the job records no phases
-        ckpt_s = float(row["ckpt_med"]) if row["ckpt_max"] > 0 and pd.notna(row["ckpt_med"]) else None
+        ckpt_s = float(row["ckpt_med"]) if checkpoint and pd.notna(row["ckpt_med"]) else None
         causes = combine_causes(
             lost, e_work / total, e_comm / total,
             lambda: with_device_evidence(conn, work_cause(st, ev, topo, conf_t, cfg, data_s=data_s, work_s=e_work,

@@ -11,7 +11,6 @@ from typing import Any
 from fabricscope.service.correlate.baseline import Baselines
 from fabricscope.service.correlate.causes import NET_LAYERS, has_origin_state
 from fabricscope.service.correlate.constants import EngineConfig
-from fabricscope.service.correlate.corroborate import transfer_loss
 from fabricscope.service.correlate.decompose import RankRows, work_on
 from fabricscope.service.correlate.localize import Topo
 from fabricscope.service.correlate.records import Attribution, EvidenceRow
@@ -65,7 +64,7 @@ def ring_loss(out: Attribution, bl: Baselines, i: int, row: Any, gpu_source: str
     """What the step's collectives lost over their baseline transfer (seconds) when the answer's GPU
     is in a state that slows its hop of the ring (causes.has_origin_state: its PCIe link trained down
     carries the GPU's share of every all-reduce at a fraction of its speed); 0 otherwise."""
-    return transfer_loss(bl, i, row) if has_origin_state(out["evidence"], gpu_source) else 0.0
+    return bl.transfer_lost(i, row["transfer"]) if has_origin_state(out["evidence"], gpu_source) else 0.0
 
 
 def _untimed_work(ranked: RankRows, out: Attribution, bl: Baselines, i: int, *, row: Any, topo: Topo,

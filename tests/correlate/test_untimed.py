@@ -8,7 +8,6 @@ the time, stay slow with the NIC. Through the real ingest API and database."""
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
 import httpx
 import numpy as np
@@ -16,6 +15,7 @@ import psycopg
 import pytest
 
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate.baseline import compute_baselines
 from fabricscope.service.correlate.untimed import UNTIMED_KIND, ring_loss
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import generate
@@ -95,9 +95,13 @@ def test_the_rings_loss_counts_for_a_gpu_whose_own_state_slows_its_hop_of_the_ri
     A link trained down carries the GPU's share of every all-reduce: the collectives' loss over their
     baseline counts with the work. Not for a GPU whose evidence holds no such state (a hot GPU), nor
     when the collectives ran faster than their baseline."""
-    bl = SimpleNamespace(base_transfer=np.array([0.30, 0.30]))
+    n = 20  # a steady job whose collectives' pure transfer is 0.30 s a step
+    bl = compute_baselines(np.full(n, 2.0), np.full(n, 0.30), np.zeros(n, bool), np.zeros(n))
+    i = n - 1
+    assert bl.base_transfer[i] == pytest.approx(0.30)
     row = {"transfer": 0.395}
-    assert ring_loss(_gpu_answer("pcie_link_width"), bl, 1, row, "n1:gpu2") == pytest.approx(0.095)
-    assert ring_loss(_gpu_answer("gpu_temperature_celsius"), bl, 1, row, "n1:gpu2") == 0.0
-    assert ring_loss(_gpu_answer("pcie_link_width"), bl, 1, row, "n1:gpu3") == 0.0
-    assert ring_loss(_gpu_answer("pcie_link_width"), bl, 1, {"transfer": 0.25}, "n1:gpu2") == 0.0
+    assert ring_loss(_gpu_answer("pcie_link_width"), bl, i, row, "n1:gpu2") == pytest.approx(0.095)
+    assert ring_loss(_gpu_answer("gpu_temperature_celsius"), bl, i, row, "n1:gpu2") == 0.0
+    assert ring_loss(_gpu_answer("pcie_link_width"), bl, i, row, "n1:gpu3") == 0.0
+    assert ring_loss(_gpu_answer("pcie_link_width"), bl, i, {"transfer": 0.25}, "n1:gpu2") == 0.0
+    assert ring_loss(_gpu_answer("pcie_link_width"), bl, i, {"transfer": float("nan")}, "n1:gpu2") == 0.0
