@@ -356,6 +356,13 @@ class EngineConfig:
     # (storage_data_share), the storage is named instead (#15: a shared volume slowed at a checkpoint
     # step, whose slowest writer was 6 sigmas out by 58 of the 290 ms lost).
     straggler_min_share: float = 0.35
+    # A network cause corroborates a step under the bar on its own only when the step's collectives
+    # (their pure transfer time, Baselines.transfer_lost) lost at least this share of what the step
+    # lost: a network fault slows the collectives. A coarse counter whose span reaches into the step
+    # from a fault that ended in the step before it does not (787 run 3 step 61: a lossy incast's
+    # drops read +170/s in the step after the incast's, which lost 67 ms, its collectives 4 ms).
+    # Between two steps that name the cause (`between`) it still may. 0: the rule off.
+    net_min_share: float = 0.25
     # Straggler strength = base + span * (1 - exp(-z / scale)): z of 5 (the detection bar) gives
     # ~0.64, z of 60 and more approaches 0.95.
     straggler_base: float = 0.55

@@ -90,7 +90,8 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
     ok = bool(bl.borderline[i]) and judge(
         out, need=need, own_timing=own or ck_faint, own_device=ck_faint,
         between=named_by() if borrow and (faint or own) else None, net_timing=bool(bl.net_timing[i]),
-        data_timing=bool(bl.data_timing[i]), only_layers=only_layers(bl, i))
+        data_timing=bool(bl.data_timing[i]), only_layers=only_layers(bl, i),
+        net_lost=bl.transfer_lost(i, row["transfer"]) if cfg.net_min_share > 0 else None)
 
     def straggler(share: float, ring: bool = False) -> Straggler | None:
         # what a fault can slow at a checkpoint step is the step less its write: the same loss is a
@@ -164,7 +165,7 @@ def corroborated(out: Attribution, explain: Explain, *, cfg: EngineConfig, base:
                  between: Callable[[CauseKey], bool] | None = None, net_timing: bool = False,
                  data_timing: bool = False, only_layers: tuple[str, ...] = (), require_between: bool = False,
                  straggler_host: str | None = None, own_state: bool = False, own_span: bool = False,
-                 origin_state: bool = False) -> bool:
+                 origin_state: bool = False, net_lost: float | None = None) -> bool:
     """A borderline step (over the noise, under the bar) is slow when its own telemetry names a cause
     with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a faint
     one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the timing
@@ -189,7 +190,9 @@ def corroborated(out: Attribution, explain: Explain, *, cfg: EngineConfig, base:
       (causes.has_state_row: a gauge or an event of the component itself); `own_span`: read from the
       step's own span only, without the next step's first second (engine._explain); `origin_state`:
       a row of a GPU's own state that alone slows it (causes.has_origin_state: its PCIe link trained
-      down, a throttle flag)."""
+      down, a throttle flag); `net_lost`: seconds the step's collectives lost over their baseline
+      (Baselines.transfer_lost; None: not asked): a network cause whose step's collectives lost under
+      `net_min_share` of what the step lost does not corroborate it alone."""
     if not 0.0 < need <= 1.0 or not 0.0 < cfg.corroborate_min_confidence <= 1.0:
         return False
     draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
@@ -224,6 +227,9 @@ def corroborated(out: Attribution, explain: Explain, *, cfg: EngineConfig, base:
                   or any(e.get("kind") == "timing" and e.get("metric") != CHECKPOINT_METRIC
                          and float(e["value"]) - float(e.get("baseline") or 0.0) >= FAINT_REL * base
                          for e in on_host)))
+    if (alone and not phase and net_lost is not None and draft["layer"] in NET_LAYERS
+            and net_lost < cfg.net_min_share * max(draft["duration_s"] - base, 0.0)):
+        alone = False  # its collectives did not lose the time: a signal beside the step, unless both sides name it
     if (require_between or not alone) and not (between is not None
                                                and between((draft["layer"], draft["component"]))):
         return False  # (a sure cause does not ask its neighbours: two more attributions)

@@ -282,6 +282,10 @@ def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray
     grp = sc.grp[pos]
     med = _median_by(grp, cur)
     mad = 1.4826 * _median_by(grp, np.abs(cur - med))
+    # two peers (a spine's two leaf ports): the MAD of a pair is half their gap, each one's own
+    # deviation, so z was 0.67 however far one stood from the other; the floor alone says whether the
+    # gap matters (finish_scores still asks the series' own history)
+    mad[np.bincount(grp)[grp] == 2] = 0.0
     solo = sc.solo[pos]
     # a solo series' floor stays absolute: finish_scores scores it on its own level already
     rel = np.where(solo, 0.0, sc.floor_rel[pos]) if len(sc.floor_rel) else sc.floor_rel

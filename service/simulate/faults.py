@@ -99,13 +99,25 @@ def fault_window(f: Fault, step_start: np.ndarray, step_end: np.ndarray) -> tupl
     return a, z
 
 
+_INTER_LEAF = ("uplink", "leaf_up", "spine")  # variants on a leaf-spine link or a spine
+
+
+def fault_variants(cluster: Cluster, kind: str) -> tuple[str, ...]:
+    """The variants of `kind` that can slow a job on `cluster`: with one leaf the job's traffic never
+    leaves it, and a leaf-spine link or a spine port it does not cross cannot."""
+    variants = FAULT_KINDS[kind][1]
+    if cluster.spec.leaves == 1:
+        variants = tuple(v for v in variants if not v.startswith(_INTER_LEAF))
+    return variants
+
+
 def make_fault(cluster: Cluster, kind: str, *, start_step: int, steps: int, severity: float,
                variant: str = "", rng: np.random.Generator, onset: float = 0.0, until: float = 1.0) -> Fault:
     """A fault of `kind` on a random target of the cluster, with the component the engine must name."""
     if kind == LEVEL_CHANGE:
         return Fault(kind, "none", "", start_step, steps, severity)
-    layer, variants = FAULT_KINDS[kind]
-    variant = variant or str(rng.choice(variants))
+    layer = FAULT_KINDS[kind][0]
+    variant = variant or str(rng.choice(fault_variants(cluster, kind)))
     if kind == "gpu_straggler":
         target = int(rng.integers(cluster.ranks))
         component = cluster.rank_source(target)
@@ -182,7 +194,7 @@ def random_plan(cluster: Cluster, rng: np.random.Generator, *, n_steps: int, n_f
         kind = kinds[(i + int(rng.integers(len(kinds)))) % len(kinds)]
         length = int(rng.integers(1, max_len + 1))
         start = step + int(rng.integers(0, gap + 1))
-        variant = str(rng.choice(FAULT_KINDS[kind][1]))
+        variant = str(rng.choice(fault_variants(cluster, kind)))
         if kind == "storage_slow" and variant == "ckpt":
             # Checkpoint slowness shows only on checkpoint steps: cover the next one.
             nxt = ((start + ckpt_every - 1) // ckpt_every) * ckpt_every

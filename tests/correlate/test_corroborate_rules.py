@@ -238,3 +238,23 @@ def test_a_queues_watermark_is_no_state_of_the_steps_own_seconds() -> None:
     # without own_state the watermark is evidence like any other
     assert _judge(_explain("fabric", "leaf1:p3", 0.9, [queue("queue_watermark_bytes")]), need=MIN,
                   between=between, require_between=True)[0]
+
+
+def test_a_network_cause_whose_collectives_lost_nothing_needs_both_sides_to_name_it() -> None:
+    """787 run 3 step 61: a lossy incast ended in the step before; its drop counters' span reached into
+    this step, which lost 67 ms while its collectives lost 4 ms. A network fault slows the collectives."""
+    drops = _explain("fabric", "leaf1:p3", 0.83, [{"source": "leaf1:p3", "metric": "queue_dropped_packets_total",
+                                                   "score": 15.9, "kind": None}])
+    lost = 0.1  # the draft's step: 2.1 s against a 2.0-s baseline
+    share = DEFAULT_CONFIG.net_min_share
+    assert _judge(drops, need=MIN)[0]  # not asked: as before
+    assert not _judge(drops, need=MIN, net_lost=0.004)[0]
+    assert not _judge(drops, need=MIN, net_lost=share * lost - 0.002)[0]
+    assert _judge(drops, need=MIN, net_lost=share * lost + 0.002)[0]
+    # both sides slow with the same cause: inside its fault, the step's noise may hide its share
+    assert _judge(drops, need=MIN, net_lost=0.0, between=lambda c: c == ("fabric", "leaf1:p3"))[0]
+    assert not _judge(drops, need=MIN, net_lost=0.0, between=lambda c: False)[0]
+    # a cause off the network (a GPU) is not asked about the collectives
+    gpu = _explain("compute", "h3:gpu2", 0.83, [{"source": "h3:gpu2", "metric": "pcie_link_width", "score": 50.0,
+                                                 "kind": None}])
+    assert _judge(gpu, need=MIN, net_lost=0.0)[0]

@@ -31,13 +31,13 @@ STEPS, START, LENGTH = 44, 18, 16
 END = START + LENGTH - 1
 
 
-def _downtrain(service_url: str, seed: int, interval: float = 2.0) -> Scenario:
-    """A +5 % PCIe width downtrain of steps START.. in 1.5 % step noise, its telemetry read every
+def _downtrain(service_url: str, seed: int, interval: float = 2.0, jitter: float = 0.015) -> Scenario:
+    """A +5 % PCIe width downtrain of steps START.. in `jitter` step noise, its telemetry read every
     `interval` seconds, sent through the ingest API."""
     f = make_fault(build_cluster(SPEC), "pcie_downtrain", start_step=START, steps=LENGTH, severity=0.05,
                    variant="width", rng=np.random.default_rng(seed))
-    return post(service_url, generate(SPEC, job=f"fill-gap-pcie-{seed}", steps=STEPS, faults=[f], seed=seed,
-                                      t0=1.791e9 + seed * 1e4, job_spec=JobSpec(step_jitter=0.015),
+    return post(service_url, generate(SPEC, job=f"fill-gap-pcie-{seed}-{jitter}", steps=STEPS, faults=[f],
+                                      seed=seed, t0=1.791e9 + seed * 1e4, job_spec=JobSpec(step_jitter=jitter),
                                       slow_truth=0.04, healthy_truth=0.02, interval=interval))
 
 
@@ -59,12 +59,15 @@ def _slow_with_the_link(a: object, component: str) -> None:
     assert a["lost_s"] >= 0.0 and all(c["lost_s"] >= 0.0 for c in a["causes"]), a
 
 
-# seed 2: runs of up to 3 hidden steps between slow ones; seed 1: nine in a row (steps 19-27), some
-# more than 4 steps from the nearest slow step on one side (its last two, 31-32, have none after them)
-@pytest.mark.parametrize(("seed", "inside"), [(2, range(START + 1, START + LENGTH - 1)), (1, range(19, 28))])
+# seed 2 in 2 % step noise: runs of hidden steps between slow ones (in 1.5 % noise, since stop 39's
+# baseline without the warm-up step, its steps are all slow or borderline); seed 1: nine in a row
+# (steps 19-27), some more than 4 steps from the nearest slow step on one side (its last two, 31-32,
+# have none after them)
+@pytest.mark.parametrize(("seed", "jitter", "inside"), [(2, 0.02, range(START + 1, START + LENGTH - 1)),
+                                                        (1, 0.015, range(19, 28))])
 def test_a_step_a_device_states_fault_slowed_under_every_bar_is_slow_between_its_slow_steps(
-        service_url: str, db_conn: psycopg.Connection, seed: int, inside: range) -> None:
-    sc = _downtrain(service_url, seed)
+        service_url: str, db_conn: psycopg.Connection, seed: int, jitter: float, inside: range) -> None:
+    sc = _downtrain(service_url, seed, jitter=jitter)
     component = sc.faults[0].component
     engine = AttributionEngine()
     hidden = _hidden(db_conn, sc, inside)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabricscope.service.simulate.faults import FAULT_KINDS, make_fault
+from fabricscope.service.simulate.faults import FAULT_KINDS, make_fault, random_plan
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
 
@@ -70,3 +70,18 @@ def test_seed_is_deterministic() -> None:
     b = generate(SMALL, job="j", steps=15, faults=2, seed=9)
     assert a.faults == b.faults
     assert np.array_equal(a.streams.values, b.streams.values)
+
+
+def test_a_one_leaf_cluster_gets_no_fault_on_a_link_its_job_never_crosses() -> None:
+    one = build_cluster(ClusterSpec(hosts=6, gpus_per_host=4, nics_per_host=2, leaves=1, spines=2))
+    two = build_cluster(ClusterSpec(hosts=6, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2))
+    kinds = ["link_errors", "link_flap", "fabric_congestion"]
+    seen: dict[str, set[str]] = {"one": set(), "two": set()}
+    for seed in range(12):
+        for name, cl in (("one", one), ("two", two)):
+            plan = random_plan(cl, np.random.default_rng(seed), n_steps=80, n_faults=6, kinds=kinds)
+            assert plan
+            seen[name] |= {f.component for f in plan}
+    assert not seen["one"] & set(one.leaf_up + one.spine_ports)
+    assert seen["one"] <= set(one.leaf_down)
+    assert seen["two"] & set(two.leaf_up + two.spine_ports)  # with two leaves the uplinks are drawn
