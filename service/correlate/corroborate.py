@@ -91,7 +91,7 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         out, need=need, own_timing=own or ck_faint, own_device=ck_faint,
         between=named_by() if borrow and (faint or own) else None, net_timing=bool(bl.net_timing[i]),
         data_timing=bool(bl.data_timing[i]), only_layers=only_layers(bl, i),
-        net_lost=bl.transfer_lost(i, row["transfer"]) if cfg.net_min_share > 0 else None)
+        net_lost=bl.transfer_lost(i, row["transfer"]))
 
     def straggler(share: float, ring: bool = False) -> Straggler | None:
         # what a fault can slow at a checkpoint step is the step less its write: the same loss is a

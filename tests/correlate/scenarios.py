@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import psycopg
 
 from fabricscope.service.correlate import queries as q
@@ -23,12 +24,18 @@ def post(url: str, sc: Scenario) -> Scenario:
     return sc
 
 
+def stored_summaries(conn: psycopg.Connection, job: str, hi: int) -> pd.DataFrame:
+    """The stored per-step summaries of the job's steps 0..hi, their values as floats (as the engine
+    reads them)."""
+    summ = q.step_summaries(conn, job=job, lo=0, hi=hi)
+    return summ.astype({c: float for c in summ.columns if c != "step"})
+
+
 def stored_baselines(conn: psycopg.Connection, job: str, hi: int) -> tuple[Baselines, np.ndarray]:
     """The engine's baselines of the job's steps 0..hi from their stored summaries, and the steps'
     numbers (index i of the baselines is step steps[i])."""
-    summ = q.step_summaries(conn, job=job, lo=0, hi=hi)
-    bl = _baselines_for(summ.astype({c: float for c in summ.columns if c != "step"}))
-    return bl, summ["step"].to_numpy(int)
+    summ = stored_summaries(conn, job, hi)
+    return _baselines_for(summ), summ["step"].to_numpy(int)
 
 
 def longer_step(tl: Timeline, step: int, by_s: float) -> None:

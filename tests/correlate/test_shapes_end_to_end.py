@@ -11,12 +11,11 @@ import numpy as np
 import psycopg
 
 from fabricscope.service.correlate import AttributionEngine
-from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.engine import _baselines_for
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
-from tests.correlate.scenarios import post
+from tests.correlate.scenarios import post, stored_summaries
 
 SPEC = ClusterSpec(hosts=4, gpus_per_host=8, nics_per_host=8, leaves=2, spines=1)
 START, STEPS = 24, 8
@@ -31,8 +30,7 @@ def test_an_uplink_of_a_one_spine_cluster_is_named_on_its_errors(service_url: st
     sc = post(service_url, generate(SPEC, job="shape-uplink", steps=44, faults=[fault], seed=11, t0=1.7932e9,
                                     slow_truth=0.04, healthy_truth=0.02))
     # step 0 compiles; once the bootstrap has its steps it leaves them, and the bar is the job's own
-    summ = q.step_summaries(db_conn, job=sc.job, lo=0, hi=START - 1)
-    summ = summ.astype({c: float for c in summ.columns if c != "step"})
+    summ = stored_summaries(db_conn, sc.job, START - 1)
     assert summ["step"].iloc[0] == 0 and summ["dur"].iloc[0] > 2 * summ["dur"].iloc[1:].median()
     with_warmup, without = _baselines_for(summ), _baselines_for(summ.iloc[1:].reset_index(drop=True))
     np.testing.assert_array_equal(with_warmup.sigma[6:], without.sigma[5:])
