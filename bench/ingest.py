@@ -28,7 +28,13 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fabricscope.service.db.copybin import samples_copy_payload, stored_us  # noqa: E402
-from fabricscope.service.db.frames import FRAMES_COPY, frames_copy_payload  # noqa: E402
+from fabricscope.service.db.frames import (  # noqa: E402
+    FRAMES_COPY,
+    PART_OTHER,
+    PART_SCORED,
+    SCORED_METRICS,
+    frames_copy_payload,
+)
 from fabricscope.service.db.writer import SampleWriter, claim_batch  # noqa: E402
 from fabricscope.service.ingest.validate import SampleColumns, labels_key  # noqa: E402
 from tests.support import TestDatabase, start_service  # noqa: E402
@@ -70,7 +76,9 @@ def raw_payloads(batches: list[list[dict]]) -> list[tuple[bytes, bytes]]:
     for b in batches:
         ts, sid = np.array([s["ts"] for s in b]), base + np.arange(len(b), dtype=np.int64) % 2000
         value, rate = np.array([s["value"] for s in b]), rng.random(len(b)) * 100
-        out.append((samples_copy_payload(ts, sid, value, rate), frames_copy_payload(stored_us(ts), sid, rate)))
+        part = np.array([PART_SCORED if s["metric"] in SCORED_METRICS else PART_OTHER for s in b], np.int8)
+        out.append((samples_copy_payload(ts, sid, value, rate),
+                    frames_copy_payload(stored_us(ts), sid, rate, part=part)))
     return out
 
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fabricscope.core.rates import series_rates  # noqa: E402
 from fabricscope.service.db.copybin import stored_us  # noqa: E402
-from fabricscope.service.db.frames import INCREMENT_METRICS, write_frames  # noqa: E402
+from fabricscope.service.db.frames import INCREMENT_METRICS, SCORED_METRICS, write_frames  # noqa: E402
 from fabricscope.service.simulate.generator import Scenario  # noqa: E402
 from fabricscope.service.simulate.send import DirectSink  # noqa: E402
 
@@ -107,9 +107,12 @@ def bulk_load(conn: Any, sc: Scenario, progress: Any = print) -> int:
         # second as its agent's or switch poller's writes would give, and the link-down increments.
         progress("    frames and increments")
         device = pd.factorize(pd.Series([s.partition(":")[0] for s in st.sources]))[0][row]
-        increment = counter & np.isin(np.array(st.metrics, dtype=object)[row], list(INCREMENT_METRICS))
+        metric = np.array(st.metrics, dtype=object)[row]
+        increment = counter & np.isin(metric, list(INCREMENT_METRICS))
+        scored = np.isin(metric, list(SCORED_METRICS))
         o = np.argsort(ts, kind="stable")
-        write_frames(cur, stored_us(ts[o]), sid[o], val[o], rate[o], counter[o], increment[o], group=device[o])
+        write_frames(cur, stored_us(ts[o]), sid[o], val[o], rate[o], counter[o], increment[o], group=device[o],
+                     is_scored=scored[o])
     for kind, rows in (("steps", sc.steps_payload()), ("collectives", sc.collectives_payload()),
                        ("events", sc.events_payload())):
         for i in range(0, len(rows), 50_000):

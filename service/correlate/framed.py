@@ -17,9 +17,12 @@ from fabricscope.service.correlate import window as win
 from fabricscope.service.db import frames
 
 # The seconds whose frames can hold a sample in (ws, hi]: a frame's bucket is its second's start.
-FRAMES_SQL = """
+# Not the frames of the metrics no window scores (frames.PART_OTHER; the partial index
+# sample_frames_scored has the same predicate, which is how the planner knows to use it).
+FRAMES_SQL = f"""
 SELECT payload FROM sample_frames
 WHERE bucket > to_timestamp(%(ws)s) - interval '1 second' AND bucket <= to_timestamp(%(hi)s)
+  AND part <> {frames.PART_OTHER}
 ORDER BY bucket
 """
 SINCE_SQL = "SELECT date_part('epoch', since) FROM sample_frames_since"

@@ -31,9 +31,10 @@ WITH st AS (
   SELECT step, count(*) AS n,
          percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_s) AS dur,
          percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM start_ts)::float8) AS start,
-         max(coalesce((phases->>'checkpoint')::float8, 0)) AS ckpt_max,
-         percentile_cont(0.5) WITHIN GROUP (ORDER BY coalesce((phases->>'checkpoint')::float8, 0)) AS ckpt_med,
-         percentile_cont(0.5) WITHIN GROUP (ORDER BY (phases->>'data')::float8) AS data
+         max(coalesce(checkpoint_s, (phases->>'checkpoint')::float8, 0)) AS ckpt_max,
+         percentile_cont(0.5) WITHIN GROUP (
+           ORDER BY coalesce(checkpoint_s, (phases->>'checkpoint')::float8, 0)) AS ckpt_med,
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY coalesce(data_s, (phases->>'data')::float8)) AS data
   FROM steps WHERE job = %(job)s AND step BETWEEN %(lo)s AND %(hi)s GROUP BY step
 ), tr AS (
   SELECT step, sum(mn) AS transfer FROM (
@@ -46,9 +47,10 @@ FROM st LEFT JOIN tr USING (step) ORDER BY st.step
 """
 
 RANKS_SQL = """
-SELECT s.rank, s.duration_s AS dur, (s.phases->>'data')::float8 AS data,
-       (s.phases->>'forward_backward')::float8 AS fb, (s.phases->>'optimizer')::float8 AS opt,
-       (s.phases->>'checkpoint')::float8 AS ckpt, jr.host, jr.gpu, jr.nic
+SELECT s.rank, s.duration_s AS dur, coalesce(s.data_s, (s.phases->>'data')::float8) AS data,
+       coalesce(s.forward_backward_s, (s.phases->>'forward_backward')::float8) AS fb,
+       coalesce(s.optimizer_s, (s.phases->>'optimizer')::float8) AS opt,
+       coalesce(s.checkpoint_s, (s.phases->>'checkpoint')::float8) AS ckpt, jr.host, jr.gpu, jr.nic
 FROM steps s LEFT JOIN job_ranks jr ON jr.job = s.job AND jr.rank = s.rank
 WHERE s.job = %(job)s AND s.step = %(step)s
 """

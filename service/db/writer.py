@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 from fabricscope.core.rates import series_rates
 from fabricscope.service.db.columns import SampleColumns
 from fabricscope.service.db.copybin import iso_utc, samples_copy_payload, stored_us
-from fabricscope.service.db.frames import INCREMENT_METRICS, write_frames
+from fabricscope.service.db.frames import INCREMENT_METRICS, SCORED_METRICS, write_frames
 
 SeriesKey = tuple[str, str, str]  # (source, metric, labels as sorted JSON or "")
 
@@ -50,6 +50,7 @@ class SampleWriter:
     def _alloc(self, size: int) -> None:
         self._is_counter = np.zeros(size, dtype=bool)
         self._is_increment = np.zeros(size, dtype=bool)  # frames.INCREMENT_METRICS
+        self._is_scored = np.zeros(size, dtype=bool)  # frames.SCORED_METRICS
         self._loaded = np.zeros(size, dtype=bool)  # last point known (from the DB or a write)
         self._last_ts = np.full(size, np.nan)
         self._last_val = np.full(size, np.nan)
@@ -57,10 +58,10 @@ class SampleWriter:
     def _grow(self, max_id: int) -> None:
         if max_id < len(self._is_counter):
             return
-        old = (self._is_counter, self._is_increment, self._loaded, self._last_ts, self._last_val)
+        old = (self._is_counter, self._is_increment, self._is_scored, self._loaded, self._last_ts, self._last_val)
         self._alloc(max(2 * len(old[0]), max_id + 1))
         n = len(old[0])
-        (self._is_counter[:n], self._is_increment[:n], self._loaded[:n], self._last_ts[:n],
+        (self._is_counter[:n], self._is_increment[:n], self._is_scored[:n], self._loaded[:n], self._last_ts[:n],
          self._last_val[:n]) = old
 
     def reset_caches(self) -> None:
@@ -119,6 +120,7 @@ class SampleWriter:
                 # Safe before commit: a series id is never reused, and its metric kind never changes.
                 self._is_counter[sid] = kind == "counter"
                 self._is_increment[sid] = kind == "counter" and metric in INCREMENT_METRICS
+                self._is_scored[sid] = metric in SCORED_METRICS
         return found
 
     def _load_last(self, conn: psycopg.Connection, sids: np.ndarray) -> None:
@@ -169,7 +171,8 @@ class SampleWriter:
         with conn.cursor() as cur:
             with cur.copy(copy_sql) as cp:
                 cp.write(payload)
-            write_frames(cur, stored_us(cols.ts), sids, cols.value, rate, is_counter, self._is_increment[sids])
+            write_frames(cur, stored_us(cols.ts), sids, cols.value, rate, is_counter, self._is_increment[sids],
+                         is_scored=self._is_scored[sids])
         return Written(n, pending, new or None)
 
     def committed(self, written: Written) -> None:
@@ -213,16 +216,31 @@ def mark_rollup(conn: psycopg.Connection, *, job: str, starts: np.ndarray) -> No
                  (job, hours.tolist()))
 
 
+# The phases the engine reads of every rank, also kept as columns (migration 0011: JSON lookups cost
+# most of a 4,096-rank step's rank rows); None where the step has no such phase.
+STEP_PHASE_COLUMNS = {"data": "data_s", "forward_backward": "forward_backward_s", "optimizer": "optimizer_s",
+                      "checkpoint": "checkpoint_s"}
+
+
+def phase_values(phases: dict[str, Any] | None) -> tuple[float | None, ...]:
+    """The STEP_PHASE_COLUMNS values of one step's `phases`, in that order."""
+    if not phases:
+        return (None,) * len(STEP_PHASE_COLUMNS)
+    return tuple(None if (v := phases.get(k)) is None else float(v) for k in STEP_PHASE_COLUMNS)
+
+
 def write_steps(conn: psycopg.Connection, *, job: str, rows: Sequence[tuple[Any, ...]]) -> int:
     if not rows:
         return 0
     starts = iso_utc(np.array([r[2] for r in rows]))
     ends = iso_utc(np.array([r[3] for r in rows]))
     with conn.cursor() as cur, cur.copy(
-        "COPY steps (job, rank, step, start_ts, end_ts, duration_s, phases) FROM STDIN"
+        f"COPY steps (job, rank, step, start_ts, end_ts, duration_s, phases, {', '.join(STEP_PHASE_COLUMNS.values())})"
+        " FROM STDIN"
     ) as cp:
         for (rank, step, start, end, phases), s, e in zip(rows, starts, ends, strict=True):
-            cp.write_row((job, rank, step, s, e, end - start, Jsonb(phases) if phases is not None else None))
+            cp.write_row((job, rank, step, s, e, end - start, Jsonb(phases) if phases is not None else None,
+                          *phase_values(phases)))
     mark_rollup(conn, job=job, starts=np.array([r[2] for r in rows], dtype=float))
     return len(rows)
 

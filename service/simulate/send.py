@@ -19,7 +19,8 @@ from fabricscope.core import wire
 from fabricscope.core.backoff import backoff_delay
 from fabricscope.core.rates import series_rates
 from fabricscope.service.db.copybin import samples_copy_payload, stored_us
-from fabricscope.service.db.frames import INCREMENT_METRICS, write_frames
+from fabricscope.service.db.frames import INCREMENT_METRICS, SCORED_METRICS, write_frames
+from fabricscope.service.db.writer import STEP_PHASE_COLUMNS, phase_values
 from fabricscope.service.simulate.generator import Scenario
 
 MAX_BATCH = 5000
@@ -138,7 +139,8 @@ class DirectSink:
                 with cur.copy("COPY samples (ts, series_id, value, rate) FROM STDIN (FORMAT BINARY)") as cp:
                     cp.write(samples_copy_payload(ts, sid, value, rate))
                 increment = counter[order] & df["metric"].isin(INCREMENT_METRICS).to_numpy()[order]
-                write_frames(cur, stored_us(ts), sid, value, rate, counter[order], increment)  # as ingest does
+                write_frames(cur, stored_us(ts), sid, value, rate, counter[order], increment,  # as ingest does
+                             is_scored=df["metric"].isin(SCORED_METRICS).to_numpy()[order])
             elif kind == "steps":
                 df = pd.DataFrame(body["steps"])
                 out = pd.DataFrame({"job": body["job"], "rank": df["rank"], "step": df["step"],
@@ -146,6 +148,9 @@ class DirectSink:
                                     "end_ts": pd.to_datetime(df["end"], unit="s", utc=True),
                                     "duration_s": df["end"] - df["start"],
                                     "phases": [json.dumps(p) for p in df["phases"]]})
+                phase_cols = pd.DataFrame([phase_values(p) for p in df["phases"]], index=out.index,
+                                          columns=list(STEP_PHASE_COLUMNS.values()), dtype=float)
+                out = pd.concat([out, phase_cols], axis=1)
                 _copy(cur, "steps", list(out.columns), out)
             elif kind == "collectives":
                 df = pd.DataFrame(body["collectives"])

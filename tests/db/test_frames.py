@@ -16,6 +16,7 @@ import pytest
 
 from fabricscope.service.correlate import AttributionEngine, framed
 from fabricscope.service.correlate import window as win
+from fabricscope.service.correlate.localize import FLOORS
 from fabricscope.service.db import frames
 from fabricscope.service.db.database import _alembic_config
 from fabricscope.service.db.writer import SampleWriter
@@ -31,6 +32,18 @@ from tests.support import TestDatabase
 def _cols(rows: list[tuple[float, str, str, float]]) -> SampleColumns:
     ts, src, met, val = zip(*rows, strict=True)
     return SampleColumns(np.array(ts, float), list(src), list(met), np.array(val, float), [""] * len(rows), None)
+
+
+def _copy_rows(payload: bytes) -> list[tuple[int, int, int, np.ndarray]]:
+    """(bucket, count, part, records) of each row of a FRAMES_COPY payload."""
+    rows, off = [], len(frames.HEADER)
+    while payload[off:off + 2] != frames.TRAILER:
+        bucket, count = np.frombuffer(payload, ">i8", 1, off + 6)[0], np.frombuffer(payload, ">i4", 1, off + 18)[0]
+        part = np.frombuffer(payload, ">i2", 1, off + 26)[0]
+        size = int(np.frombuffer(payload, ">i4", 1, off + 28)[0])
+        rows.append((int(bucket), int(count), int(part), frames.decode([payload[off + 32:off + 32 + size]])))
+        off += 32 + size
+    return rows
 
 
 def _frame_records(conn: psycopg.Connection, sids: list[int]) -> np.ndarray:
@@ -73,6 +86,60 @@ def test_the_writer_frames_every_sample_and_keeps_link_down_rises(database_url: 
     want = [r[3] if r[4].endswith("_total") else r[2] for r in stored]
     assert np.array_equal(rec["x"], np.array(want, float), equal_nan=True)
     assert rises == [(2.0,)]  # 7 -> 9 over one second; the flat seconds and the first sample are no rises
+    # the link-down counter (a metric the engine scores) in frames of its own; the rest apart
+    with psycopg.connect(database_url) as conn, conn.cursor(binary=True) as cur:
+        parts = cur.execute("SELECT part, payload FROM sample_frames").fetchall()
+    part_of = {int(sid): p for p, payload in parts for sid in frames.decode([payload])["sid"] if sid in sids}
+    assert {part_of[r[0]] for r in stored if r[4] == "link_down_total"} == {frames.PART_SCORED}
+    assert {part_of[r[0]] for r in stored if r[4] != "link_down_total"} == {frames.PART_OTHER}
+
+
+def test_the_frames_scored_part_holds_every_metric_the_engine_scores() -> None:
+    """The window reads the scored part only (framed.FRAMES_SQL): a metric the engine scores that the
+    writer put in the other part would never be seen."""
+    assert set(FLOORS) == frames.SCORED_METRICS
+
+
+def test_a_write_of_both_parts_is_framed_per_part_in_time_order() -> None:
+    rng = np.random.default_rng(4)
+    n = 900
+    ts_us = np.sort(rng.integers(5_000_000, 8_000_000, n))  # three seconds, in time order as collectors send
+    sid, x = rng.integers(1, 50, n), rng.random(n)
+    part = np.where(sid % 3 == 0, frames.PART_OTHER, frames.PART_SCORED).astype(np.int8)
+    rows = _copy_rows(frames.frames_copy_payload(ts_us, sid, x, part=part))
+    assert all(set(np.where(r["sid"] % 3 == 0, frames.PART_OTHER, frames.PART_SCORED)) == {p} for _, _, p, r in rows)
+    for p in (frames.PART_SCORED, frames.PART_OTHER):
+        got = np.concatenate([r for _, _, q, r in rows if q == p])
+        assert got["ts"].tolist() == ts_us[part == p].tolist() and got["x"].tolist() == x[part == p].tolist()
+    assert sum(c for _, c, _, _ in rows) == n and {p for _, _, p, _ in rows} == {1, 2}
+
+
+def test_frames_written_before_parts_are_read_whole_after_the_upgrade(test_database: TestDatabase,
+                                                                      tmp_path: Path) -> None:
+    """Migration 0010: a frame written at 0009 holds every metric (part 0); the window still reads
+    it, and skips a frame of the other part written after."""
+    from alembic import command
+
+    db = TestDatabase.create(test_database.admin_url, tmp_path)
+    try:
+        cfg = _alembic_config(db.url)
+        rec = np.zeros(2, frames.RECORD)
+        rec["sid"], rec["ts"], rec["x"] = [7, 8], [1_000_000, 1_200_000], [1.5, 2.5]
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            command.downgrade(cfg, "0009_sample_frames")
+            conn.execute("INSERT INTO sample_frames (bucket, n, payload) VALUES ('2000-01-01 00:00:01+00', 2, %s)",
+                         (rec.tobytes(),))
+            command.upgrade(cfg, "head")
+            conn.execute("INSERT INTO sample_frames (bucket, n, part, payload) VALUES"
+                         " ('2000-01-01 00:00:01+00', 1, %s, %s)", (frames.PART_OTHER, rec[:1].tobytes()))
+            sc = win.Scoring(ids=np.array([7, 8]), grp=np.zeros(2, np.int64), gauge=np.ones(2, bool),
+                             floor=np.ones(2), net=np.ones(2, bool), solo=np.zeros(2, bool), lit={},
+                             member=np.isin(np.arange(9), [7, 8]))
+            ws = 946_684_800.0 + 0.5
+            got, _ = framed.window_samples(conn, sc, ws=ws, hi=ws + 2, we=ws + 2)
+    finally:
+        db.drop()
+    assert got.sid.tolist() == [7, 8] and got.value.tolist() == [1.5, 2.5]
 
 
 def test_the_engine_reads_the_same_window_from_frames_as_from_samples(service_url: str,
@@ -175,13 +242,7 @@ def test_a_frame_holds_one_write_and_second_and_at_most_frame_max_records() -> N
     ts_us = rng.integers(5_000_000, 7_000_000, n)  # two seconds, shuffled
     sid = rng.integers(1, 50, n)
     x = rng.random(n)
-    payload = frames.frames_copy_payload(ts_us, sid, x)
-    rows, off = [], len(frames.HEADER)
-    while payload[off:off + 2] != frames.TRAILER:
-        bucket, count = np.frombuffer(payload, ">i8", 1, off + 6)[0], np.frombuffer(payload, ">i4", 1, off + 18)[0]
-        size = int(np.frombuffer(payload, ">i4", 1, off + 22)[0])
-        rows.append((int(bucket), int(count), frames.decode([payload[off + 26:off + 26 + size]])))
-        off += 26 + size
+    rows = [(b, c, r) for b, c, _, r in _copy_rows(frames.frames_copy_payload(ts_us, sid, x))]
     assert all(0 < c <= frames.FRAME_MAX_RECORDS and len(r) == c for _, c, r in rows)
     assert all((r["ts"] // frames.FRAME_US == b // frames.FRAME_US).all() for b, _, r in rows)
     got = np.concatenate([r for _, _, r in rows])
