@@ -58,7 +58,13 @@ from fabricscope.service.correlate.constants import (
     SeqParams,
 )
 
-__all__ = ["CHANGE_RUN", "Baselines", "compute_baselines", "episodes"]
+__all__ = ["CHANGE_RUN", "Baselines", "compute_baselines", "episodes", "time_lost"]
+
+
+def time_lost(took: float, base: float) -> float:
+    """Seconds `took` lost over its baseline `base`, >= 0 (0 when either is unknown)."""
+    lost = float(took) - float(base)
+    return lost if math.isfinite(lost) and lost > 0.0 else 0.0
 
 
 @dataclass
@@ -124,8 +130,7 @@ class Baselines:
     def transfer_lost(self, i: int, transfer: float) -> float:
         """Seconds step `i`'s collectives (their pure `transfer` time) lost over their baseline, >= 0
         (0 when either is unknown)."""
-        lost = float(transfer) - float(self.base_transfer[i])
-        return lost if math.isfinite(lost) and lost > 0.0 else 0.0
+        return time_lost(transfer, float(self.base_transfer[i]))
 
     @property
     def onset(self) -> np.ndarray:
@@ -257,6 +262,35 @@ def _quiet_prefix(seg: _Segment, seq: SeqParams) -> list[int]:
         return []
     out = seg.steps[:k]
     del seg.steps[:k], seg.x[:k], seg.ev[:k], seg.loud[:k]
+    seg.onset = seg.steps[0]
+    return out
+
+
+def _drift_prefix(seg: _Segment, seq: SeqParams) -> list[int]:
+    """At the proof of `seg`: its steps split at the point that best parts a lower level from a higher
+    one (the largest between-parts statistic k(n-k)/n (m2-m1)^2). When the higher part is
+    `drift_split_z` standard errors over the lower, and the lower part, quiet (no step the per-step
+    test flagged), would not be proven on its own terms (its mean short of min_mean by more than
+    min_mean_se of its standard errors), the lower part leaves the segment (SeqParams.split_drift_prefix):
+    it was the job's noise, and the shift began where the level rose. Returns the steps that left."""
+    n = len(seg.x)
+    if n < 3 or not seq.drift_split_z:
+        return []
+    x = np.asarray(seg.x, float)
+    k = np.arange(1, n)
+    head = np.cumsum(x)[:-1]
+    m1, m2 = head / k, (x.sum() - head) / (n - k)
+    stat = np.where(m2 > m1, k * (n - k) / n * (m2 - m1) ** 2, -np.inf)
+    j = int(np.argmax(stat))
+    kk = j + 1
+    if not np.isfinite(stat[j]) or any(seg.loud[:kk]):
+        return []
+    if m2[j] - m1[j] < seq.drift_split_z * seg.srel * np.sqrt(1.0 / kk + 1.0 / (n - kk)):
+        return []
+    if m1[j] >= seq.min_mean - seq.min_mean_se * seg.srel / np.sqrt(kk):
+        return []
+    out = seg.steps[:kk]
+    del seg.steps[:kk], seg.x[:kk], seg.ev[:kk], seg.loud[:kk]
     seg.onset = seg.steps[0]
     return out
 
@@ -430,6 +464,8 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             seg.proven = bool(upto) and float(np.mean(upto)) >= need
             if seg.proven and seq.split_quiet_prefix:
                 admit(_quiet_prefix(seg, seq))
+            if seg.proven:
+                admit(_drift_prefix(seg, seq))
         if not seg.proven:
             if seq.end_unproven and seg.peak_s - seg.s >= seq.h_end:
                 # ended before it was proven: its own evidence fell short, and a later excursion

@@ -137,6 +137,14 @@ class SeqParams:
     # unchanged. On by default since stop 27's second try (docs/correlation-engine.md: its figures on
     # seeds never run before).
     split_quiet_prefix: bool = True
+    # A proven segment whose steps part best into a lower and a higher level, the higher this many
+    # standard errors over the lower, and whose lower part (no step slow on its own) would not be
+    # proven alone (mean short of min_mean by over min_mean_se standard errors): the lower part is
+    # the job's noise, and the shift begins where the level rose (baseline._drift_prefix). Without
+    # it a 12-step +2.5 % wander in 2.2 % noise was proven with the +10 % loader fault that followed
+    # it (787 run 8: 8 false slow steps). 3: a true shift's own noise parts it this far about once in
+    # a thousand. 0: off.
+    drift_split_z: float = 3.0
     # A proven segment's leading steps under this excess over the window's centre (and not slow on
     # their own) are not its onset: the CUSUM dates a change from the last step its evidence was zero,
     # and a healthy step that ran 2-3 % over just before a fault (1-2 sigmas: one in ten) became the
@@ -290,6 +298,11 @@ class EngineConfig:
     # GPU past the next-slowest rank and the collectives lost 2.8 % more). The neighbours must still
     # name that GPU, and the step's own clocks show it straggling. False: the wait alone.
     beside_ring_loss: bool = True
+    # ...and, at those shares (beside_straggler_loss, beside_ring_loss), a borderline step with no slow
+    # step beside it whose straggler GPU reports a state that alone slows it (causes.has_origin_state:
+    # a throttle flag, a PCIe link trained down) in the step's own span (corroborate.hidden_slow).
+    # False: off.
+    origin_state_straggler: bool = True
     # -- history and windows --------------------------------------------------------------------
     # Steps of history fetched to rebuild the baseline: three baseline windows (48 healthy steps)
     # so that a fault of a dozen steps still leaves enough healthy ones behind it.

@@ -114,6 +114,16 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # its timing alone decided nothing: the ranks' own clocks may still show what it hid
         ok = (straggler(cfg.corroborate_straggler_loss) is not None
               and judge(out, need=cfg.corroborate_min_confidence, own_timing=True))
+    if not ok and bool(bl.borderline[i]) and not checkpoint and cfg.origin_state_straggler:
+        # a borderline step whose ranks waited for one GPU that reports, in the step's own span, a
+        # state that alone slows it (a throttle flag, a PCIe link trained down): the device's own
+        # signal names the cause and the ranks' clocks its cost, as a faint step's telemetry and a
+        # slow neighbour would (789 run 33 step 41: a throttle's second step, after a checkpoint
+        # step, 2.8 sigmas over its baseline; its ranks waited 2.9 % for the GPU, its ring lost 1.5 %)
+        st = straggler(cfg.beside_straggler_loss, ring=cfg.beside_ring_loss)
+        ok = (st is not None and st.gpu is not None and not st.host_level
+              and judge(out, need=cfg.corroborate_min_confidence, own_timing=True, own_span=True,
+                        origin_state=True))
     near = slow_near(bl, summ, i, 1) if borrow and not ok else None
     if near is not None:
         # beside a slow step, or between two: the step's noise can hide the fault's loss whole (a

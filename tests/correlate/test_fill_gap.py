@@ -77,11 +77,13 @@ def test_a_step_a_device_states_fault_slowed_under_every_bar_is_slow_between_its
         _slow_with_the_link(a, component)
         assert a is not None and any(e["source"] == component and e["metric"] == "pcie_link_width"
                                      for e in a["evidence"]), a
-        off = AttributionEngine(replace(DEFAULT_CONFIG, fill_gap_steps=0)).attribute_step(
-            db_conn, job=sc.job, step=s, store=False)
+        # off: with origin_state_straggler too, which makes the fault's borderline steps slow on
+        # their own (test_origin_state_straggler.py), and so the steps between them
+        off = AttributionEngine(replace(DEFAULT_CONFIG, fill_gap_steps=0, origin_state_straggler=False)
+                                ).attribute_step(db_conn, job=sc.job, step=s, store=False)
         assert off is not None and not off["slow"], (s, off)
     if seed == 1:  # the rule reaches past 4 steps: with that reach, part of the run stays healthy
-        near = AttributionEngine(replace(DEFAULT_CONFIG, fill_gap_origin_steps=4))
+        near = AttributionEngine(replace(DEFAULT_CONFIG, fill_gap_origin_steps=4, origin_state_straggler=False))
         assert any(not near.attribute_step(db_conn, job=sc.job, step=s, store=False)["slow"]  # type: ignore[index]
                    for s in hidden)
     listed = {r["step"]: r["slow"] for r in engine.list_steps(db_conn, job=sc.job)}
