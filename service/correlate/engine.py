@@ -111,9 +111,10 @@ def _between(attribute: Callable[[int], Attribution | None], *, step: int, cause
     return True
 
 
-def _rank_frame(conn: Any, *, job: str, step: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The step's rank rows and their decomposition (decompose.RankRows)."""
-    steps_df, coll = q.rank_rows(conn, job=job, step=step)
+def _rank_frame(conn: Any, *, job: str, step: int, placement: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The step's rank rows and their decomposition (decompose.RankRows); `placement`: the job's
+    ranks (queries.job_ranks) as the topology cache holds them."""
+    steps_df, coll = q.rank_rows(conn, job=job, step=step, placement=placement)
     return steps_df, decompose(steps_df, coll) if len(steps_df) else steps_df
 
 
@@ -261,7 +262,7 @@ class AttributionEngine:
         past = _history_end(summ["start"].to_numpy(float), bl.episode, i, cfg)
         # the step's rank rows, read and decomposed once for every rule that asks (the straggler rules,
         # each corroboration's explain, the untimed rule): at 4,096 ranks a read is ~25-30 ms
-        ranked = cache(lambda: _rank_frame(conn, job=job, step=step))
+        ranked = cache(lambda: _rank_frame(conn, job=job, step=step, placement=ranks))
 
         def explain(into: Attribution, corroborating: bool = False, own_span: bool = False) -> None:
             self._explain(conn, into, ranked=ranked, topo=topo, meta=meta, ranks=ranks, row=row,

@@ -53,3 +53,22 @@ def test_rows_with_and_without_the_columns_read_the_same(db_conn: psycopg.Connec
     assert got["written"][1] == got["legacy"][1]
     assert got["written"][0][0] == [0.1, 1.2345678901234567, 0.2, 0.75]
     assert got["written"][1][0][0] == 0.75  # the checkpoint's max; its median over 4 ranks is 0.0-0.75's
+
+
+def test_rank_rows_take_each_ranks_placement_from_the_job_and_none_for_an_unplaced_rank(
+        db_conn: psycopg.Connection) -> None:
+    """The placement is joined in pandas (the planner, with statistics from before a large job's ranks
+    were stored, looped over them for each rank): given or read, the same rows; an unplaced rank's
+    host, GPU and NIC are None, as a LEFT JOIN gave."""
+    job = f"placed-{uuid.uuid4().hex[:6]}"
+    with db_conn.transaction():
+        db_conn.execute("INSERT INTO jobs (name) VALUES (%s)", (job,))
+        db_conn.execute("INSERT INTO job_ranks (job, rank, host, gpu, nic) VALUES (%s, 0, 'h1', 'h1:gpu0', NULL),"
+                        " (%s, 1, 'h1', 'h1:gpu1', 'h1:mlx5_1')", (job, job))
+        write_steps(db_conn, job=job, rows=[(r, 5, T0 + 100 + r, T0 + 102 + r, PHASES[0]) for r in range(3)])
+    read, _ = q.rank_rows(db_conn, job=job, step=5)
+    given, _ = q.rank_rows(db_conn, job=job, step=5, placement=q.job_ranks(db_conn, job=job))
+    for got in (read, given):
+        rows = got.sort_values("rank")[["rank", "host", "gpu", "nic"]].to_numpy().tolist()
+        assert rows == [[0, "h1", "h1:gpu0", None], [1, "h1", "h1:gpu1", "h1:mlx5_1"], [2, None, None, None]], rows
+    assert list(read.columns) == ["rank", "dur", "data", "fb", "opt", "ckpt", "host", "gpu", "nic"]
