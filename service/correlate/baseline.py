@@ -271,7 +271,7 @@ def _drift_prefix(seg: _Segment, seq: SeqParams) -> list[int]:
     one (the largest between-parts statistic k(n-k)/n (m2-m1)^2). When the higher part is
     `drift_split_z` standard errors over the lower, and the lower part, quiet (no step the per-step
     test flagged), would not be proven on its own terms (its mean short of min_mean by more than
-    min_mean_se of its standard errors), the lower part leaves the segment (SeqParams.split_drift_prefix):
+    min_mean_se of its standard errors), the lower part leaves the segment (SeqParams.drift_split_z):
     it was the job's noise, and the shift began where the level rose. Returns the steps that left."""
     n = len(seg.x)
     if n < 3 or not seq.drift_split_z:
