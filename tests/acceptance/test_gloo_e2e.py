@@ -87,10 +87,7 @@ def test_gloo_baseline_identical_run_and_throttled_run(own_service: Callable[...
             for b, x in again.items():
                 assert x["scale"] == "same" and x["baseline_busbw_gbps"] == pytest.approx(
                     achieved[b]["busbw_median_gbps"])
-                # medians of noisy sub-ms timings: never near the alert's 0.3; faster than the
-                # baseline by up to 3.5x was seen on a 2-core CI VM (the 256-byte bucket), and a faster
-                # run is not what is tested here
-                assert 1 / 3 < x["fraction"] < 10, (b, x["fraction"])
+                assert x["fraction"] is not None and x["fraction"] > 0, (b, x)
 
             # 3. The throttled run: from step 20 rank 0 sleeps 20 ms inside each all-reduce.
             slow = unique("slow")
@@ -113,6 +110,12 @@ def test_gloo_baseline_identical_run_and_throttled_run(own_service: Callable[...
             # Over the throttled steps alone the efficiency endpoint says the same.
             throttled = _all_reduce(api, slow, **{"from": a["started_at"]})
             assert set(throttled) == set(achieved) and all(x["fraction"] < 0.2 for x in throttled.values())
+            # The identical run's whole-run fraction is a median of noisy sub-ms timings: on a loaded
+            # 2-core CI VM it came out from 0.22 (2048 bytes, while the rest of the suite ran) to 3.5
+            # (256 bytes), so no absolute band holds; what holds is that it sits far above the
+            # throttled steps', which carry 20 ms of sleep in each all-reduce.
+            for b, x in again.items():
+                assert x["fraction"] > 2 * throttled[b]["fraction"], (b, x["fraction"], throttled[b]["fraction"])
             report = api.get(f"/v1/jobs/{slow}/report", params={"from": a["started_at"]}).json()
             assert len(report["efficiency"]["warnings"]) == 4
     finally:
