@@ -46,6 +46,7 @@ from fabricscope.service.correlate.constants import (
     FAINT_REL,
     FAINT_Z,
     K_SIGMA,
+    MAD_SIGMA_SE,
     MAD_TO_SIGMA,
     MIN_HISTORY,
     MIN_SIGMA_REL,
@@ -58,13 +59,27 @@ from fabricscope.service.correlate.constants import (
     SeqParams,
 )
 
-__all__ = ["CHANGE_RUN", "Baselines", "compute_baselines", "episodes", "time_lost"]
+__all__ = ["CHANGE_RUN", "Baselines", "compute_baselines", "episodes", "time_lost", "work_lost"]
 
 
 def time_lost(took: float, base: float) -> float:
     """Seconds `took` lost over its baseline `base`, >= 0 (0 when either is unknown)."""
     lost = float(took) - float(base)
     return lost if math.isfinite(lost) and lost > 0.0 else 0.0
+
+
+def work_lost(took: float, base: float, transfer: float, base_transfer: float, waited: float = 0.0) -> float:
+    """Seconds a step (`took`, baseline `base`) lost outside its collectives (`transfer`, baseline
+    `base_transfer`), >= 0, and never under `waited`: what its ranks waited for a straggler past the
+    next-slowest rank (decompose.straggler_loss). The split of the step time carries the other ranks'
+    noise and can leave the work nothing while the ring also lost time (783 run 7 step 69: a PCIe
+    downtrain's last step, the ranks waited 0.043 s for the GPU, its collectives lost 0.061 s, the
+    step 0.051 s); the ranks' own clocks measured the wait. Unknown transfer baseline: the step's loss."""
+    if not math.isfinite(base_transfer):
+        split = time_lost(took, base)
+    else:
+        split = max((took - transfer) - (base - base_transfer), 0.0)
+    return max(split, waited, 0.0)
 
 
 @dataclass
@@ -169,6 +184,13 @@ def _robust(x: np.ndarray) -> tuple[float, float]:
     return med, max(MAD_TO_SIGMA * mad, MIN_SIGMA_REL * abs(med))
 
 
+def history_margin(n: int) -> float:
+    """The factor on a sigma read from `n` healthy steps for the slow bar: its upper one-standard-error
+    bound over that of a full WINDOW (constants.MAD_SIGMA_SE); 1 from a full window on."""
+    full = 1.0 + MAD_SIGMA_SE / math.sqrt(WINDOW)
+    return max(1.0, (1.0 + MAD_SIGMA_SE / math.sqrt(max(n, 1))) / full)
+
+
 def _without_warmup(hist: deque[int], duration: np.ndarray) -> None:
     """The bootstrap's steps less those over BOOTSTRAP_MAX_RATIO times their median. The first step
     seen is taken with nothing to compare it to, and when it is warm-up (step 0 compiles: 2.5x the
@@ -267,30 +289,35 @@ def _quiet_prefix(seg: _Segment, seq: SeqParams) -> list[int]:
 
 
 def _drift_prefix(seg: _Segment, seq: SeqParams) -> list[int]:
-    """At the proof of `seg`: its steps split at the point that best parts a lower level from a higher
-    one (the largest between-parts statistic k(n-k)/n (m2-m1)^2). When the higher part is
-    `drift_split_z` standard errors over the lower, and the lower part, quiet (no step the per-step
-    test flagged), would not be proven on its own terms (its mean short of min_mean by more than
-    min_mean_se of its standard errors), the lower part leaves the segment (SeqParams.drift_split_z):
-    it was the job's noise, and the shift began where the level rose. Returns the steps that left."""
-    n = len(seg.x)
+    """At the proof of `seg`: its quiet steps (those the per-step test did not flag) split at the point
+    that best parts a lower level from a higher one (the largest between-parts statistic k(n-k)/n
+    (m2-m1)^2). When the higher part is `drift_split_z` standard errors over the lower, and the lower
+    part would not be proven on its own terms (its mean short of min_mean by more than min_mean_se of
+    its standard errors), the segment's steps before the higher part leave it
+    (SeqParams.drift_split_z): they were the job's noise, and the shift began where the level rose.
+    A flagged step among them stays slow on its own (787 run 8 with storage faults only: a one-step
+    +45 % write inside a +2.5 % wander, which a later +5 % loader fault proved with it; the flagged
+    step's level is its own, not the wander's). Returns the steps that left."""
+    quiet = [k for k, loud in enumerate(seg.loud) if not loud]
+    n = len(quiet)
     if n < 3 or not seq.drift_split_z:
         return []
-    x = np.asarray(seg.x, float)
+    x = np.asarray(seg.x, float)[quiet]
     k = np.arange(1, n)
     head = np.cumsum(x)[:-1]
     m1, m2 = head / k, (x.sum() - head) / (n - k)
     stat = np.where(m2 > m1, k * (n - k) / n * (m2 - m1) ** 2, -np.inf)
     j = int(np.argmax(stat))
     kk = j + 1
-    if not np.isfinite(stat[j]) or any(seg.loud[:kk]):
+    if not np.isfinite(stat[j]):
         return []
     if m2[j] - m1[j] < seq.drift_split_z * seg.srel * np.sqrt(1.0 / kk + 1.0 / (n - kk)):
         return []
     if m1[j] >= seq.min_mean - seq.min_mean_se * seg.srel / np.sqrt(kk):
         return []
-    out = seg.steps[:kk]
-    del seg.steps[:kk], seg.x[:kk], seg.ev[:kk], seg.loud[:kk]
+    cut = quiet[kk]  # the higher part's first quiet step
+    out = seg.steps[:cut]
+    del seg.steps[:cut], seg.x[:cut], seg.ev[:cut], seg.loud[:cut]
     seg.onset = seg.steps[0]
     return out
 
@@ -386,16 +413,18 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             ck_over[i] = d - b >= FAINT_REL * b
             # inside an open proven segment it carries the shift too (final once the end is known)
             live[i] = slow[i] or (seg.proven and ck_x[i] > seq.shift / 2)
-            if not live[i] and not ck_near[i] and seg.onset < 0:
+            if not live[i] and not ck_over[i] and seg.onset < 0:
                 # not while an excursion is open: a long fault's checkpoint steps, under half its
                 # shift by the extra its earlier checkpoint steps taught, would make it the norm;
-                # nor a borderline one: a slow write that only checkpoint steps show is never an
-                # excursion, and its first steps (borderline, then corroborated) would teach it
+                # nor a borderline or faint one: a slow write that only checkpoint steps show is
+                # never an excursion, and its first steps (borderline, then corroborated) would teach
+                # it (787 run 31: a +5 % checkpoint volume's faint steps, learned, put the next three
+                # under FAINT_REL)
                 hist_ck.append(d - med)
             base[i], base_t[i], thr[i] = b, med_t, t
             continue
         b = med
-        t = b + max(K_SIGMA * sigma, REL * b)
+        t = b + max(K_SIGMA * sigma * history_margin(len(idx)), REL * b)
         slow[i] = d > t
         base[i], base_t[i], thr[i] = b, med_t, t
         sig[i], centre[i] = sigma, _trimmed_mean(duration[idx])

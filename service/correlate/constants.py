@@ -21,6 +21,13 @@ WINDOW = 48
 MIN_HISTORY = 5
 # A step is slow beyond K_SIGMA robust sigmas: healthy jitter is ~1-2 sigma, so 6 has no false alarms.
 K_SIGMA = 6.0
+# ...sigmas of a full window: a MAD-based sigma of n steps has a relative standard error of about
+# 1.16 / sqrt(n) (the MAD's 37 % efficiency), so with fewer steps the bar is set on sigma's upper one-
+# standard-error bound, scaled to the full window's (baseline.history_margin): a job's first judged
+# steps (5-8 of history) read a sigma a third under their noise often enough that a +4.6 % step was
+# slow at step 8 (797 run 10; 799/803 stop 40: two such steps at step 7). Not tuned: the MAD's own
+# standard error.
+MAD_SIGMA_SE = 1.16
 # ...and never for less than 4% over the baseline (below that nobody loses real time).
 REL = 0.04
 # A step under the bar but BORDER_Z sigmas and REL over the window's centre is "borderline": slow
@@ -303,6 +310,10 @@ class EngineConfig:
     # a throttle flag, a PCIe link trained down) in the step's own span (corroborate.hidden_slow).
     # False: off.
     origin_state_straggler: bool = True
+    # A step's work loss (engine._explain: its time less its collectives', over their baselines) is at
+    # least what its ranks waited for a straggler past the next-slowest rank (baseline.work_lost).
+    # False: the split of the step time alone.
+    measured_work_loss: bool = True
     # -- history and windows --------------------------------------------------------------------
     # Steps of history fetched to rebuild the baseline: three baseline windows (48 healthy steps)
     # so that a fault of a dozen steps still leaves enough healthy ones behind it.

@@ -110,17 +110,22 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # ranks' wait for its work does not hold (EngineConfig.beside_ring_loss)
         return bl.transfer_lost(i, row["transfer"]) if st.gpu and not st.host_level else 0.0
 
-    if not ok and d > float(bl.centre[i]) and not checkpoint:
+    over_centre = d > float(bl.centre[i])
+    if not ok and over_centre and not checkpoint:
         # its timing alone decided nothing: the ranks' own clocks may still show what it hid
         ok = (straggler(cfg.corroborate_straggler_loss) is not None
               and judge(out, need=cfg.corroborate_min_confidence, own_timing=True))
-    if not ok and bool(bl.borderline[i]) and not checkpoint and cfg.origin_state_straggler:
+    if not ok and (bool(bl.borderline[i]) or over_centre) and not checkpoint and cfg.origin_state_straggler:
         # a borderline step whose ranks waited for one GPU that reports, in the step's own span, a
         # state that alone slows it (a throttle flag, a PCIe link trained down): the device's own
         # signal names the cause and the ranks' clocks its cost, as a faint step's telemetry and a
         # slow neighbour would (789 run 33 step 41: a throttle's second step, after a checkpoint
-        # step, 2.8 sigmas over its baseline; its ranks waited 2.9 % for the GPU, its ring lost 1.5 %)
-        st = straggler(cfg.beside_straggler_loss, ring=cfg.beside_ring_loss)
+        # step, 2.8 sigmas over its baseline; its ranks waited 2.9 % for the GPU, its ring lost 1.5 %).
+        # A step under the borderline bar needs the cost of a slow step (REL) on those clocks: 787
+        # run 7 step 42, a downtrain's last step at +2.4 % whose ranks waited 2.2 % for the GPU and
+        # whose ring lost 3.4 % more (the next step, the fault's tail, not slow: no neighbour rule)
+        share = cfg.beside_straggler_loss if bl.borderline[i] else cfg.corroborate_straggler_loss
+        st = straggler(share, ring=cfg.beside_ring_loss)
         ok = (st is not None and st.gpu is not None and not st.host_level
               and judge(out, need=cfg.corroborate_min_confidence, own_timing=True, own_span=True,
                         origin_state=True))

@@ -23,7 +23,7 @@ import pandas as pd
 
 from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.around import slow_around
-from fabricscope.service.correlate.baseline import Baselines, compute_baselines, time_lost
+from fabricscope.service.correlate.baseline import Baselines, compute_baselines, time_lost, work_lost
 from fabricscope.service.correlate.cache import LruCache
 from fabricscope.service.correlate.causes import (
     LoaderLoss,
@@ -344,7 +344,8 @@ class AttributionEngine:
             st = checkpoint_straggler(per_rank, {topo.host_of[v] for v in topo.checkpoint_volumes if v in topo.host_of})
         transfer = float(row["transfer"]) if pd.notna(row["transfer"]) else base_t
         e_comm = time_lost(transfer, base_t)
-        e_work = max((d - transfer) - (base - base_t), 0.0) if math.isfinite(base_t) else lost
+        waited = straggler_loss(per_rank, st) if st is not None and cfg.measured_work_loss else 0.0
+        e_work = work_lost(d, base, transfer, base_t, waited)
         total = e_comm + e_work or 1.0
         pad = 0.0 if own_span else min(max(cfg.window_pad_share * d, cfg.window_pad_min_s), cfg.window_pad_max_s)
         ev, coverage = self._telemetry(conn, meta, start, start + d + pad, past)

@@ -7,7 +7,8 @@ from the database, with the simulator's truth):
 - seed 713 run 7: a +7 % link fault (16-19); the checkpoint step right after it (20) was +3.4 % over
   its baseline from the write's own spread, and was taken into the fault;
 - seed 721 run 11: a fault that ended just short of proof raised the bar for the next one;
-- seed 787 run 8: a wander of the job's noise was proven with the fault that followed it."""
+- seed 787 run 8: a wander of the job's noise was proven with the fault that followed it; and, with
+  storage faults only, with a one-step +45 % write inside it too."""
 
 from __future__ import annotations
 
@@ -77,3 +78,15 @@ def test_a_wander_of_the_jobs_noise_is_not_proven_with_the_fault_after_it() -> N
                             df["ckpt_med"].to_numpy(float), replace(DEFAULT_SEQ, drift_split_z=0.0),
                             data=df["data"].to_numpy(float))
     assert off.slow[wander].sum() >= 8  # without the split: the wander's steps were slow
+
+
+def test_a_flagged_step_inside_the_wander_does_not_keep_the_wander_in_the_shift() -> None:
+    # seed 787 run 8 with storage faults only (same noise): a one-step +45 % write to a local volume
+    # (step 27) inside the +2.5 % wander, and a +5.5 % loader fault from step 33. The flagged step's
+    # own level kept the split from parting the wander (25-32) from the fault: 6 false slow steps
+    df, _ = _read("seed787_run8_storage")
+    wander = [s for s in range(21, 33) if s != 27]
+    assert str(df["truth_slow"][27]) == "True" and not any(str(df["truth_slow"][s]) == "True" for s in wander)
+    bl = _baselines_for(df)
+    assert bl.slow[27] and not bl.slow[wander].any(), [s for s in wander if bl.slow[s]]
+    assert bl.slow[33:37].all() and bl.onset[33]
