@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabricscope.service.correlate.baseline import compute_baselines
+from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 from fabricscope.service.correlate.constants import FAINT_REL
 
 N, EVERY, FROM = 120, 10, 60
@@ -25,7 +25,7 @@ def _job(slow_write: float) -> tuple[np.ndarray, np.ndarray]:
     return dur + ckpt, ckpt
 
 
-def _baselines(slow_write: float):  # type: ignore[no-untyped-def]
+def _baselines(slow_write: float) -> tuple[np.ndarray, Baselines]:
     dur, ckpt = _job(slow_write)
     return dur, compute_baselines(dur, np.full(N, 0.3), ckpt > 0, ckpt)
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabricscope.service.correlate.baseline import compute_baselines, history_margin
+from fabricscope.service.correlate.baseline import Baselines, compute_baselines, history_margin
 from fabricscope.service.correlate.constants import K_SIGMA, WINDOW
 
 # 797 run 10's first nine step times: its warm-up, then steps 1-7 at 1.1 % spread read as 0.7 %
 FIRST = [5.5444, 2.0538, 1.9862, 2.0612, 2.0045, 2.0564, 2.0663, 2.0955]
 
 
-def _bl(step8: float):  # type: ignore[no-untyped-def]
+def _bl(step8: float) -> Baselines:
     rng = np.random.default_rng(10)
     dur = np.concatenate([FIRST, [step8], 2.055 * (1 + 0.011 * rng.standard_normal(60))])
     n = len(dur)
