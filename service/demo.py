@@ -34,6 +34,19 @@ def _serve_in_thread(host: str, port: int) -> tuple[Any, threading.Thread, Attri
     return server, thread, app.state.engine
 
 
+# The server's shutdown lets a running background job finish (api/main.py); the embedded database
+# must outlive it. A rollup over a large demo took over 10 s on a loaded 2-core VM, and a database
+# stopped under it logged "rollup failed: AdminShutdown".
+SHUTDOWN_NOTICE_S, SHUTDOWN_MAX_S = 10.0, 300.0
+
+
+def _wait_for_server(thread: threading.Thread) -> None:
+    thread.join(SHUTDOWN_NOTICE_S)
+    if thread.is_alive():
+        typer.echo("waiting for a background job to finish before the database stops", err=True)
+        thread.join(SHUTDOWN_MAX_S - SHUTDOWN_NOTICE_S)
+
+
 def _port_error(host: str, port: int) -> int:
     typer.secho(f"error: the API could not listen on {host}:{port} (in use?); try --port", fg="red", err=True)
     return 2
@@ -84,7 +97,7 @@ def demo_command(
                     typer.echo("stopping", err=True)
             finally:
                 server.should_exit = True
-                thread.join(10)
+                _wait_for_server(thread)
     except KeyboardInterrupt:
         typer.echo("stopped", err=True)
 

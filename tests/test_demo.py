@@ -78,3 +78,21 @@ def test_demo_stops_the_database_on_sigterm(after_s: float) -> None:
         if proc.poll() is None:
             proc.kill()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_the_database_waits_for_a_server_still_finishing_a_background_job(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo stops its embedded database only once the server thread is done: a shutdown that
+    outlasts the first wait (a rollup job still running) is waited for, with a line saying so."""
+    import threading
+
+    from fabricscope.service import demo
+
+    monkeypatch.setattr(demo, "SHUTDOWN_NOTICE_S", 0.01)
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait, args=(30,), daemon=True)
+    thread.start()
+    threading.Timer(0.3, release.set).start()
+    demo._wait_for_server(thread)
+    assert not thread.is_alive()
+    assert "waiting for a background job" in capsys.readouterr().err
