@@ -336,6 +336,9 @@ class EngineConfig:
     window_pad_share: float = 0.5
     window_pad_min_s: float = 1.0
     window_pad_max_s: float = 5.0
+    # A slow step that no cause explains with a coarse counter's edge samples read as changes outside
+    # its window (edges.py) is read again at those samples' even spread (engine._explain)
+    edge_spread_fallback: bool = True
 
     # -- caches -----------------------------------------------------------------------------------
     # A job's ranks, links and series change only when topology or new series arrive: a few seconds

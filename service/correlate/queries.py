@@ -267,11 +267,13 @@ def unsend_array(buf: bytes | None, dtype: str) -> np.ndarray:
 
 
 def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: float = PEER_MIN_Z,
-             limit: int = MAX_OUTLIERS, arrays: Scoring | None = None) -> tuple[pd.DataFrame, int]:
+             limit: int = MAX_OUTLIERS, arrays: Scoring | None = None, edges: bool = True) -> tuple[pd.DataFrame, int]:
     """Series whose window value stands out from their peer group (`meta`: series_id, grp, gauge,
     floor, net, solo, lookback: seconds the window reaches back for that series), and how many
     network series had a sample overlapping the window (see window.py for how samples weigh).
-    `arrays`: scoring_arrays(meta), when the caller keeps them."""
+    `arrays`: scoring_arrays(meta), when the caller keeps them. `edges`: a coarse counter's edge
+    samples are read as a single change outside the window where their neighbours allow it (edges.py);
+    False: at their even spread, what the sample itself says."""
     sc = arrays if arrays is not None else scoring_arrays(meta)
     p: dict[str, Any] = {**sc.lit, "ws": ws, "we": we, "gap": MAX_SAMPLE_GAP_S, "scan": NEXT_SCAN_S}
     with conn.transaction():
@@ -313,7 +315,7 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     # the least share: a span from MAX_SAMPLE_GAP_S before the window to as long after it
     out, n_net = win.peer_scores(sc, allpos, cur, cw, min_z, limit, shares, wlen / (wlen + 2 * MAX_SAMPLE_GAP_S),
                                  resolve)
-    return _without_edge_changes(conn, out, sc, ws=ws, we=we, min_z=min_z), n_net
+    return (_without_edge_changes(conn, out, sc, ws=ws, we=we, min_z=min_z) if edges else out), n_net
 
 
 def _without_edge_changes(conn: Any, out: pd.DataFrame, sc: win.Scoring, *, ws: float, we: float,
