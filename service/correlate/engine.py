@@ -380,7 +380,7 @@ class AttributionEngine:
             # lower estimate, the right one when something else slowed the step; a slow step that
             # nothing else explains is read at what the sample itself says, its even spread (823 run 13
             # step 31: a one-step burst of retransmits in a 10-s host sample whose next sample held a
-            # second fault's burst, read as that fault's onset 4 s after the step)
+            # second fault's burst, read as that fault's onset after the step)
             causes = causes_of(*telemetry(False)) or causes
         if not causes:
             causes = [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}]
