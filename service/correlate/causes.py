@@ -248,17 +248,19 @@ def has_state_row(evidence: list[EvidenceRow], source: str | None, events: bool 
 
 def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:
     """`causes` (ranked) with a GPU cause ahead of a network cause that heads them less surely, when
-    the GPU's own state in the window is among its evidence (a gauge of the GPU itself at
-    MIN_SCORE: a PCIe link trained down, a throttle). Such a GPU slows the ring it sits in, so the
+    the GPU's own state that alone slows it is among its evidence (has_origin_state: a PCIe link
+    trained down, a slowing throttle flag). Such a GPU slows the ring it sits in, so the
     collectives' share of the loss, which the network cause was given, is its too (747 run 5: a PCIe
     downtrain at 0.81 behind the 0.39 of a link that had flapped 8 s before the step). Not for an XID
     logged before the step nor an error counter: neither says its ring hop is slow now (749 run 27:
     a straggling GPU whose XID came 30 s before the step, named over the link that lost twice its
-    time, 0.757 against 0.755)."""
+    time, 0.757 against 0.755). Nor for a clock reading under its peers' with no throttle flag: a
+    sample of a noisy gauge does not say the ring waited (829 run 12 steps 45-48: a GPU straggler's
+    one low clock sample put it over InfiniBand congestion that lost twice its time)."""
     if len(causes) < 2 or causes[0]["layer"] not in NET_LAYERS:
         return causes
     for c in causes[1:]:
-        own = has_state_row(c["evidence"], c["component"], events=False)
+        own = has_origin_state(c["evidence"], c["component"])
         if c["layer"] == "compute" and own and c["confidence"] > causes[0]["confidence"]:
             return [c] + [x for x in causes if x is not c]
     return causes

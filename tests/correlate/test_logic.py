@@ -134,6 +134,12 @@ def test_a_gpu_its_own_device_shows_heads_a_network_cause_less_sure_than_it() ->
         logged = {**gpu, "evidence": rows}
         assert gpu_state_first([link, logged]) == [link, logged]
     assert gpu_state_first([link, {**gpu, "evidence": [timing, {**pcie, "unit": "value"}]}])[0] is not link
+    # nor is a clock read under its peers' without a throttle flag (829 run 12 step 45: one low sample
+    # of a straggler's clock over congestion that lost twice its time); with the flag it heads
+    clock = {"source": "n3:gpu4", "metric": "gpu_sm_clock_hz", "score": 10.5, "unit": "value"}
+    assert gpu_state_first([link, {**gpu, "evidence": [timing, clock]}])[0] is link
+    flag = {"source": "n3:gpu4", "metric": "gpu_throttle_active", "score": 10.0, "unit": "value"}
+    assert gpu_state_first([link, {**gpu, "evidence": [timing, clock, flag]}])[0] is not link
 
 
 def _c(layer: str, comp: str | None) -> dict:
