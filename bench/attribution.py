@@ -153,6 +153,10 @@ RUN_SPACING_S = 600.0  # accuracy runs' start times apart (a run lasts ~4 min)
 KIND_COLLECTOR = {"compute": "gpu", "host": "host", "nic": "nic", "link": "switch", "fabric": "switch",
                   "storage": "storage"}
 DEFAULT_TUNE, DEFAULT_REPORT = "7,11", "101,103"
+# Two concurrent causes whose true delays are this close (the second at least NEAR_TIE of the first):
+# which one the truth puts first is the simulator's wobble, so the bench prints how many wrong answers
+# named the other one (stop 42: 4 of 11 held-back layer misses were within 4 %). Not used in the bars.
+NEAR_TIE = 0.9
 
 
 def _small_sustained(cluster: Any, rng: np.random.Generator, kinds: list[str], steps: int) -> list[Fault]:
@@ -285,6 +289,10 @@ def score(results: list[tuple[Scenario, dict[int, Any]]]) -> dict[str, Any]:
                 want = {(x["layer"], x["component"]) for x in tr.causes[:2]}
                 have = {(x["layer"], x["component"]) for x in a.get("causes", [])[:2]}
                 c["multi_both"] += want <= have
+                second = tr.causes[1]
+                if (not comp and (a["layer"], a["component"]) == (second["layer"], second["component"])
+                        and second["delay_s"] >= NEAR_TIE * tr.causes[0]["delay_s"]):
+                    c["near_tie_other"] += 1  # counted wrong above: the truth's top cause is a coin toss
             if not comp:
                 misses.append(f"{sc.job} step {s}: truth {tr.layer} {tr.component} -> {a['layer']} "
                               f"{a['component']} (conf {a['confidence']})")
@@ -351,7 +359,9 @@ def print_table(label: str, seeds: list[int], results: list[tuple[Scenario, dict
                          ("inside", "inside a fault's span, slowed < 2 %")):
         print(f"    {label:34s} {pct(c[f'false_{where}'], c[f'healthy_{where}'])} "
               f"({int(c[f'false_{where}'])} of {int(c[f'healthy_{where}'])})")
-    print(f"  multi-fault steps: both causes in top 2: {int(c['multi_both'])}/{int(c['multi'])}")
+    print(f"  multi-fault steps: both causes in top 2: {int(c['multi_both'])}/{int(c['multi'])}; "
+          f"named after the other cause where its true delay is within {100 * (1 - NEAR_TIE):.0f} % of the "
+          f"first's: {int(c['near_tie_other'])} (counted wrong above)")
     print(f"  faults with all their slow steps right: {sum(1 for x in r['faults_ok'] if x == 1.0)}/"
           f"{len(r['faults_ok'])}")
     print(f"  level change: {int(c['change_flagged'])}/{int(c['change_steps'])} steps flagged while the "
