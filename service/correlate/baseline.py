@@ -79,7 +79,7 @@ def work_lost(took: float, base: float, transfer: float, base_transfer: float, w
         split = time_lost(took, base)
     else:
         split = max((took - transfer) - (base - base_transfer), 0.0)
-    return max(split, waited, 0.0)
+    return max(split, waited)
 
 
 @dataclass

@@ -235,15 +235,15 @@ def has_origin_state(evidence: list[EvidenceRow], source: str | None) -> bool:
                                       and (e.get("score") or 0.0) >= MIN_SCORE for e in evidence)
 
 
-def has_state_row(evidence: list[EvidenceRow], source: str | None, events: bool = True) -> bool:
+def has_state_row(evidence: list[EvidenceRow], source: str | None) -> bool:
     """Whether `evidence` holds a row at MIN_SCORE of `source`'s own state in the window: a gauge (a
-    link's width, a throttle flag, a clock) or, with `events`, an event (an XID, which may have been
-    logged up to xid_lookback_s before the window); not a counter's rate, which a coarse sample may
-    hold from seconds outside the window (a link's flaps before and after it), nor a peak since the
-    last read (PEAK_GAUGES: a queue's watermark), for the same reason."""
-    rates = ("per_second", "seconds") if events else ("per_second", "seconds", "events")
+    link's width, a throttle flag, a clock) or an event (an XID, which may have been logged up to
+    xid_lookback_s before the window); not a counter's rate, which a coarse sample may hold from
+    seconds outside the window (a link's flaps before and after it), nor a peak since the last read
+    (PEAK_GAUGES: a queue's watermark), for the same reason."""
     return source is not None and has_device_row(
-        [e for e in evidence if e.get("unit") not in rates and e["metric"] not in PEAK_GAUGES], source)
+        [e for e in evidence if e.get("unit") not in ("per_second", "seconds") and e["metric"] not in PEAK_GAUGES],
+        source)
 
 
 def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:

@@ -220,17 +220,26 @@ class AttributionEngine:
             df[c] = pd.to_numeric(df[c], errors="coerce")
         return df
 
-    def _telemetry(self, conn: Any, meta: pd.DataFrame, ws: float, we: float,
-                   past: float | None = None, edges: bool = True) -> tuple[pd.DataFrame, float]:
-        """Anomalous series in [ws, we] scored against peers and own history (the own_history_s before
-        `past`, default ws); telemetry coverage. `edges`: queries.outliers'."""
+    def _window(self, conn: Any, meta: pd.DataFrame, ws: float, we: float) -> tuple[pd.DataFrame, float]:
+        """The series whose window value in [ws, we] stands out from their peers, their coarse edge
+        samples at their even spread (queries.outliers, edges=False); telemetry coverage."""
         if meta.empty:
             return pd.DataFrame(), 0.0
-        out, have = q.outliers(conn, meta=meta, ws=ws, we=we, arrays=self._scoring_arrays(meta), edges=edges)
-        coverage = min(1.0, have / max(int(meta["net"].sum()), 1))
+        out, have = q.outliers(conn, meta=meta, ws=ws, we=we, arrays=self._scoring_arrays(meta), edges=False)
+        return out, min(1.0, have / max(int(meta["net"].sum()), 1))
+
+    def _scored(self, conn: Any, meta: pd.DataFrame, out: pd.DataFrame, ws: float, we: float,
+                past: float | None = None, edges: bool = True) -> pd.DataFrame:
+        """`out` (_window) scored against own history (the own_history_s before `past`, default ws);
+        `edges`: less what coarse counters' edge samples owe to a change outside [ws, we]
+        (queries.without_edge_changes), as queries.outliers reads them by default."""
+        if meta.empty:
+            return out
+        if edges:
+            out = q.without_edge_changes(conn, out, self._scoring_arrays(meta), ws=ws, we=we)
         he = (ws if past is None else past) - self.config.own_history_gap_s
         hist = q.history(conn, ids=[int(i) for i in out["series_id"]], hs=he - self.config.own_history_s, he=he)
-        return finish_scores(out, meta, hist), coverage
+        return finish_scores(out, meta, hist)
 
     # -- attribution ----------------------------------------------------------------------------
 
@@ -350,13 +359,15 @@ class AttributionEngine:
         total = e_comm + e_work or 1.0
         pad = 0.0 if own_span else min(max(cfg.window_pad_share * d, cfg.window_pad_min_s), cfg.window_pad_max_s)
 
-        def telemetry(edges: bool) -> tuple[pd.DataFrame, float]:
-            ev, coverage = self._telemetry(conn, meta, start, start + d + pad, past, edges=edges)
+        raw, coverage = self._window(conn, meta, start, start + d + pad)
+
+        def telemetry(edges: bool) -> pd.DataFrame:
+            ev = self._scored(conn, meta, raw, start, start + d + pad, past, edges=edges)
             if (corroborating or own_span) and "aftermath" in ev:
                 ev = ev[~ev["aftermath"].fillna(False).astype(bool)]
-            return (follow_backpressure(candidates(ev, topo), topo) if len(ev) else ev), coverage
+            return follow_backpressure(candidates(ev, topo), topo) if len(ev) else ev
 
-        ev, coverage = telemetry(True)
+        ev = telemetry(True)
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
         win = (start, start + d + pad)
         if loaders is not None and topo.shared_volumes:
@@ -366,7 +377,7 @@ class AttributionEngine:
         data_s = float(data.median()) if len(data) else None  # None: the job records no phases
         ckpt_s = float(row["ckpt_med"]) if checkpoint and pd.notna(row["ckpt_med"]) else None
 
-        def causes_of(ev: pd.DataFrame, coverage: float) -> list[CauseDraft]:
+        def causes_of(ev: pd.DataFrame) -> list[CauseDraft]:
             return combine_causes(
                 lost, e_work / total, e_comm / total,
                 lambda: with_device_evidence(conn, work_cause(st, ev, topo, conf_t, cfg, data_s=data_s, work_s=e_work,
@@ -374,14 +385,15 @@ class AttributionEngine:
                 lambda: gpu_or_network(conn, net_cause(ev, coverage, cfg), topo, win, cfg,
                                        scan=e_comm / total >= cfg.min_share), cfg)
 
-        causes = causes_of(ev, coverage)
+        causes = causes_of(ev)
         if all(c["layer"] == "unknown" for c in causes) and not corroborating and cfg.edge_spread_fallback:
             # a coarse counter's edge sample read as a change outside the window (edges.py) is the
             # lower estimate, the right one when something else slowed the step; a slow step that
             # nothing else explains is read at what the sample itself says, its even spread (823 run 13
             # step 31: a one-step burst of retransmits in a 10-s host sample whose next sample held a
-            # second fault's burst, read as that fault's onset after the step)
-            causes = causes_of(*telemetry(False)) or causes
+            # second fault's burst, read as that fault's onset after the step); the window's samples
+            # are read once (_window), only their scoring again
+            causes = causes_of(telemetry(False)) or causes
         if not causes:
             causes = [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}]
         causes = gpu_state_first(rank_causes(merge_same(with_straggler_timing(causes, st, cfg))))

@@ -123,7 +123,7 @@ GROUP BY series_id HAVING max(CASE WHEN %(gauge)s THEN value ELSE rate END) IS N
 """
 
 # The samples (rate) of a few series from MAX_SAMPLE_GAP_S before a window to as long after it: the
-# neighbours of its edge samples (_without_edge_changes).
+# neighbours of its edge samples (without_edge_changes).
 NEIGHBOURS_SQL = """
 SELECT series_id, date_part('epoch', ts) AS t, rate FROM samples WHERE series_id = ANY(%(ids)s::int[])
   AND ts > to_timestamp(%(ws)s - %(gap)s) AND ts <= to_timestamp(%(we)s + %(gap)s) ORDER BY series_id, ts
@@ -315,11 +315,11 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     # the least share: a span from MAX_SAMPLE_GAP_S before the window to as long after it
     out, n_net = win.peer_scores(sc, allpos, cur, cw, min_z, limit, shares, wlen / (wlen + 2 * MAX_SAMPLE_GAP_S),
                                  resolve)
-    return (_without_edge_changes(conn, out, sc, ws=ws, we=we, min_z=min_z) if edges else out), n_net
+    return (without_edge_changes(conn, out, sc, ws=ws, we=we, min_z=min_z) if edges else out), n_net
 
 
-def _without_edge_changes(conn: Any, out: pd.DataFrame, sc: win.Scoring, *, ws: float, we: float,
-                          min_z: float) -> pd.DataFrame:
+def without_edge_changes(conn: Any, out: pd.DataFrame, sc: win.Scoring, *, ws: float, we: float,
+                         min_z: float = PEER_MIN_Z) -> pd.DataFrame:
     """`out` (peer_scores) with the window value of each counter sampled slower than the window less
     what its edge samples owe to a change outside it (edges.py); a peer outlier that no longer
     stands out by `min_z` is dropped. One read of those few series' samples around the window."""
