@@ -133,7 +133,7 @@ def _straggler(ranked: RankRows) -> tuple[Straggler, float] | None:
 def _baselines_for(df: pd.DataFrame) -> Baselines:
     return compute_baselines(df["dur"].to_numpy(float), df["transfer"].to_numpy(float),
                              (df["ckpt_max"].fillna(0) > 0).to_numpy(), df["ckpt_med"].fillna(0).to_numpy(float),
-                             data=df["data"].to_numpy(float))
+                             data=df["data"].to_numpy(float), ckpt_max=df["ckpt_max"].fillna(0).to_numpy(float))
 
 
 class AttributionEngine:

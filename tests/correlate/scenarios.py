@@ -48,3 +48,17 @@ def longer_step(tl: Timeline, step: int, by_s: float) -> None:
     tl.coll_end[:step] -= by_s
     tl.start[step] -= by_s
     tl.fb[step] += by_s
+
+
+def longer_barrier(tl: Timeline, step: int, by_s: float, data_s: float = 0.0) -> None:
+    """Every rank waits `by_s` longer at checkpoint step `step`'s barrier (a network stall outside
+    the timed all-reduces) and reads its data `data_s` longer: the steps before it, and its own
+    phases before the barrier, move back, so its end and everything after it (telemetry too) keep
+    their place."""
+    shift = by_s + data_s
+    for a in (tl.start, tl.end, tl.coll_start, tl.coll_end):
+        a[:step] -= shift
+    tl.start[step] -= shift
+    tl.data[step] += data_s
+    tl.coll_start[step] -= by_s  # the barrier's start too: it lasts `by_s` longer
+    tl.coll_end[step, :, :-1] -= by_s

@@ -45,3 +45,22 @@ def test_a_healthy_writes_spread_is_still_learned() -> None:
     steps = [i for i in range(30, N) if i % EVERY == EVERY - 1]
     assert not any(bl.slow[i] or bl.ckpt_faint[i] for i in steps)
     assert all(abs(dur[i] - bl.base[i]) / bl.base[i] < FAINT_REL for i in steps)
+
+
+def test_a_job_that_writes_a_checkpoint_at_every_step_is_judged_by_its_own_steps() -> None:
+    # the lab's job with FSLAB_CKPT_EVERY=1: step 0 compiles and writes none, every later step does.
+    # With no plain step to learn from, no step had a baseline and a 3-s link flap was never slow
+    rng = np.random.default_rng(5)
+    write = np.where(np.arange(N) > 0, 0.03 * (1 + 0.05 * rng.standard_normal(N)), 0.0)
+    dur = 0.1 * (1 + 0.02 * rng.standard_normal(N)) + write
+    dur[0] = 1.5
+    dur[80] += 3.0
+    b = compute_baselines(dur, np.full(N, 0.01), write > 0, write)
+    assert np.isfinite(b.base[10:]).all()
+    assert b.slow[80] and not b.slow[10:80].any() and not b.slow[81:].any()
+    # one plain step in ten is history enough for the checkpoint steps' own baseline, as before
+    nine = write * (np.arange(N) % 10 != 0)
+    dur_nine = dur - write + nine
+    ten = compute_baselines(dur_nine, np.full(N, 0.01), nine > 0, nine)
+    assert np.isfinite(ten.base[60:]).all()
+    assert ten.slow[80] and not ten.slow[60:80].any()

@@ -452,3 +452,35 @@ def test_a_warm_up_first_step_leaves_the_healthy_window_when_the_bootstrap_ends(
     np.testing.assert_array_equal(with_warmup.sigma[6:], without.sigma[5:])
     np.testing.assert_array_equal(with_warmup.threshold[6:], without.threshold[5:])
     assert with_warmup.sigma[6] < 0.03 * with_warmup.base[6]
+
+
+def test_a_checkpoint_steps_phase_timing_is_judged_by_what_the_step_took_beyond_its_slowest_write() -> None:
+    # lab scale: 60-ms steps, a 2-ms read, a 30-ms checkpoint write every 10 steps that every rank
+    # waits for at the barrier after it (the step grows by the slowest write)
+    n = 60
+    rng = np.random.default_rng(7)
+    d = 0.06 * (1.0 + rng.normal(0.0, 0.02, n))
+    data = 0.002 * (1.0 + rng.normal(0.0, 0.05, n))
+    ckpt = np.zeros(n, bool)
+    ckpt[10::10] = True
+    write = np.where(ckpt, 0.03 * (1.0 + rng.normal(0.0, 0.1, n)), 0.0)
+    slowest = write * 1.05
+    # step 40: a 3-s network stall at the barrier (outside the timed all-reduce) while the loaders
+    # ran 8 ms slow: 40 of their sigmas, but not what the step lost (the CI's lab link flap at step 690)
+    d[40] += 3.0
+    data[40] += 0.008
+    # step 50: every loader waits 50 ms on a shared volume, the step grows by as much
+    d[50] += 0.05
+    data[50] += 0.05
+    # step 30: the same, at a step where one host also wrote its checkpoint 0.3 s slowly
+    slowest[30] = 0.3
+    d[30] += 0.05
+    data[30] += 0.05
+    d += slowest
+    b = compute_baselines(d, np.full(n, 0.01), ckpt, write, data=data, ckpt_max=slowest)
+    assert not b.data_timing[40]
+    assert b.data_timing[50] and b.data_timing[30]
+    assert not b.data_timing[:30].any() and not b.data_timing[31:40].any() and not b.data_timing[41:50].any()
+    # without the slowest write the slow writer's wait would read as the step's loss: its loaders'
+    # 50 ms would be under half of it
+    assert not compute_baselines(d, np.full(n, 0.01), ckpt, write, data=data).data_timing[30]
