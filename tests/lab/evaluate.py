@@ -29,6 +29,9 @@ class FaultResult:
     in_causes: int = 0  # the right (layer, component) is among the engine's listed causes
     first_attribution_s: float | None = None
     answers: list[tuple[int, str, str | None]] = field(default_factory=list)
+    # the whole answer (causes, evidence, timings) of each slow step whose top answer was wrong: what
+    # a failed CI run leaves to read once the lab and its database are gone
+    wrong: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def detected(self) -> bool:
@@ -70,6 +73,8 @@ def evaluate(steps: list[dict[str, Any]], attributions: dict[int, dict[str, Any]
             r.in_causes += any(c.get("layer") in w.layers and c.get("component") == w.component
                                for c in a.get("causes") or [])
             r.answers.append((s["step"], str(a.get("layer")), a.get("component")))
+            if not (lay_ok and comp_ok):
+                r.wrong.append(a)
             seen = first_seen.get(s["step"])
             if lay_ok and comp_ok and seen is not None:
                 dt = max(seen - w.start, 0.0)

@@ -3,6 +3,7 @@ in turn, and the engine's answers scored against the injected ground truth. Root
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -60,11 +61,13 @@ def test_lab_attributes_each_injected_fault(lab_service, tmp_path: Path) -> None
         r = by[name]
         assert r.detected, f"{name}: no slow step among {r.steps_affected} in the fault window"
         # the engine's top answer names the injected layer and component ...
-        assert r.component_ok >= 1 and r.layer_ok >= 1, f"{name}: never the right top answer: {r.answers}"
+        assert r.component_ok >= 1 and r.layer_ok >= 1, \
+            f"{name}: never the right top answer: {r.answers}; the answers: {json.dumps(r.wrong)}"
         assert r.first_attribution_s is not None
         # ... and for most slow steps the injected (layer, component) is among its listed causes
         # (the top one can be an evidence-less "unknown" share; see the README's engine notes)
-        assert r.in_causes * 2 > r.slow, f"{name}: right cause listed in only {r.in_causes}/{r.slow}: {r.answers}"
+        assert r.in_causes * 2 > r.slow, \
+            f"{name}: right cause listed in only {r.in_causes}/{r.slow}: {r.answers}; wrong: {json.dumps(r.wrong)}"
     # outside the faults (and a few seconds of recovery) steps are healthy: allow the odd noisy step
     # of a shared 2-core machine, not a pattern
     assert len(result.outside_slow) <= max(3, result.steps // 50), result.outside_slow
