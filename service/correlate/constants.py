@@ -465,6 +465,10 @@ class EngineConfig:
     # (engine._attribute). A +5 % PCIe downtrain in 1.5-2.6 % step noise leaves runs of up to 3-4
     # such steps between its corroborated ones; 0: off.
     fill_gap_steps: int = 4
+    # ...and (that reach) only when the gap's other steps that no timing flags show the state too
+    # (corroborate._state_throughout): a coarse sample that holds a second fault's first seconds
+    # shows a volume's latency in the step just before it, and nothing in the gap's earlier steps.
+    fill_gap_state_throughout: bool = True
     # ...or up to this many when the cause is a GPU whose own state alone slows it, as the device
     # reports it (causes.has_origin_state: its PCIe link trained down, a slowing throttle flag): such a
     # state lasts as long as its fault, where a volume's latency or a port's queue, read beside two

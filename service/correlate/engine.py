@@ -31,6 +31,7 @@ from fabricscope.service.correlate.causes import (
     combine_causes,
     first_timed,
     gpu_state_first,
+    has_state_row,
     merge_same,
     net_cause,
     rank_causes,
@@ -290,12 +291,25 @@ class AttributionEngine:
                     seen[s] = self._attribute(conn, job=job, step=s, store=False, borrow=False)
                 return seen[s]
 
+            def state_at(k: int, component: str) -> bool:
+                # step row `k`'s own window (as a corroborated step's) shows `component`'s own state
+                r = summ.iloc[k]
+                into: Attribution = {**out, "step": int(r["step"]), "slow": True, "evidence": [], "causes": []}
+                self._explain(conn, into, ranked=cache(lambda: _rank_frame(conn, job=job, step=int(r["step"]),
+                                                                           placement=ranks)),
+                              topo=topo, meta=meta, ranks=ranks, row=r, base_t=float(bl.base_transfer[k]),
+                              base=float(bl.base[k]), start=float(r["start"]), d=float(r["dur"]), corroborating=True,
+                              past=_history_end(summ["start"].to_numpy(float), bl.episode, k, cfg),
+                              loaders=_loader_loss(bl, k, r))
+                return has_state_row(into["evidence"], component)
+
             probes = Probes(
                 explain=explain,
                 between=lambda c, sides: _between(neighbour, step=step, cause=c, around=sides),
                 # the step's rank rows are read for the rules that need them only
                 straggler=cache(lambda: _straggler(ranked)),
-                cover=lambda gpu, span: origin_cover(conn, gpu, span, cfg))
+                cover=lambda gpu, span: origin_cover(conn, gpu, span, cfg),
+                state_at=state_at)
             if not hidden_slow(out, bl=bl, summ=summ, i=i, cfg=cfg, host_of=topo.host_of, probes=probes,
                                borrow=borrow):
                 self._healthy(out, d=d, base=base, thr=thr)

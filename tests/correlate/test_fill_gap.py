@@ -16,6 +16,7 @@ import numpy as np
 import psycopg
 import pytest
 
+from bench.attribution import accuracy_runs
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
 from fabricscope.service.correlate.device_probe import origin_cover
@@ -154,3 +155,26 @@ def test_steps_between_two_faults_of_one_link_are_not_filled_from_its_flap_count
         assert sc.truth[s].slow is False
         a = engine.attribute_step(db_conn, job=sc.job, step=s, store=False)
         assert a is not None and not a["slow"], (s, a)
+
+
+def test_the_step_before_a_volumes_second_slowdown_is_not_filled_from_the_sample_that_holds_its_onset(
+        service_url: str, db_conn: psycopg.Connection) -> None:
+    """857 run 22 of the attribution bench (held back at stop 43's first run): a shared volume slowed
+    at steps 43-45 and again from step 49. Step 48, healthy (+0.8 %), sits in the latency sample
+    that holds step 49's first seconds, and the slow steps either side name the volume: the gap rule
+    filled it, though steps 46-47 between show nothing. The gap's other steps must show the state
+    too (fill_gap_state_throughout)."""
+    (sc,) = accuracy_runs(1, 857, first=22, t0=1.7935e9)
+    vol = [f for f in sc.faults if f.kind == "shared_volume_slow"]
+    assert [(f.start_step, f.steps) for f in vol] == [(43, 3), (49, 4)] and vol[0].component == vol[1].component
+    assert sc.truth[48].slow is False and sc.truth[49].slow
+    post(service_url, sc)
+    engine = AttributionEngine()
+    a = engine.attribute_step(db_conn, job=sc.job, step=48, store=False)
+    assert a is not None and not a["slow"], a
+    off = AttributionEngine(replace(DEFAULT_CONFIG, fill_gap_state_throughout=False)).attribute_step(
+        db_conn, job=sc.job, step=48, store=False)
+    assert off is not None and off["slow"] and off["component"] == vol[0].component, off
+    for s in (44, 49, 50):  # the slowdowns' own steps keep the volume
+        a = engine.attribute_step(db_conn, job=sc.job, step=s, store=False)
+        assert a is not None and a["slow"] and a["component"] == vol[0].component, (s, a)
