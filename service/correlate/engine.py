@@ -270,15 +270,23 @@ class AttributionEngine:
                             "baseline_s": None if math.isnan(base) else round(base, 6), "start": _iso(start),
                             "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0,
                             "evidence": [], "causes": []}
-        past = _history_end(summ["start"].to_numpy(float), bl.episode, i, cfg)
+        starts = summ["start"].to_numpy(float)
+        past = _history_end(starts, bl.episode, i, cfg)
         # the step's rank rows, read and decomposed once for every rule that asks (the straggler rules,
         # each corroboration's explain, the untimed rule): at 4,096 ranks a read is ~25-30 ms
         ranked = cache(lambda: _rank_frame(conn, job=job, step=step, placement=ranks))
 
+        def explain_row(k: int, into: Attribution, rows: RankRows, corroborating: bool = False,
+                        own_span: bool = False) -> None:
+            r = summ.iloc[k]
+            self._explain(conn, into, ranked=rows, topo=topo, meta=meta, ranks=ranks, row=r,
+                          base_t=float(bl.base_transfer[k]), base=float(bl.base[k]), start=float(r["start"]),
+                          d=float(r["dur"]), corroborating=corroborating,
+                          past=past if k == i else _history_end(starts, bl.episode, k, cfg),
+                          loaders=_loader_loss(bl, k, r), own_span=own_span)
+
         def explain(into: Attribution, corroborating: bool = False, own_span: bool = False) -> None:
-            self._explain(conn, into, ranked=ranked, topo=topo, meta=meta, ranks=ranks, row=row,
-                          base_t=float(bl.base_transfer[i]), base=base, start=start, d=d, corroborating=corroborating,
-                          past=past, loaders=_loader_loss(bl, i, row), own_span=own_span)
+            explain_row(i, into, ranked, corroborating, own_span)
 
         if math.isnan(base):
             out["confidence"] = 0.0  # not enough history to judge
@@ -293,14 +301,10 @@ class AttributionEngine:
 
             def state_at(k: int, component: str) -> bool:
                 # step row `k`'s own window (as a corroborated step's) shows `component`'s own state
-                r = summ.iloc[k]
-                into: Attribution = {**out, "step": int(r["step"]), "slow": True, "evidence": [], "causes": []}
-                self._explain(conn, into, ranked=cache(lambda: _rank_frame(conn, job=job, step=int(r["step"]),
-                                                                           placement=ranks)),
-                              topo=topo, meta=meta, ranks=ranks, row=r, base_t=float(bl.base_transfer[k]),
-                              base=float(bl.base[k]), start=float(r["start"]), d=float(r["dur"]), corroborating=True,
-                              past=_history_end(summ["start"].to_numpy(float), bl.episode, k, cfg),
-                              loaders=_loader_loss(bl, k, r))
+                at = int(summ["step"].iat[k])
+                into: Attribution = {**out, "step": at, "slow": True, "evidence": [], "causes": []}
+                explain_row(k, into, cache(lambda: _rank_frame(conn, job=job, step=at, placement=ranks)),
+                            corroborating=True)
                 return has_state_row(into["evidence"], component)
 
             probes = Probes(
