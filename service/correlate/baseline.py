@@ -322,6 +322,16 @@ def _drift_prefix(seg: _Segment, seq: SeqParams) -> list[int]:
     return out
 
 
+def _other_fault(seg: _Segment, x: float, seq: SeqParams) -> bool:
+    """Whether a flagged step with excess `x` is another fault's inside excursion `seg`: it runs
+    SeqParams.other_fault_ratio times the level of the excursion's quiet steps (their median excess,
+    at least the design shift), once there are other_fault_quiet of them to tell a level."""
+    quiet = [v for v, loud in zip(seg.x, seg.loud, strict=True) if not loud]
+    if not seq.other_fault_ratio or len(quiet) < seq.other_fault_quiet:
+        return False
+    return x >= seq.other_fault_ratio * max(_median(quiet), seq.shift)
+
+
 def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.ndarray,
                       ckpt_med: np.ndarray, seq: SeqParams = DEFAULT_SEQ, data: np.ndarray | None = None,
                       ckpt_max: np.ndarray | None = None) -> Baselines:
@@ -480,6 +490,8 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
             seg.reset()
         if not slow[i] and llr > 0:
             seg.quiet_for += 1
+        if slow[i] and _other_fault(seg, x, seq):
+            llr = 0.0
         seg.s = max(0.0, seg.s + min(max(llr, -seq.cap), seq.cap))
         if seg.s <= 0.0:
             admit(seg.steps)  # the excursion was noise: its steps were healthy after all

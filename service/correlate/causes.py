@@ -12,7 +12,7 @@ import pandas as pd
 
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MIN_SCORE, PEAK_GAUGES, EngineConfig
 from fabricscope.service.correlate.decompose import Straggler
-from fabricscope.service.correlate.devices import ORIGIN_METRICS
+from fabricscope.service.correlate.devices import ERROR_RATE_METRICS, ORIGIN_METRICS
 from fabricscope.service.correlate.localize import Topo, rank_candidates
 from fabricscope.service.correlate.records import Attribution, CauseDraft, EvidenceRow, named
 
@@ -233,6 +233,14 @@ def has_origin_state(evidence: list[EvidenceRow], source: str | None) -> bool:
     throttle flag), as a device reports it."""
     return source is not None and any(e["source"] == source and e["metric"] in ORIGIN_METRICS
                                       and (e.get("score") or 0.0) >= MIN_SCORE for e in evidence)
+
+
+def has_error_rate(evidence: list[EvidenceRow], source: str | None) -> bool:
+    """Whether `evidence` holds a row of GPU `source`'s error counters running over their own past
+    (devices.ERROR_RATE_METRICS: its rule fired, whatever the score: a few replays a second are
+    already a link retrying)."""
+    return source is not None and any(e["source"] == source and e["metric"] in ERROR_RATE_METRICS
+                                      for e in evidence)
 
 
 def has_state_row(evidence: list[EvidenceRow], source: str | None) -> bool:

@@ -174,6 +174,18 @@ class SeqParams:
     # A checkpoint step next to a slow step is slow when it runs this much over its own baseline (a
     # fault that ends with it adds to it; 0: off). The design shift; 2.5 % flagged healthy ones.
     ckpt_next_to_slow: float = 0.05
+    # An excursion's step that the per-step test flags and that runs this many times the level of
+    # the excursion's quiet steps (at least the design shift) is another fault's step, slow on its
+    # own: it neither adds to nor takes from the evidence of the excursion's shift (0: off, every
+    # step counts, capped). Without this, one-step faults (+21 to +29 %) five steps apart each put
+    # back the evidence that the healthy steps between them drained: a +7 % fault of three steps
+    # that its own evidence had not proven was proven with two of them, and all of steps 17-29 were
+    # slow (883 run 8, held back at stop 44's first run: 11 false slow steps). Twice: a fault's own
+    # wobble (+-15 % of its size) keeps its flagged steps under it.
+    other_fault_ratio: float = 2.0
+    # ...once the excursion has this many quiet steps: one or two may be a fault's partial first
+    # step (a volume slowed from 35 % into step 38, +12 %, then +21-25 % a step: one fault).
+    other_fault_quiet: int = 3
     enabled: bool = True
 
 
@@ -310,6 +322,13 @@ class EngineConfig:
     # a throttle flag, a PCIe link trained down) in the step's own span (corroborate.hidden_slow).
     # False: off.
     origin_state_straggler: bool = True
+    # ...and a borderline step whose straggler GPU's wait and ring loss together reach
+    # corroborate_straggler_loss while its own error counters run in the step's own span
+    # (causes.has_error_rate: PCIe replays; corroborate.hidden_slow). False: off.
+    error_rate_straggler: bool = True
+    # A step only the sequential test flagged, under FAINT_REL over its centre, whose own evidence and
+    # its episode's name nothing, is healthy (engine.py; its evidence an `onset` row). False: off.
+    unnamed_level_healthy: bool = True
     # A step's work loss (engine._explain: its time less its collectives', over their baselines) is at
     # least what its ranks waited for a straggler past the next-slowest rank (baseline.work_lost).
     # False: the split of the step time alone.

@@ -19,6 +19,7 @@ from fabricscope.service.correlate.causes import (
     CHECKPOINT_METRIC,
     NET_LAYERS,
     has_device_row,
+    has_error_rate,
     has_origin_state,
     has_state_row,
 )
@@ -131,6 +132,17 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         ok = (st is not None and st.gpu is not None and not st.host_level
               and judge(out, need=cfg.corroborate_min_confidence, own_timing=True, own_span=True,
                         origin_state=True))
+    if not ok and bool(bl.borderline[i]) and not checkpoint and cfg.error_rate_straggler:
+        # ...or whose ranks waited for one GPU, and whose ring lost time too, a slow step's cost
+        # together (corroborate_straggler_loss), while that GPU's error counters ran in the step's
+        # own span (PCIe replays): a link retrying slows both its GPU's work and its ring hop, which
+        # a compute straggler's clocks do not. A PCIe link trained down for under a second of a step
+        # is missed by a state read every 2-10 s; its replays are counted (881 runs 0 and 13,
+        # held back at stop 44's first run: one-step downtrains at +3.7-3.8 %, the GPU 8 sigmas out)
+        st = straggler(cfg.corroborate_straggler_loss, ring=True)
+        ok = (st is not None and st.gpu is not None and not st.host_level
+              and judge(out, need=cfg.corroborate_min_confidence, own_timing=True, own_span=True,
+                        error_rate=True))
     near = slow_near(bl, summ, i, 1) if borrow and not ok else None
     if near is not None:
         # beside a slow step, or between two: the step's noise can hide the fault's loss whole (a
@@ -203,7 +215,7 @@ def corroborated(out: Attribution, explain: Explain, *, cfg: EngineConfig, base:
                  between: Callable[[CauseKey], bool] | None = None, net_timing: bool = False,
                  data_timing: bool = False, only_layers: tuple[str, ...] = (), require_between: bool = False,
                  straggler_host: str | None = None, own_state: bool = False, own_span: bool = False,
-                 origin_state: bool = False, net_lost: float | None = None) -> bool:
+                 origin_state: bool = False, net_lost: float | None = None, error_rate: bool = False) -> bool:
     """A borderline step (over the noise, under the bar) is slow when its own telemetry names a cause
     with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a faint
     one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the timing
@@ -230,7 +242,8 @@ def corroborated(out: Attribution, explain: Explain, *, cfg: EngineConfig, base:
       a row of a GPU's own state that alone slows it (causes.has_origin_state: its PCIe link trained
       down, a throttle flag); `net_lost`: seconds the step's collectives lost over their baseline
       (Baselines.transfer_lost; None: not asked): a network cause whose step's collectives lost under
-      `net_min_share` of what the step lost does not corroborate it alone."""
+      `net_min_share` of what the step lost does not corroborate it alone; `error_rate`: a row of
+      the GPU's own error counters running (causes.has_error_rate: PCIe replays, NVLink, ECC)."""
     if not 0.0 < need <= 1.0 or not 0.0 < cfg.corroborate_min_confidence <= 1.0:
         return False
     draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
@@ -240,6 +253,8 @@ def corroborated(out: Attribution, explain: Explain, *, cfg: EngineConfig, base:
     if own_state and not has_state_row(draft["evidence"], draft["component"]):
         return False
     if origin_state and not has_origin_state(draft["evidence"], draft["component"]):
+        return False
+    if error_rate and not has_error_rate(draft["evidence"], draft["component"]):
         return False
     phase = (net_timing and draft["layer"] in NET_LAYERS) or (data_timing and draft["layer"] == "storage")
     # a GPU whose own device telemetry shows it (a link trained down, a throttle) slows the ring it

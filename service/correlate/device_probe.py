@@ -87,6 +87,20 @@ def with_device_evidence(conn: Any, cause: CauseDraft, topo: Topo, win: Window,
     return add_device_rows(cause, found.get(comp, []), cfg)
 
 
+def unreported_gpu(conn: Any, cause: CauseDraft, gpus: list[str], win: Window,
+                   cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
+    """Local work lost with no straggler to name, while the ranks on `gpus` sent no record of the
+    step (a hook's post lost): the rank everyone waited for may be one of them, and its GPU's own
+    state (a throttle flag, a PCIe link trained down, an XID) names it, as the scan of
+    gpu_or_network does for a ring's loss. Only their GPUs are read: the others' timings are there
+    and show no straggler (881 run 2 step 19, held back at stop 44's first run: a throttled GPU's
+    rank record lost, the step +25.8 % and `unknown`)."""
+    if cause["layer"] != "unknown" or not gpus:
+        return cause
+    found = device_findings(conn, gpus, ORIGIN_RULES, win, cfg.device_state_lookback_s, cfg=cfg)
+    return gpu_cause(found, cfg) or cause
+
+
 def gpu_or_network(conn: Any, cause: CauseDraft, topo: Topo, win: Window, cfg: EngineConfig = DEFAULT_CONFIG, *,
                    scan: bool) -> CauseDraft:
     """Collective time with no network anomaly: a GPU whose link trained down, that throttles or

@@ -66,6 +66,9 @@ GPU_RULES: tuple[Rule, ...] = (
 # down, a slowing throttle flag): gpu_or_network's scan, and the engine's long gaps and fault edges.
 ORIGIN_RULES = tuple(r for r in GPU_RULES if r.origin)
 ORIGIN_METRICS = frozenset(r.metric for r in ORIGIN_RULES)
+# A GPU's error counters (ECC, NVLink, PCIe replays): a rate over their own past is a link or a
+# memory misbehaving now, where a gauge (a clock, a temperature) wobbles on a healthy GPU too.
+ERROR_RATE_METRICS = frozenset(r.metric for r in GPU_RULES if r.test == "rate_above")
 HOST_RULES: tuple[Rule, ...] = (
     # PSI: seconds stalled per second; 0.1 = tasks waited for CPU a tenth of the time more than usual.
     Rule("cpu_pressure_seconds_total", "rate_above", 0.1),

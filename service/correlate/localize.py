@@ -92,6 +92,11 @@ FLOORS: dict[str, float] = {
 # are back at 0.5 ms, every checkpoint (dev seeds 811/821: 12 shared-volume steps named after a
 # host still writing, 5 false slow steps in fault-free runs).
 LEVEL_FLOORS: dict[str, float] = {"read_latency_seconds": SOLO_REL_FLOOR}
+# Signals only a step's own checkpoint write can feel: a step that writes none (its hook reported no
+# checkpoint phase) is not explained by them. A checkpoint volume's slow writes outlast its write by
+# the latency sample's span (5-10 s), and read as the cause of the plain steps after it (881 run 13,
+# held back at stop 44's first run: a +7.8 % checkpoint volume, two plain steps false slow).
+WRITE_SIGNALS = frozenset({"write_latency_seconds"})
 
 
 @dataclass

@@ -259,7 +259,10 @@ def test_an_excursion_that_ended_unproven_does_not_lend_its_evidence_to_the_next
     b = _run(d)
     assert b.slow[67:71].all() and not b.slow[64:67].any()
     assert not b.slow[:59].any() and not b.slow[72:].any()
-    assert _run(d, seq=replace(DEFAULT_SEQ, end_unproven=False)).slow[64:67].all()
+    # (the +30 % steps, over twice the +7 % level, add no evidence of its shift either:
+    # SeqParams.other_fault_ratio; with both rules off the proof reached back)
+    assert _run(d, seq=replace(DEFAULT_SEQ, end_unproven=False, other_fault_ratio=0.0)).slow[64:67].all()
+    assert not _run(d, seq=replace(DEFAULT_SEQ, end_unproven=False)).slow[64:67].any()
 
 
 def test_the_baselines_median_is_numpys_to_the_bit() -> None:
@@ -347,8 +350,13 @@ def test_a_small_fault_just_before_a_large_one_does_not_carry_the_healthy_steps_
     b = compute_baselines(*args, seq=replace(DEFAULT_SEQ, split_quiet_prefix=True))
     assert b.slow[47:53].all() and not b.slow[42:47].any()
     assert b.borderline[42] and b.borderline[43] and not b.borderline[44] and not b.borderline[46]
-    carried = compute_baselines(*args, seq=replace(DEFAULT_SEQ, split_quiet_prefix=False, drift_split_z=0.0))
+    carried = compute_baselines(*args, seq=replace(DEFAULT_SEQ, split_quiet_prefix=False, drift_split_z=0.0,
+                                                     other_fault_ratio=0.0))
     assert carried.slow[42:53].all()
+    # the large fault's steps, over twice the small one's level, lend it no evidence either
+    # (SeqParams.other_fault_ratio): without the splits, 44-46 stay out all the same
+    alone = compute_baselines(*args, seq=replace(DEFAULT_SEQ, split_quiet_prefix=False, drift_split_z=0.0))
+    assert alone.slow[47:53].all() and not alone.slow[44:47].any()
 
 
 def test_the_ranks_data_phase_over_its_own_spread_is_the_steps_own_timing_of_a_storage_loss() -> None:
