@@ -113,6 +113,11 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # ranks' wait for its work does not hold (EngineConfig.beside_ring_loss)
         return bl.transfer_lost(i, row["transfer"]) if st.gpu and not st.host_level else 0.0
 
+    def gpu_judged(st: Straggler | None, **state: bool) -> bool:
+        # one GPU the ranks waited for (not a host), whose own span's telemetry names it with `state`
+        return (st is not None and st.gpu is not None and not st.host_level
+                and judge(out, need=cfg.corroborate_min_confidence, own_timing=True, own_span=True, **state))
+
     over_centre = d > float(bl.centre[i])
     if not ok and over_centre and not checkpoint:
         # its timing alone decided nothing: the ranks' own clocks may still show what it hid
@@ -128,10 +133,7 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # run 7 step 42, a downtrain's last step at +2.4 % whose ranks waited 2.2 % for the GPU and
         # whose ring lost 3.4 % more (the next step, the fault's tail, not slow: no neighbour rule)
         share = cfg.beside_straggler_loss if bl.borderline[i] else cfg.corroborate_straggler_loss
-        st = straggler(share, ring=cfg.beside_ring_loss)
-        ok = (st is not None and st.gpu is not None and not st.host_level
-              and judge(out, need=cfg.corroborate_min_confidence, own_timing=True, own_span=True,
-                        origin_state=True))
+        ok = gpu_judged(straggler(share, ring=cfg.beside_ring_loss), origin_state=True)
     if not ok and bool(bl.borderline[i]) and not checkpoint and cfg.error_rate_straggler:
         # ...or whose ranks waited for one GPU, and whose ring lost time too, a slow step's cost
         # together (corroborate_straggler_loss), while that GPU's error counters ran in the step's
@@ -139,10 +141,7 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # a compute straggler's clocks do not. A PCIe link trained down for under a second of a step
         # is missed by a state read every 2-10 s; its replays are counted (881 runs 0 and 13,
         # held back at stop 44's first run: one-step downtrains at +3.7-3.8 %, the GPU 8 sigmas out)
-        st = straggler(cfg.corroborate_straggler_loss, ring=True)
-        ok = (st is not None and st.gpu is not None and not st.host_level
-              and judge(out, need=cfg.corroborate_min_confidence, own_timing=True, own_span=True,
-                        error_rate=True))
+        ok = gpu_judged(straggler(cfg.corroborate_straggler_loss, ring=True), error_rate=True)
     near = slow_near(bl, summ, i, 1) if borrow and not ok else None
     if near is not None:
         # beside a slow step, or between two: the step's noise can hide the fault's loss whole (a

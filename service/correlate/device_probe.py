@@ -95,6 +95,13 @@ def unreported_gpu(conn: Any, cause: CauseDraft, gpus: list[str], win: Window,
     gpu_or_network does for a ring's loss. Only their GPUs are read: the others' timings are there
     and show no straggler (881 run 2 step 19, held back at stop 44's first run: a throttled GPU's
     rank record lost, the step +25.8 % and `unknown`)."""
+    return _origin_scan(conn, cause, gpus, win, cfg)
+
+
+def _origin_scan(conn: Any, cause: CauseDraft, gpus: list[str], win: Window, cfg: EngineConfig) -> CauseDraft:
+    """`cause` when it names something; else the GPU of `gpus` whose own state alone slows it (the
+    origin rules), when one does. An XID long before the step may explain a GPU the timings point at
+    (straggler path), but not one picked from several: here only XIDs around the step itself count."""
     if cause["layer"] != "unknown" or not gpus:
         return cause
     found = device_findings(conn, gpus, ORIGIN_RULES, win, cfg.device_state_lookback_s, cfg=cfg)
@@ -106,10 +113,6 @@ def gpu_or_network(conn: Any, cause: CauseDraft, topo: Topo, win: Window, cfg: E
     """Collective time with no network anomaly: a GPU whose link trained down, that throttles or
     logged an XID slows the ring it sits in; name it when one does. `scan`: the collectives hold
     enough of the lost time to be listed (otherwise the job's GPUs are not queried at all)."""
-    gpus = _gpus(topo)
-    if cause["layer"] != "unknown" or not scan or not gpus:
+    if not scan:
         return cause
-    # An XID long before the step may explain a GPU the timings point at (straggler path), but not
-    # one picked from all the job's GPUs: here only XIDs around the step itself count.
-    found = device_findings(conn, gpus, ORIGIN_RULES, win, cfg.device_state_lookback_s, cfg=cfg)
-    return gpu_cause(found, cfg) or cause
+    return _origin_scan(conn, cause, _gpus(topo), win, cfg)

@@ -344,22 +344,21 @@ class AttributionEngine:
             # may have begun, nor a signal's aftermath from before it
             explain(out, own_span=bool(bl.onset[i]))
             weak = out["layer"] == "unknown" or out["confidence"] < cfg.episode_weak_confidence
-            if bl.onset[i] and weak:
-                # only the sequential test put this step in the shift, and its onset is the least sure
-                # step of it (Baselines.onset): with nothing of its own to show (or only a weak
-                # candidate), it is not slow, and it does not borrow its episode's cause
-                self._healthy(out, d=d, base=base, thr=thr)
-                out["evidence"] = [step_row("", d, base, float(bl.sigma[i]), ONSET_KIND)]
-            elif borrow and weak and bl.episode[i] >= 0:
+            # only the sequential test put this step in the shift, and its onset is the least sure
+            # step of it (Baselines.onset): with nothing of its own to show (or only a weak
+            # candidate), it is not slow, and it does not borrow its episode's cause
+            unsure_onset = bool(bl.onset[i]) and weak
+            if not unsure_onset and borrow and weak and bl.episode[i] >= 0:
                 from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
                              attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
-            if (cfg.unnamed_level_healthy and bl.unproven[i] and out["layer"] == "unknown"
-                    and d - float(bl.centre[i]) < FAINT_REL * base):
-                # only the sequential test put it in the shift, it ran at the job's level (under the
-                # faint bar), and neither it nor its episode names a cause: nothing says it lost time
-                # (859 run 7 step 52, +0.3 %: the second step of a shift whose onset, a noisy step
-                # before a NIC's fault, was healthy by the rule above)
+            # ...nor is a later step of it that ran at the job's level (under the faint bar) when
+            # neither it nor its episode names a cause: nothing says it lost time (859 run 7 step 52,
+            # +0.3 %: the second step of a shift whose onset, a noisy step before a NIC's fault, was
+            # healthy by the rule above)
+            unnamed_level = (cfg.unnamed_level_healthy and bool(bl.unproven[i]) and out["layer"] == "unknown"
+                             and d - float(bl.centre[i]) < FAINT_REL * base)
+            if unsure_onset or unnamed_level:
                 self._healthy(out, d=d, base=base, thr=thr)
                 out["evidence"] = [step_row("", d, base, float(bl.sigma[i]), ONSET_KIND)]
             untimed = first_timed(out, lambda o: untimed_row(ranked, o, bl, i, row=row, topo=topo, cfg=cfg))
@@ -425,14 +424,17 @@ class AttributionEngine:
         data = steps_df["data"].dropna() if "data" in steps_df else pd.Series(dtype=float)
         data_s = float(data.median()) if len(data) else None  # None: the job records no phases
         ckpt_s = float(row["ckpt_med"]) if checkpoint and pd.notna(row["ckpt_med"]) else None
-        unreported = _unreported_gpus(ranks, steps_df) if st is None else []
+
+        def work(ev: pd.DataFrame) -> CauseDraft:
+            cause = with_device_evidence(conn, work_cause(st, ev, topo, conf_t, cfg, data_s=data_s, work_s=e_work,
+                                                          loaders=loaders, ckpt_s=ckpt_s), topo, win, cfg)
+            if st is not None or cause["layer"] != "unknown":
+                return cause
+            return unreported_gpu(conn, cause, _unreported_gpus(ranks, steps_df), win, cfg)
 
         def causes_of(ev: pd.DataFrame) -> list[CauseDraft]:
             return combine_causes(
-                lost, e_work / total, e_comm / total,
-                lambda: unreported_gpu(conn, with_device_evidence(
-                    conn, work_cause(st, ev, topo, conf_t, cfg, data_s=data_s, work_s=e_work, loaders=loaders,
-                                     ckpt_s=ckpt_s), topo, win, cfg), unreported, win, cfg),
+                lost, e_work / total, e_comm / total, lambda: work(ev),
                 lambda: gpu_or_network(conn, net_cause(ev, coverage, cfg), topo, win, cfg,
                                        scan=e_comm / total >= cfg.min_share), cfg)
 
