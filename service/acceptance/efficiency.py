@@ -7,6 +7,17 @@ world size where the hook did not know it: job_ranks, else the job label ``world
     size  = nccl_size(op, bytes, n)           all-gather: bytes*n, the others: bytes
     busbw = size / duration / 1e9 * k*(n-m)/n  (fabricscope.core.busbw.FACTOR_FORM)
 
+The duration is the collective's own time, not the rank's: a rank's record runs from its own
+arrival, so it holds the wait for the last rank to arrive (skew from compute, data loading, a
+straggler), and a healthy job's busbw read 0.33-0.51 of a baseline measured by nccl-tests, which
+starts every rank together. Per (group, seq, op, step) the collective runs from the last rank's arrival to
+its completion; the last rank to arrive waits for nobody, so its record, the shortest of the
+collective's records, is that time. Taking the shortest duration rather than subtracting timestamps
+of different hosts keeps host clock offsets out of it. Every record of the collective gets that time
+(the counts and weights stay per record); a record without ``seq`` (imports that carry none) keeps its
+own duration. A slow link or NIC still shows: it lengthens the collective on every rank, the last
+one included, while a straggler's compute no longer reads as low bandwidth.
+
 Achieved = median and p10 of busbw per (op, size bucket, group size). The baseline is the
 acceptance baseline (store.BASELINE_CTES) of the same fabric (``?fabric=``, else the job label
 ``fabric``), op and bucket at the same rank count, else the nearest smaller one (``scale`` says
@@ -55,7 +66,9 @@ job AS (
 @CTES@rec AS (
     SELECT c.step, c.rank, c.start_ts, f.canon AS op, coalesce(c.group_size, job.world) AS n,
            CASE WHEN f.outn THEN c.bytes * coalesce(c.group_size, job.world) ELSE c.bytes END AS size,
-           c.duration_s, f.k, f.m
+           -- the collective's own time (module doc): the shortest record of its (group, seq, op)
+           CASE WHEN c.seq IS NULL THEN c.duration_s
+                ELSE min(c.duration_s) OVER (PARTITION BY c.group_name, c.seq, c.op, c.step) END AS duration_s, f.k, f.m
     FROM @FROM@ JOIN f ON f.op = c.op CROSS JOIN job
     WHERE c.job = %(job)s AND c.bytes > 0 AND c.bytes < 1099511627776 AND c.duration_s > 0
       AND coalesce(c.group_size, job.world) BETWEEN 2 AND 4194304 @WHERE@

@@ -9,7 +9,8 @@ imports) mark their own, older hour.
 Per (job, hour, op, size bucket, group size), from the collectives that started in the hour:
 count, seconds, bytes, exact p50/p99/p99.9 duration, and the median and p10 nccl-tests busbw
 (:mod:`fabricscope.core.busbw`: size = the hook's input bytes, times n for all-gather;
-busbw = size / t / 1e9 * k(n-m)/n; n = the group size, else the job's world size) with the number
+busbw = size / t / 1e9 * k(n-m)/n; t = the collective's own time, the shortest record of its
+(group, seq, op), as in service/acceptance/efficiency.py; n = the group size, else the job's world size) with the number
 of records and the sum of sizes behind them: the efficiency query answers closed hours from these,
 so a busbw has its domain (bytes > 0 and < 1 TiB, t > 0, 2 <= n <= 4Mi).
 
@@ -48,12 +49,15 @@ w AS (SELECT coalesce((SELECT nullif(count(*), 0)::int FROM job_ranks WHERE job 
                               END FROM jobs WHERE name = %(job)s)) AS world),
 rec AS (
     SELECT coalesce(f.canon, c.op) AS op, coalesce(c.group_size, w.world, 0) AS n, c.duration_s,
+           -- the collective's own time for its busbw (service/acceptance/efficiency.py's module doc)
+           CASE WHEN c.seq IS NULL THEN c.duration_s
+                ELSE min(c.duration_s) OVER (PARTITION BY c.group_name, c.seq, c.op, c.step) END AS own_s,
            greatest(coalesce(c.bytes, 0), 0) AS bytes, f.k, f.m, coalesce(f.outn, false) AS outn
     FROM collectives c LEFT JOIN f ON f.op = c.op CROSS JOIN w
     WHERE c.job = %(job)s AND c.start_ts >= %(h)s AND c.start_ts < %(h)s + INTERVAL '1 hour'
 ),
 sized AS (
-    SELECT op, n, duration_s, bytes, k, m,
+    SELECT op, n, duration_s, own_s, bytes, k, m,
            CASE WHEN outn AND n BETWEEN 1 AND 4194304 AND bytes < 1099511627776 THEN bytes * n ELSE bytes END AS size
     FROM rec
 ),
@@ -63,8 +67,8 @@ b AS (
            size,
            -- the same expression as service/acceptance/efficiency.py: the same float8 result
            CASE WHEN k IS NOT NULL AND n BETWEEN 2 AND 4194304 AND bytes > 0 AND bytes < 1099511627776
-                     AND duration_s > 0
-                THEN size / duration_s / 1e9 * (k * (n - m))::float8 / n END AS busbw
+                     AND own_s > 0
+                THEN size / own_s / 1e9 * (k * (n - m))::float8 / n END AS busbw
     FROM sized
 )
 SELECT %(job)s, %(h)s, op, bucket, n, cnt, sum_s, bytes::bigint, q[1], q[2], q[3], bw[1], bw[2], bw_n, bw_bytes

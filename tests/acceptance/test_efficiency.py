@@ -78,16 +78,20 @@ def job_with_collectives(api: httpx.Client) -> dict[str, Any]:
             i = step * 4 + rank
             d_ar = 1e-4 * (1 + 0.05 * i)  # all_reduce of 1 MiB on 4 ranks
             items.append(coll(rank, step, 3 * step, "all_reduce", MIB, t0 + step, d_ar))
-            ar.append(MIB / stored(t0 + step, d_ar) / 1e9 * 2 * 3 / 4)
             d_ag = 2e-4 * (1 + 0.02 * i)  # all_gather_into_tensor: 256 KiB in, 1 MiB out; group size unknown
             items.append(coll(rank, step, 3 * step + 1, "all_gather_into_tensor", MIB // 4, t0 + step + 0.1, d_ag,
                               group_size=None))
-            ag.append(MIB / stored(t0 + step + 0.1, d_ag) / 1e9 * 3 / 4)
             items.append(coll(rank, step, 3 * step + 2, "broadcast", 65536, t0 + step + 0.2, 1e-5))
             items.append(coll(rank, step, 3 * step + 2, "all_to_all_single", 8192, t0 + step + 0.3, 1e-5))
             items.append(coll(rank, step, 3 * step + 2, "barrier", 0, t0 + step + 0.4, 1e-3))
+        # Each record's busbw is the collective's own time: the shortest of its four records (the
+        # rank that arrived last waited for nobody), for all four of them.
+        own_ar = min(stored(t0 + step, 1e-4 * (1 + 0.05 * (step * 4 + r))) for r in range(4))
+        ar += [MIB / own_ar / 1e9 * 2 * 3 / 4] * 4
+        own_ag = min(stored(t0 + step + 0.1, 2e-4 * (1 + 0.02 * (step * 4 + r))) for r in range(4))
+        ag += [MIB / own_ag / 1e9 * 3 / 4] * 4
     # an hour earlier: a slow all_reduce that a time range leaves out
-    items.append(coll(0, 0, 0, "all_reduce", MIB, t0 - 3600, 1.0))
+    items.append(coll(0, 0, 1000, "all_reduce", MIB, t0 - 3600, 1.0))
     r = api.post("/v1/ingest/collectives", json={"job": job, "collectives": items})
     assert r.status_code == 200, r.text
     post_run(api, run_body(fabric, [row(MIB, 40.0), row(4096, 0.0)], ranks=4, nodes=2))
@@ -115,7 +119,7 @@ def test_efficiency_matches_hand_computed_busbw(api: httpx.Client, job_with_coll
     assert ar["busbw_p10_gbps"] == pytest.approx(pct(j["ar"], 0.1), rel=1e-9)
     assert ar["baseline_busbw_gbps"] == 40.0 and ar["baseline_ranks"] == 4 and ar["scale"] == "same"
     assert ar["fraction"] == pytest.approx(statistics.median(j["ar"]) / 40.0, rel=1e-9)
-    assert 0.25 < ar["fraction"] < 0.3  # 1 MiB in ~150 us (median) on 4 ranks: ~10.7 GB/s busbw against 40
+    assert 0.25 < ar["fraction"] < 0.3  # 1 MiB in 140 us (median own time) on 4 ranks: ~11.2 GB/s busbw against 40
 
     ag = rows[("all_gather", MIB, 4)]  # n from job_ranks (4), size = 4 x 256 KiB
     assert ag["busbw_median_gbps"] == pytest.approx(statistics.median(j["ag"]), rel=1e-9)
@@ -222,13 +226,24 @@ def _post_hours(api: httpx.Client, job: str, h0: int, spread: float) -> dict[int
     return ar
 
 
+def own_busbw(records: list[tuple[int, float]]) -> list[float]:
+    """All-reduce busbw of 1 MiB on 4 ranks per record, from its collective's own time: the
+    shortest of the collective's four records (one per rank, consecutive in ``records``)."""
+    out = []
+    for i in range(0, len(records), 4):
+        own = min(stored(t, d) for t, d in records[i:i + 4])
+        out += [MIB / own / 1e9 * 1.5] * len(records[i:i + 4])
+    return out
+
+
 @pytest.mark.parametrize("spread", [0.0, 0.5])
 def test_efficiency_answers_closed_hours_from_the_rollup(api: httpx.Client, own: tuple[str, str],
                                                          spread: float) -> None:
     """The window [h0 + 30 min, h0 + 4 h 30 min): hours 1-3 rolled, the half hours at both edges raw.
     Alike values within each hour (spread 0): the same answer as from the raw records alone. Spread
     values (+0 to 50 % duration per record): the weighted percentile of the hourly p50/p10 and the
-    edge records, computed here; for this data within 5 % of the exact median and 10 % of the p10.
+    edge records, computed here; for this data within 10 % of the exact median and p10 (each
+    collective's four records share its own time, so an hour holds 3-5 distinct values).
     Counts and bytes are exact either way."""
     job, fabric = unique("eff-roll"), unique("eff-fab")
     r = api.put(f"/v1/jobs/{job}", json={"ranks": [{"rank": i, "host": f"h{i // 2}"} for i in range(4)],
@@ -252,7 +267,7 @@ def test_efficiency_answers_closed_hours_from_the_rollup(api: httpx.Client, own:
         for k, x in exact.items():
             assert rolled[k]["collectives"] == x["collectives"]
             assert rolled[k]["bytes"] == pytest.approx(x["bytes"], rel=1e-12)
-        busbw = {k: [MIB / stored(t, d) / 1e9 * 1.5 for t, d in v] for k, v in ar.items()}
+        busbw = {k: own_busbw(v) for k, v in ar.items()}
         edges = [(v, 1) for t_d, v in zip(ar[0] + ar[4], busbw[0] + busbw[4], strict=True)
                  if h0 + HOUR // 2 <= t_d[0] < h0 + 4 * HOUR + HOUR // 2]
         for q, field in ((0.5, "busbw_median_gbps"), (0.1, "busbw_p10_gbps")):
@@ -262,7 +277,7 @@ def test_efficiency_answers_closed_hours_from_the_rollup(api: httpx.Client, own:
                 for k, x in exact.items():
                     assert rolled[k][field] == pytest.approx(x[field], rel=1e-12), (k, field)
             else:
-                assert rolled[key][field] == pytest.approx(exact[key][field], rel=0.05 if q == 0.5 else 0.1)
+                assert rolled[key][field] == pytest.approx(exact[key][field], rel=0.1)
         assert rolled[key]["fraction"] == pytest.approx(rolled[key]["busbw_median_gbps"] / 40.0, rel=1e-12)
         report = api.get(f"/v1/jobs/{job}/report", params=window).json()["efficiency"]
         assert {x["op"]: x["fraction"] for x in report["rows"]}["all_reduce"] == rolled[key]["fraction"]
@@ -284,3 +299,29 @@ def test_efficiency_answers_closed_hours_from_the_rollup(api: httpx.Client, own:
     raw1 = [(v, 1) for v in [*busbw[1], MIB / stored(t, ar[1][0][1]) / 1e9 * 1.5]]
     model = wpct(edges + raw1 + [(pct(busbw[k], 0.5), len(busbw[k])) for k in (2, 3)], 0.5)
     assert late[key]["busbw_median_gbps"] == pytest.approx(model, rel=1e-9)
+
+
+def test_waiting_for_the_last_rank_is_not_low_bandwidth(api: httpx.Client) -> None:
+    """#45 item 6: ranks arrive up to 30 ms apart (compute skew) and all finish together, 2 ms after
+    the last one arrived: the collective's own time is 2 ms, and a fabric whose acceptance run did
+    1 MiB in 2 ms reads 1.0, not the 0.1-0.3 that each rank's wait-inclusive record gives. A slow
+    fabric (the last arrival's 2 ms becoming 4 ms) still reads 0.5: the own time carries it."""
+    job, fabric = unique("eff-own"), unique("eff-fab")
+    assert api.put(f"/v1/jobs/{job}", json={"ranks": [{"rank": i, "host": f"h{i}"} for i in range(4)],
+                                             "labels": {"fabric": fabric}}).status_code == 200
+    own_s = 2e-3
+    base = MIB / own_s / 1e9 * 2 * 3 / 4
+    post_run(api, run_body(fabric, [row(MIB, base)], ranks=4, nodes=4))
+    t0 = time.time() - 600
+    items = []
+    for step in range(6):
+        t_own = own_s if step < 3 else 2 * own_s  # steps 3-5: the fabric runs at half speed
+        last = t0 + step + 0.03
+        for rank in range(4):
+            arrive = t0 + step + 0.01 * rank
+            items.append(coll(rank, step, step, "all_reduce", MIB, arrive, last + t_own - arrive))
+    assert api.post("/v1/ingest/collectives", json={"job": job, "collectives": items}).status_code == 200
+    healthy = _eff(api, job, {"from": _iso(t0 - 1), "to": _iso(t0 + 2.5)})[("all_reduce", MIB, 4)]
+    slow = _eff(api, job, {"from": _iso(t0 + 2.5), "to": _iso(t0 + 6)})[("all_reduce", MIB, 4)]
+    assert healthy["fraction"] == pytest.approx(1.0, rel=1e-3)
+    assert slow["fraction"] == pytest.approx(0.5, rel=1e-3)

@@ -3,6 +3,7 @@ service's own background job; every expected number is computed from the posted 
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -221,8 +222,12 @@ def test_busbw_fraction_against_the_acceptance_baseline(api: httpx.Client, trend
     body = _get(api, metric="busbw_fraction", job=job.name, step=3600, **{"from": _iso(job.first_hour)})
     got = _points(body, op="all_reduce", bucket=1 << 24)
     for h in (job.first_hour, job.first_hour + HOUR):
-        d = [c["end"] - c["start"] for c in job.colls
-             if c["op"] == "all_reduce" and h <= c["start"] < h + HOUR]
+        ars = [c for c in job.colls if c["op"] == "all_reduce" and h <= c["start"] < h + HOUR]
+        own: dict[tuple[int, int], float] = {}  # the collective's own time: its shortest record
+        for c in ars:
+            key = (c["step"], c["seq"])
+            own[key] = min(own.get(key, math.inf), c["end"] - c["start"])
+        d = [own[(c["step"], c["seq"])] for c in ars]
         busbw = np.median([(1 << 24) / x / 1e9 * 2 * 3 / 4 for x in d])  # nccl-tests: 2(n-1)/n on 4 ranks
         assert got[h] == pytest.approx(busbw / base_gbps, rel=1e-9)
     # a job without a fabric label has no baseline: no busbw fraction (not a zero), its other trends stay
