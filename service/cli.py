@@ -72,12 +72,12 @@ def db_url(
     settings = get_settings()
     if settings.database_url is None:
         emb = embedded_for(settings)
+        # The flavour on stderr, so `psql "$(fabricscope db url)"` still reads the DSN alone.
+        typer.echo(f"flavour: {'timescaledb (preloaded)' if emb.preloads_timescaledb else 'postgresql'}", err=True)
         try:
             typer.echo(emb.dsn() if show_password else emb.url)
         except ConfigError as exc:
             fail(str(exc))
-        # The flavour on stderr, so `psql "$(fabricscope db url)"` still reads the DSN alone.
-        typer.echo(f"flavour: {'timescaledb (preloaded)' if emb.preloads_timescaledb else 'postgresql'}", err=True)
         return
     url = database_url(settings)
     typer.echo(url if show_password else _hide_password(url))

@@ -43,7 +43,8 @@ def report(conn: psycopg.Connection) -> list[str]:
     lines.append("policies:")
     for job, proc, table, every, status, last, nxt in conn.execute(
             """SELECT j.job_id, j.proc_name, coalesce(j.hypertable_name, '-'), j.schedule_interval,
-                      s.last_run_status, s.last_run_started_at, s.next_start
+                      s.last_run_status, nullif(s.last_run_started_at, '-infinity'),
+                      nullif(s.next_start, '-infinity')
                FROM timescaledb_information.jobs j
                LEFT JOIN timescaledb_information.job_stats s USING (job_id)
                WHERE j.job_id >= 1000 ORDER BY j.job_id"""):

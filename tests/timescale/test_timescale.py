@@ -4,6 +4,10 @@ the rollups outlive them, and the continuous aggregate against the raw rows it s
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +22,7 @@ from fabricscope.service.settings import Settings
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.send import HttpSink, send_scenario
 from fabricscope.service.simulate.topology import ClusterSpec
-from tests.support import ServiceProcess, TestDatabase
+from tests.support import REPO, ServiceProcess, TestDatabase
 from tests.timescale.conftest import rolled, run_policy
 
 SPEC = ClusterSpec(hosts=2, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2)
@@ -157,3 +161,23 @@ def test_continuous_aggregate_matches_the_raw_rows(ts_db: TestDatabase, ts_svc: 
         assert a[:2] == b[:2]
         assert [x is None for x in a[2:]] == [x is None for x in b[2:]], (a, b)  # no rate: NULL on both
         assert [x for x in a[2:] if x is not None] == pytest.approx([x for x in b[2:] if x is not None], rel=1e-9)
+
+
+def test_db_info_names_the_flavour_chunks_compression_and_policies(ts_db: TestDatabase,
+                                                                    ts_svc: ServiceProcess) -> None:
+    _send(ts_svc, "ts-info", time.time() - 4 * DAY, seed=15)
+    with psycopg.connect(ts_db.url, autocommit=True) as conn:
+        run_policy(conn, "policy_compression", "samples")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICSCOPE_")}
+    r = subprocess.run([sys.executable, "-m", "fabricscope", "db", "info"], cwd=REPO, capture_output=True, text=True,
+                       env={**env, "DATABASE_URL": ts_db.url}, timeout=120, check=False)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    out = r.stdout
+    version = ts_db.flavour and ts_db.flavour.timescaledb_version
+    assert f"flavour: timescaledb (TimescaleDB {version} on PostgreSQL" in out, out
+    samples = re.search(r"samples: (\d+) chunks \(compression on, (\d+) compressed\)\n.*ratio (\d+\.\d)x", out)
+    assert samples and int(samples[2]) >= 1 and float(samples[3]) > 1, out
+    assert re.search(r"policy_compression on samples every .*: last run \S+ \S+ Success", out), out
+    for line in ("policy_retention on samples", "policy_retention on collectives", "policy_compression on collectives",
+                 "policy_refresh_continuous_aggregate on samples_1m"):
+        assert line in out, out
