@@ -72,6 +72,8 @@ def db_url(
     settings = get_settings()
     if settings.database_url is None:
         emb = embedded_for(settings)
+        # The flavour on stderr, so `psql "$(fabricscope db url)"` still reads the DSN alone.
+        typer.echo(f"flavour: {'timescaledb (preloaded)' if emb.preloads_timescaledb else 'postgresql'}", err=True)
         try:
             typer.echo(emb.dsn() if show_password else emb.url)
         except ConfigError as exc:
@@ -130,6 +132,23 @@ def db_status() -> None:
 
     emb = embedded_for(get_settings())
     typer.echo(f"{'running' if emb.is_running() else 'stopped'}: {emb.url} (data in {emb.pgdata})")
+
+
+@db_app.command("info")
+def db_info() -> None:
+    """The database's flavour and versions; on TimescaleDB its hypertables and chunks, compression, policies."""
+    import psycopg
+
+    from fabricscope.service.db.dbinfo import report
+
+    with database(migrate_schema=False) as url:
+        try:
+            with psycopg.connect(url, connect_timeout=5) as conn:
+                lines = report(conn)
+        except psycopg.Error as exc:
+            fail(f"database: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    for line in lines:
+        typer.echo(line)
 
 
 @topology_app.command("import")

@@ -70,6 +70,9 @@ class Settings(BaseSettings):
 
     retention_days: int = Field(default=30, ge=1)
     compress_after_days: int = Field(default=2, ge=1)
+    # --- TimescaleDB (#47): docs/configuration.md "TimescaleDB". auto: used where installed and
+    # preloaded (the embedded server preloads it when its lib holds it); require: stop without it; off: never.
+    timescaledb: Literal["auto", "require", "off"] = "auto"
 
     # Background work inside `serve`: correlation, alerting, retention (seconds; 0 disables).
     correlate_interval_s: float = Field(default=5.0, ge=0)

@@ -11,7 +11,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.support import ServiceProcess, TestDatabase, start_service
+from tests.support import FLAVOURS, ServiceProcess, TestDatabase, start_service
 
 
 @pytest.fixture(scope="session")
@@ -74,3 +74,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "root" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line naming the database flavour the tests ran on, for CI's log (#47): TimescaleDB when the
+    test venv's embedded PostgreSQL has it installed (.ci/run does), else plain PostgreSQL."""
+    if not FLAVOURS:
+        return
+    stats = terminalreporter.stats
+    ran = sum(len([r for r in stats.get(k, []) if getattr(r, "when", "call") == "call"])
+              for k in ("passed", "failed", "xfailed", "xpassed"))
+    no_ts = sum(1 for r in stats.get("skipped", []) if "timescaledb" in str(getattr(r, "longrepr", "")).lower())
+    terminalreporter.write_line(f"database flavour: {', '.join(sorted(FLAVOURS))}; {ran} tests ran, "
+                                f"{no_ts} skipped for lack of TimescaleDB")

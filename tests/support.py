@@ -20,9 +20,12 @@ import psycopg
 
 from fabricscope.service.db.database import migrate
 from fabricscope.service.db.embedded import EmbeddedPostgres
+from fabricscope.service.db.flavour import Flavour
 from fabricscope.service.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
+# The flavour of every test database made this session, for the terminal summary's line (conftest.py).
+FLAVOURS: dict[str, Flavour] = {}
 
 
 def free_port() -> int:
@@ -53,6 +56,7 @@ class TestDatabase:
     admin_url: str
     name: str
     embedded: EmbeddedPostgres | None = None
+    flavour: Flavour | None = None
 
     @property
     def url(self) -> str:
@@ -70,7 +74,8 @@ class TestDatabase:
         with psycopg.connect(server_url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         db = cls(server_url, name, emb)
-        migrate(db.url, Settings(database_url=db.url))  # type: ignore[arg-type]
+        db.flavour = migrate(db.url, Settings(database_url=db.url))  # type: ignore[arg-type]
+        FLAVOURS[db.flavour.describe()] = db.flavour
         return db
 
     def drop(self) -> None:

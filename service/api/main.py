@@ -48,13 +48,16 @@ log = logging.getLogger("fabricscope.api")
 _DB_DOWN = (psycopg.OperationalError, PoolTimeout, TooManyRequests, psycopg.errors.AdminShutdown)
 
 
-def _flavour(url: str) -> str:
+def _flavour(url: str) -> tuple[str, str]:
+    """The flavour's name ("timescaledb" or "postgresql") and its versions, for /readyz."""
+    from fabricscope.service.db.flavour import current
+
     try:
         with psycopg.connect(url, connect_timeout=3) as conn:
-            row = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'timescaledb'").fetchone()
-            return "timescaledb" if row else "postgresql"
+            f = current(conn)
+            return f.name, f.describe()
     except psycopg.Error:
-        return "unknown"
+        return "unknown", "unknown"
 
 
 def create_app(settings: Settings | None = None, *, background: bool = False,
@@ -72,7 +75,8 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
         anyio.to_thread.current_default_thread_limiter().total_tokens = max(
             40, settings.pool_size + settings.pool_max_waiting + 16)
         queue_depths = register_queue_depths(app.state.pool.connection)
-        app.state.flavour = _flavour(url)
+        app.state.flavour, app.state.database = _flavour(url)
+        log.info("database flavour: %s", app.state.database)
         workers = None
         if background:
             from fabricscope.service.workers import start_background

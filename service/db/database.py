@@ -11,6 +11,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from fabricscope.service.db.embedded import EmbeddedPostgres
+from fabricscope.service.db.flavour import Flavour, current, detect
 from fabricscope.service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,7 @@ MIGRATIONS_DIR = Path(str(resources.files("fabricscope.migrations")))
 
 
 def embedded_for(settings: Settings) -> EmbeddedPostgres:
-    return EmbeddedPostgres(settings.data_dir, settings.embedded_port)
+    return EmbeddedPostgres(settings.data_dir, settings.embedded_port, timescaledb=settings.timescaledb)
 
 
 def database_url(settings: Settings) -> str:
@@ -82,27 +83,27 @@ def _alembic_config(url: str) -> Any:
     return cfg
 
 
-def timescaledb_available(conn: psycopg.Connection) -> bool:
-    row = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb'").fetchone()
-    return row is not None
+def migrate(url: str, settings: Settings) -> Flavour:
+    """Bring the schema to head, then (re)apply the idempotent SQL for TimescaleDB or plain PG.
 
-
-def migrate(url: str, settings: Settings) -> str:
-    """Bring the schema to head, then (re)apply the idempotent SQL for TimescaleDB or plain PG."""
+    The flavour is decided before alembic runs, so a server that has TimescaleDB's package but does not
+    preload it fails nowhere: it gets the plain flavour and one warning line (:mod:`.flavour`)."""
     from alembic import command
 
+    with psycopg.connect(url, autocommit=True) as conn:
+        flavour = detect(conn, mode=settings.timescaledb)
+    if flavour.note:
+        log.warning("%s", flavour.note)
     command.upgrade(_alembic_config(url), "head")
     with psycopg.connect(url, autocommit=True) as conn:
-        if timescaledb_available(conn):
+        if flavour.timescaledb:
             sql = (MIGRATIONS_DIR / "sql" / "timescale.sql").read_text()
             sql = sql.replace(":retention_days", str(settings.retention_days))
             sql = sql.replace(":compress_after_days", str(settings.compress_after_days))
-            flavour = "timescaledb"
         else:
             sql = (MIGRATIONS_DIR / "sql" / "plain.sql").read_text()
-            flavour = "postgresql"
         conn.execute(sql.encode())
-    return flavour
+        return current(conn) if flavour.timescaledb else flavour
 
 
 def current_revision(conn: psycopg.Connection) -> str | None:

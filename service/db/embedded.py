@@ -8,6 +8,11 @@ Every connection needs the superuser's password (SCRAM-SHA-256, on TCP and the u
 any local user could otherwise connect as superuser. The password is generated at initdb and kept in
 ``<data_dir>/pgpass`` (libpq's password-file format, mode 0600). A cluster made before that, with
 ``trust``, gets a password on its next start (:mod:`fabricscope.service.db.embedded_auth`).
+
+When the wheel's ``lib`` holds TimescaleDB (``../shared/timescaledb/install.sh`` puts it there), the
+server starts with ``shared_preload_libraries = 'timescaledb'`` and migrate takes the TimescaleDB
+flavour. The setting is given on the command line at every start, so a data directory made before the
+extension was installed gets it on its next start too (FABRICSCOPE_TIMESCALEDB=off leaves it out).
 """
 
 from __future__ import annotations
@@ -52,10 +57,16 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def has_timescaledb() -> bool:
+    """Whether TimescaleDB's loader library is installed into the wheel's PostgreSQL."""
+    return (_bin_dir().parent / "lib" / "timescaledb.so").is_file()
+
+
 @dataclass
 class EmbeddedPostgres:
     data_dir: Path
     port: int
+    timescaledb: str = "auto"  # Settings.timescaledb: "off" never preloads the extension
 
     @property
     def pgdata(self) -> Path:
@@ -152,6 +163,8 @@ class EmbeddedPostgres:
             auth.rewrite_hba(self.pgdata, local_too=False)
         opts = (f"-h 127.0.0.1 -p {self.port} -k {self._socket_dir()} -c max_connections=200 "
                 "-c shared_buffers=256MB -c synchronous_commit=off")
+        if self.preloads_timescaledb:
+            opts += " -c shared_preload_libraries=timescaledb -c timescaledb.telemetry_level=off"
         r = self._run("pg_ctl", ["-D", str(self.pgdata), "-w", "-t", "60", "-l", str(self.pgdata / "server.log"),
                                  "-o", opts, "start"], timeout=90)
         if r.returncode != 0:
@@ -166,6 +179,10 @@ class EmbeddedPostgres:
         self._ensure_database()
         log.info("embedded PostgreSQL running at %s", self.url)
         return True
+
+    @property
+    def preloads_timescaledb(self) -> bool:
+        return self.timescaledb != "off" and has_timescaledb()
 
     def _initdb(self) -> None:
         log.info("initialising embedded PostgreSQL in %s", self.pgdata)

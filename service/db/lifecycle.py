@@ -106,7 +106,7 @@ def database(*, migrate_schema: bool = True) -> Iterator[str]:
         url = database_url(settings)
         if migrate_schema:
             flavour = migrate(url, settings)
-            typer.echo(f"database: {redact(url)} schema current ({flavour})", err=True)
+            typer.echo(f"database: {redact(url)} schema current ({flavour.name}: {flavour.describe()})", err=True)
         yield url
     except ConfigError as exc:
         fail(str(exc))

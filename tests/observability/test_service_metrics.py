@@ -41,6 +41,9 @@ def test_health_readiness_and_request_ids(api: httpx.Client) -> None:
     assert api.get("/healthz").json() == {"status": "ok"}
     ready = api.get("/readyz")
     assert ready.status_code == 200 and ready.json()["status"] == "ready" and ready.json()["database_revision"]
+    # the flavour and its versions (#47): "TimescaleDB 2.29.2 on PostgreSQL 18.6" / "PostgreSQL 15.14 (no ...)"
+    flavour = {"timescaledb": r"TimescaleDB \d+\.\d+\.\d+ on PostgreSQL \d+", "postgresql": r"PostgreSQL \d+\S* \(no "}
+    assert re.match(flavour[ready.json()["flavour"]], ready.json()["database_version"]), ready.json()
     r = api.get("/healthz", headers={"X-Request-Id": "abc123"})
     assert r.headers["x-request-id"] == "abc123"
     assert len(api.get("/healthz").headers["x-request-id"]) >= 8  # generated when the client sends none

@@ -37,7 +37,8 @@ def readyz(pool: PoolDep, request: Request) -> Any:
     if rev != head:
         return JSONResponse({"status": "migrations pending", "database_revision": rev, "expected": head},
                             status_code=503, headers={"Retry-After": "30"})
-    return {"status": "ready", "database_revision": rev, "flavour": request.app.state.flavour}
+    return {"status": "ready", "database_revision": rev, "flavour": request.app.state.flavour,
+            "database_version": request.app.state.database}
 
 
 @router.get("/metrics", summary="Prometheus metrics of fabricscope itself")
