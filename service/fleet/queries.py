@@ -16,54 +16,94 @@ from typing import Any, Literal
 import psycopg
 from psycopg.rows import dict_row
 
+from fabricscope.service.fleet.rollup import spans
+
 DAY = timedelta(days=1)
 WORST_JOBS = 3
 
-# {key}: component or layer (fixed names from this module, never user input)
-RANK_SQL = """
-WITH w AS (
-    SELECT {key} AS key, layer, kind, job, gpu_s, slow_steps, first_seen, last_seen, day >= %(lo)s AS cur
-    FROM fleet_ledger
-    WHERE day >= %(prev)s AND day < %(hi)s {named}
-      AND (%(layer)s::text IS NULL OR layer = %(layer)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-      AND (%(only)s::text IS NULL OR {key} = %(only)s)
+_F = """AND (%(layer)s::text IS NULL OR {t}layer = %(layer)s) AND (%(kind)s::text IS NULL OR {t}kind = %(kind)s)"""
+FILTERS = _F.format(t="")
+FILTERS_F = _F.format(t="f.")
+
+# Top-N by the window's sum over fleet_span (narrow rows, one per component and aligned span of days
+# covering the window, ~8 for 30 days, all jobs summed: a hash aggregate of one sum, nothing else);
+# the rest only for the N rows, from their own daily rows by index on the component: the previous
+# window, and jobs, worst jobs and evidence from fleet_daily_jobs' arrays, never from fleet_ledger's
+# one row per job.
+COMPONENT_SQL = f"""
+WITH g AS (
+    SELECT component, sum(gpu_s) AS gpu_s
+    FROM unnest(%(levels)s::smallint[], %(starts)s::timestamptz[]) AS b(level, start)
+    JOIN fleet_span USING (level, start)
+    WHERE component <> '' {FILTERS} AND (%(only)s::text IS NULL OR component = %(only)s)
+    GROUP BY component HAVING sum(gpu_s) > 0
+    ORDER BY 2 DESC, component LIMIT %(limit)s
 ),
-g AS (
-    SELECT key, sum(gpu_s) FILTER (WHERE cur) AS gpu_s, coalesce(sum(gpu_s) FILTER (WHERE NOT cur), 0) AS prev_s,
-           count(DISTINCT job) FILTER (WHERE cur) AS jobs, sum(slow_steps) FILTER (WHERE cur) AS slow_steps,
-           min(first_seen) FILTER (WHERE cur) AS first_seen, max(last_seen) FILTER (WHERE cur) AS last_seen,
-           (array_agg(layer ORDER BY gpu_s DESC) FILTER (WHERE cur))[1] AS layer,
-           (array_agg(kind ORDER BY gpu_s DESC) FILTER (WHERE cur))[1] AS kind
-    FROM w GROUP BY key
-    HAVING sum(gpu_s) FILTER (WHERE cur) > 0
-    ORDER BY 2 DESC, key LIMIT %(limit)s
+-- the N components' jobs in the window, in one hash aggregate over their daily job arrays
+pj AS (
+    SELECT f.component, u.job, sum(u.gs) AS gs, sum(u.n) AS n
+    FROM g JOIN fleet_daily_jobs f ON f.component = g.component AND f.day >= %(lo)s AND f.day < %(hi)s {FILTERS_F}
+    CROSS JOIN LATERAL unnest(f.job_names, f.job_gpu_s, f.job_steps) AS u(job, gs, n)
+    GROUP BY f.component, u.job
+),
+j AS (
+    SELECT component, count(*) AS jobs,
+           jsonb_agg(jsonb_build_object('job', job, 'gpu_hours', gs / 3600.0, 'slow_steps', n) ORDER BY rn)
+               FILTER (WHERE rn <= {WORST_JOBS}) AS worst
+    -- "C": a byte order tie-break; the collation's sort of ~14,000 names cost ~50 ms under load
+    FROM (SELECT *, row_number() OVER (PARTITION BY component ORDER BY gs DESC, job COLLATE "C") AS rn FROM pj) x
+    GROUP BY component
 )
-SELECT g.*, ev.evidence, ev.evidence_n, wj.worst
-FROM g
-LEFT JOIN LATERAL (
-    SELECT evidence, sum(evidence_n) AS evidence_n FROM fleet_ledger f
-    WHERE f.{key} = g.key AND f.day >= %(lo)s AND f.day < %(hi)s AND f.evidence IS NOT NULL {named_f}
-      AND (%(layer)s::text IS NULL OR f.layer = %(layer)s) AND (%(kind)s::text IS NULL OR f.kind = %(kind)s)
-    GROUP BY evidence ORDER BY 2 DESC, 1 LIMIT 1) ev ON true
+SELECT g.component AS key, g.gpu_s, p.prev_s, d.layer, d.kind, d.slow_steps, d.first_seen, d.last_seen, j.jobs,
+       j.worst, ev.evidence, ev.evidence_n
+FROM g JOIN j USING (component)
 CROSS JOIN LATERAL (
-    SELECT jsonb_agg(jsonb_build_object('job', job, 'gpu_hours', gpu_s / 3600.0, 'slow_steps', n)
-                     ORDER BY gpu_s DESC, job) AS worst
-    FROM (SELECT job, sum(gpu_s) AS gpu_s, sum(slow_steps) AS n FROM fleet_ledger f
-          WHERE f.{key} = g.key AND f.day >= %(lo)s AND f.day < %(hi)s {named_f}
-            AND (%(layer)s::text IS NULL OR f.layer = %(layer)s) AND (%(kind)s::text IS NULL OR f.kind = %(kind)s)
-          GROUP BY job ORDER BY 2 DESC, job LIMIT {worst}) j) wj
-ORDER BY g.gpu_s DESC, g.key
+    SELECT (array_agg(layer ORDER BY gpu_s DESC))[1] AS layer, (array_agg(kind ORDER BY gpu_s DESC))[1] AS kind,
+           sum(slow_steps) AS slow_steps, min(first_seen) AS first_seen, max(last_seen) AS last_seen
+    FROM fleet_daily f WHERE f.component = g.component AND f.day >= %(lo)s AND f.day < %(hi)s {FILTERS_F}) d
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(gpu_s), 0) AS prev_s FROM fleet_daily f
+    WHERE f.component = g.component AND f.day >= %(prev)s AND f.day < %(lo)s {FILTERS_F}) p
+LEFT JOIN LATERAL (
+    SELECT e.key AS evidence, sum(e.value::int) AS evidence_n
+    FROM fleet_daily_jobs f CROSS JOIN LATERAL jsonb_each_text(f.evidence) AS e
+    WHERE f.component = g.component AND f.day >= %(lo)s AND f.day < %(hi)s {FILTERS_F}
+    GROUP BY e.key ORDER BY 2 DESC, 1 LIMIT 1) ev ON true
+ORDER BY g.gpu_s DESC, g.component
 """
 
-
-def _sql(by: Literal["component", "layer"]) -> str:
-    named = "AND component <> ''" if by == "component" else ""
-    return RANK_SQL.format(key=by, named=named, named_f=named.replace("component", "f.component"),
-                           worst=WORST_JOBS)
-
-
-COMPONENT_SQL = _sql("component")
-LAYER_SQL = _sql("layer")
+# Layers from fleet_layer (one row per job, day and layer: a few per job), in single-pass hash aggregates.
+LAYER_SQL = f"""
+WITH w AS MATERIALIZED (
+    SELECT job, layer, slow_steps, gpu_s, first_seen, last_seen, evidence, evidence_n, day >= %(lo)s AS cur
+    FROM fleet_layer WHERE day >= %(prev)s AND day < %(hi)s AND (%(layer)s::text IS NULL OR layer = %(layer)s)
+),
+pj AS (
+    SELECT layer, job, sum(gpu_s) AS gs, sum(slow_steps) AS n, min(first_seen) AS f, max(last_seen) AS l
+    FROM w WHERE cur GROUP BY layer, job
+),
+g AS (
+    SELECT layer, sum(gs) AS gpu_s, count(*) AS jobs, sum(n) AS slow_steps, min(f) AS first_seen,
+           max(l) AS last_seen
+    FROM pj GROUP BY layer HAVING sum(gs) > 0 ORDER BY 2 DESC, layer LIMIT %(limit)s
+),
+pv AS (SELECT layer, sum(gpu_s) AS prev_s FROM w WHERE NOT cur GROUP BY layer),
+wj AS (
+    SELECT layer, jsonb_agg(jsonb_build_object('job', job, 'gpu_hours', gs / 3600.0, 'slow_steps', n) ORDER BY rn)
+               AS worst
+    FROM (SELECT *, row_number() OVER (PARTITION BY layer ORDER BY gs DESC, job COLLATE "C") AS rn FROM pj) x
+    WHERE rn <= {WORST_JOBS} GROUP BY layer
+),
+ev AS (
+    SELECT DISTINCT ON (layer) layer, evidence, n AS evidence_n
+    FROM (SELECT layer, evidence, sum(evidence_n) AS n FROM w WHERE cur AND evidence IS NOT NULL
+          GROUP BY layer, evidence) x
+    ORDER BY layer, n DESC, evidence
+)
+SELECT g.layer AS key, g.*, coalesce(pv.prev_s, 0) AS prev_s, NULL AS kind, ev.evidence, ev.evidence_n, wj.worst
+FROM g LEFT JOIN pv USING (layer) LEFT JOIN wj USING (layer) LEFT JOIN ev USING (layer)
+ORDER BY g.gpu_s DESC, g.layer
+"""
 
 
 @dataclass(frozen=True)
@@ -98,18 +138,30 @@ def _row(r: dict[str, Any], by: str) -> dict[str, Any]:
     return out
 
 
+def _ceil_day(t: datetime) -> datetime:
+    u = t.astimezone(UTC)
+    d = datetime(u.year, u.month, u.day, tzinfo=UTC)
+    return d if d == u else d + DAY
+
+
 def ranking(conn: psycopg.Connection, *, by: Literal["component", "layer"], window: Window, layer: str | None,
             kind: str | None, limit: int, only: str | None = None) -> list[dict[str, Any]]:
     """Components (or layers) by GPU-hours lost in the window, worst first, at most ``limit``."""
-    with conn.cursor(row_factory=dict_row) as cur:
+    days = spans(window.lo, _ceil_day(window.hi))
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        # JIT compiles these small plans for longer (~200 ms) than they run
+        cur.execute("SET LOCAL jit = off")
         rows = cur.execute(COMPONENT_SQL if by == "component" else LAYER_SQL,
-                           {"lo": window.lo, "hi": window.hi, "prev": window.prev, "layer": layer, "kind": kind,
-                            "limit": limit, "only": only}).fetchall()
+                           {"lo": window.lo, "hi": window.hi, "prev": window.prev, "layer": layer,
+                            "kind": kind if by == "component" else None, "limit": limit, "only": only,
+                            "levels": [lv for lv, _ in days], "starts": [st for _, st in days]}).fetchall()
     return [_row(r, by) for r in rows]
 
 
 INCIDENT_ROWS_SQL = """
-WITH j AS (SELECT DISTINCT job FROM fleet_ledger WHERE component = %(c)s AND day >= %(lo)s AND day < %(hi)s)
+-- the `limit` jobs that saw the component last: the latest `limit` incidents (by end) are all theirs
+WITH j AS (SELECT job FROM fleet_ledger WHERE component = %(c)s AND day >= %(lo)s AND day < %(hi)s
+           GROUP BY job ORDER BY max(last_seen) DESC, job LIMIT %(limit)s)
 SELECT a.job, a.step, coalesce(a.step_start, a.computed_at) AS ts, a.duration_s, a.baseline_s,
        greatest(coalesce(a.lost_s, a.duration_s - a.baseline_s, 0), 0) AS excess, a.layer, a.component,
        a.causes, a.evidence, f.ranks
@@ -137,11 +189,12 @@ def _share(row: dict[str, Any], component: str) -> tuple[float, str]:
 
 def incidents(conn: psycopg.Connection, *, component: str, window: Window, gap_steps: int,
               limit: int) -> list[dict[str, Any]]:
-    """Runs of slow steps blamed on the component, per job: steps at most ``gap_steps`` apart are one
-    incident. Each with its job, steps, times, GPU-hours, evidence counts and the component's own
-    counters (max value against baseline over the run)."""
+    """Runs of slow steps blamed on the component, per job, the latest ``limit`` (by end) first: steps
+    at most ``gap_steps`` apart are one incident. Each with its job, steps, times, GPU-hours, evidence
+    counts and the component's own counters (max value against baseline over the run)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(INCIDENT_ROWS_SQL, {"c": component, "lo": window.lo, "hi": window.hi}).fetchall()
+        rows = cur.execute(INCIDENT_ROWS_SQL, {"c": component, "lo": window.lo, "hi": window.hi,
+                                               "limit": limit}).fetchall()
     out: list[dict[str, Any]] = []
     cur_inc: dict[str, Any] | None = None
     for r in rows:
@@ -176,5 +229,5 @@ def incidents(conn: psycopg.Connection, *, component: str, window: Window, gap_s
         inc["counters"] = sorted(inc.pop("_ctr").values(), key=lambda c: (c["source"], c["metric"]))
         inc["lost_s"] = round(inc["lost_s"], 6)
         inc["gpu_hours"] = round(inc["gpu_hours"], 6)
-    out.sort(key=lambda i: (i["start"], i["job"]))
-    return out[-limit:] if limit else out
+    out.sort(key=lambda i: (i["end"], i["job"]), reverse=True)
+    return out[:limit]

@@ -18,7 +18,7 @@ from the raw rows. Re-rolling a pair is idempotent, so the overlap costs time, n
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 
@@ -79,6 +79,20 @@ e AS (
     SELECT DISTINCT ON (job, day, layer, component) job, day, layer, component, ev, count(DISTINCT step)::int AS n
     FROM s WHERE ev IS NOT NULL GROUP BY job, day, layer, component, ev
     ORDER BY job, day, layer, component, count(DISTINCT step) DESC, ev
+),
+-- per layer: distinct steps (two causes of one step in one layer count it once) and its evidence
+el AS (
+    SELECT DISTINCT ON (job, day, layer) job, day, layer, ev, count(DISTINCT step)::int AS n
+    FROM s WHERE ev IS NOT NULL GROUP BY job, day, layer, ev
+    ORDER BY job, day, layer, count(DISTINCT step) DESC, ev
+),
+lay AS (
+    INSERT INTO fleet_layer (job, day, layer, slow_steps, gpu_s, first_seen, last_seen, evidence, evidence_n)
+    SELECT s.job, s.day, s.layer, count(DISTINCT s.step)::int, sum(s.excess * s.share) * coalesce(max(r.ranks), 1),
+           min(s.ts), max(s.ts), max(el.ev), coalesce(max(el.n), 0)
+    FROM s JOIN r USING (job)
+    LEFT JOIN el ON el.job = s.job AND el.day = s.day AND el.layer = s.layer
+    GROUP BY s.job, s.day, s.layer
 )
 INSERT INTO fleet_ledger (job, day, layer, component, kind, ranks, slow_steps, lost_s, gpu_s, first_seen, last_seen,
                           evidence, evidence_n)
@@ -89,6 +103,44 @@ SELECT g.job, g.day, g.layer, g.component,
        e.ev, coalesce(e.n, 0)
 FROM g JOIN r USING (job) LEFT JOIN k ON k.layer = g.layer
 LEFT JOIN e ON e.job = g.job AND e.day = g.day AND e.layer = g.layer AND e.component = g.component
+"""
+
+# A day's component summary over all jobs, rebuilt from its ledger rows.
+DAILY_SQL = """
+INSERT INTO fleet_daily (day, layer, component, kind, jobs, slow_steps, gpu_s, first_seen, last_seen)
+SELECT day, layer, component, min(kind), count(*), sum(slow_steps), sum(gpu_s), min(first_seen), max(last_seen)
+FROM fleet_ledger WHERE day = ANY(%(days)s::timestamptz[]) GROUP BY day, layer, component
+"""
+
+DAILY_JOBS_SQL = """
+WITH ev AS (
+    SELECT day, layer, component, jsonb_object_agg(evidence, n) AS evidence
+    FROM (SELECT day, layer, component, evidence, sum(evidence_n) AS n FROM fleet_ledger
+          WHERE day = ANY(%(days)s::timestamptz[]) AND evidence IS NOT NULL GROUP BY 1, 2, 3, 4) x
+    GROUP BY 1, 2, 3
+)
+INSERT INTO fleet_daily_jobs (component, day, layer, kind, job_names, job_gpu_s, job_steps, evidence)
+SELECT l.component, l.day, l.layer, min(l.kind), array_agg(l.job ORDER BY l.job), array_agg(l.gpu_s ORDER BY l.job),
+       array_agg(l.slow_steps ORDER BY l.job), coalesce(max(ev.evidence::text), '{}')::jsonb
+FROM fleet_ledger l LEFT JOIN ev USING (day, layer, component)
+WHERE l.day = ANY(%(days)s::timestamptz[]) GROUP BY l.day, l.layer, l.component
+"""
+
+ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)  # date_bin's origin here and in the SQL
+SPAN_LEVELS = 5  # fleet_span: spans of 2^0 to 2^5 days
+
+# Level 0 from fleet_daily, level n from level n-1 (its two halves), for the given span starts.
+SPAN0_SQL = """
+INSERT INTO fleet_span (level, start, layer, component, kind, gpu_s)
+SELECT 0, day, layer, component, kind, gpu_s FROM fleet_daily WHERE day = ANY(%(starts)s::timestamptz[])
+"""
+SPAN_SQL = """
+INSERT INTO fleet_span (level, start, layer, component, kind, gpu_s)
+SELECT %(level)s, s.start, f.layer, f.component, min(f.kind), sum(f.gpu_s)
+FROM unnest(%(starts)s::timestamptz[]) AS s(start)
+JOIN fleet_span f ON f.level = %(level)s - 1 AND f.start >= s.start
+                 AND f.start < s.start + make_interval(days => 1 << %(level)s)
+GROUP BY s.start, f.layer, f.component
 """
 
 CHANGED_SQL = """
@@ -104,16 +156,45 @@ class Refreshed:
     ranks_unknown: int = 0  # jobs among them counted as one rank (no placement, no world_size label)
 
 
+def span_start(day: datetime, level: int) -> datetime:
+    """The start of the aligned span of 2^level days holding ``day`` (a UTC midnight)."""
+    n = (day - ORIGIN).days
+    return ORIGIN + timedelta(days=n - n % (1 << level))
+
+
+def spans(lo: datetime, hi: datetime) -> list[tuple[int, datetime]]:
+    """[lo, hi) (UTC midnights) as the fewest aligned spans, largest first where they fit: (level, start)."""
+    out = []
+    d, end = (lo - ORIGIN).days, (hi - ORIGIN).days
+    while d < end:
+        level = SPAN_LEVELS
+        while level and (d % (1 << level) or d + (1 << level) > end):
+            level -= 1
+        out.append((level, ORIGIN + timedelta(days=d)))
+        d += 1 << level
+    return out
+
+
 def roll(conn: psycopg.Connection, *, pairs: list[tuple[str, datetime]]) -> int:
-    """Replace the ledger rows of these (job, day) pairs from the attributions, in the caller's
-    transaction; returns the rows written."""
+    """Replace the ledger rows of these (job, day) pairs from the attributions, and the day summaries
+    of their days, in the caller's transaction; returns the ledger rows written."""
     if not pairs:
         return 0
     jobs = [j for j, _ in pairs]
     days = [d for _, d in pairs]
-    conn.execute("DELETE FROM fleet_ledger f USING unnest(%s::text[], %s::timestamptz[]) AS p(job, day) "
-                 "WHERE f.job = p.job AND f.day = p.day", (jobs, days))
-    return conn.execute(ROLL_SQL, {"jobs": jobs, "days": days, **KIND_ARGS}).rowcount
+    for table in ("fleet_ledger", "fleet_layer"):
+        conn.execute(f"DELETE FROM {table} f USING unnest(%s::text[], %s::timestamptz[]) AS p(job, day) "
+                     "WHERE f.job = p.job AND f.day = p.day", (jobs, days))
+    n = conn.execute(ROLL_SQL, {"jobs": jobs, "days": days, **KIND_ARGS}).rowcount
+    touched = sorted(set(days))
+    for table, sql in (("fleet_daily", DAILY_SQL), ("fleet_daily_jobs", DAILY_JOBS_SQL)):
+        conn.execute(f"DELETE FROM {table} WHERE day = ANY(%s::timestamptz[])", (touched,))
+        conn.execute(sql, {"days": touched})
+    for level in range(SPAN_LEVELS + 1):
+        starts = sorted({span_start(d, level) for d in touched})
+        conn.execute("DELETE FROM fleet_span WHERE level = %s AND start = ANY(%s::timestamptz[])", (level, starts))
+        conn.execute(SPAN0_SQL if level == 0 else SPAN_SQL, {"level": level, "starts": starts})
+    return n
 
 
 def refresh(conn: psycopg.Connection, *, overlap_s: float = 600.0, batch: int = 500) -> Refreshed:

@@ -66,11 +66,9 @@ def get_components(conn: ConnDep, from_: FromQ = None, to: ToQ = None, layer: La
 
 
 @router.get("/layers", dependencies=[HeavyRead], summary="Layers ranked by GPU-hours lost across jobs")
-def get_layers(conn: ConnDep, from_: FromQ = None, to: ToQ = None, kind: KindQ = None,
-               limit: LimitQ = 20) -> dict[str, Any]:
+def get_layers(conn: ConnDep, from_: FromQ = None, to: ToQ = None, limit: LimitQ = 20) -> dict[str, Any]:
     w = _window(from_, to)
-    return {**_head(w), "kind": kind,
-            "layers": ranking(conn, by="layer", window=w, layer=None, kind=_kind(kind), limit=limit)}
+    return {**_head(w), "layers": ranking(conn, by="layer", window=w, layer=None, kind=None, limit=limit)}
 
 
 @router.get("/components/{component:path}", dependencies=[HeavyRead],
