@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -109,7 +110,7 @@ def run(conn: psycopg.Connection, args: argparse.Namespace) -> dict[str, Any]:
     fill_s = time.perf_counter() - t
     t = time.perf_counter()
     rolled = refresh(conn, overlap_s=0)
-    conn.execute("ANALYZE fleet_ledger")
+    conn.execute("VACUUM ANALYZE")  # what autovacuum does to settled days: index-only scans see the pages
     roll_s = time.perf_counter() - t
     rows = conn.execute("SELECT count(*) FROM fleet_ledger").fetchone()
     w = Window(t0, t0 + timedelta(days=args.days))
@@ -131,6 +132,7 @@ def run(conn: psycopg.Connection, args: argparse.Namespace) -> dict[str, Any]:
     }
     raw_top = [r[0] for r in conn.execute(RAW_RANK_SQL, {"lo": w.lo, "hi": w.hi}).fetchall()]
     out["same_top20_as_raw"] = raw_top == [r["component"] for r in top]
+    out["load_average_1_5_15"] = [round(x, 2) for x in os.getloadavg()]  # the machine is shared: say how busy
     out["ratio_baseline_over_ledger_p50"] = round(out["baseline_raw_ranking"]["p50_ms"]
                                                   / max(out["ranking_components"]["p50_ms"], 1e-3), 1)
     return out

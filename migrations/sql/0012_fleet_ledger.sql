@@ -52,6 +52,8 @@ CREATE TABLE fleet_span (
     gpu_s        double precision NOT NULL,
     PRIMARY KEY (level, start, layer, component)
 );
+-- the ranking's scan, index-only: (level, start) of each span of the window, what it sums in the index
+CREATE INDEX fleet_span_scan ON fleet_span (level, start) INCLUDE (component, layer, kind, gpu_s);
 
 -- The same rows' detail, apart so that fleet_daily stays narrow for the ranking's scan: the day's jobs
 -- with their GPU-seconds and slow steps (aligned arrays, by job), and the evidence labels with their
