@@ -34,6 +34,8 @@ ENTRIES = (
     Entry("demo", "fabricscope.service.demo", "demo_command", "server", "API + simulated cluster + slow steps."),
     Entry("simulate", "fabricscope.service.simulate.cli", "simulate_command", "server",
           "Send a simulated cluster with injected faults to an API."),
+    Entry("compare", "fabricscope.service.fleet.cli", "compare_command", "server",
+          "Why is run B slower than run A (phases, versions, placement, components)."),
     Entry("writer", "fabricscope.service.bus.cli", "writer_command", "server", "NATS bus writer."),
     Entry("agent", "fabricscope.collectors.host.agent", "agent_command", "agent",
           "The host agent (NIC, RDMA/IB, storage)."),

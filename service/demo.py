@@ -102,6 +102,33 @@ def demo_command(
         typer.echo("stopped", err=True)
 
 
+def _fleet_block(dsn: str, client: Any) -> str:
+    """#48: the fleet ledger's top three components by GPU-hours lost (this and earlier demo runs of the
+    last 7 days), rolled now rather than at the background job's next run."""
+    import psycopg
+
+    from fabricscope.service.fleet.rollup import refresh
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        mark = conn.execute("SELECT now()").fetchone()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the background job may hold the roll: then it rolls these too
+            refresh(conn)
+            done = conn.execute("SELECT through >= %s FROM fleet_watermark", (mark[0] if mark else None,)).fetchone()
+            if done and done[0]:
+                break
+            time.sleep(0.2)
+    top = client.get("/v1/fleet/components", params={"limit": 3}).json().get("components", [])
+    lines = ["fleet: top components by GPU-hours lost (last 7 days: GET /v1/fleet/components)"]
+    for i, c in enumerate(top, 1):
+        ev = (c.get("top_evidence") or {}).get("evidence") or "no evidence recorded"
+        lines.append(f"  {i}. {c['component']} ({c['layer']}): {c['gpu_hours']:.3f} GPU-hours over {c['jobs']} "
+                     f"job(s), {c['slow_steps']} slow steps; evidence: {ev}")
+    if not top:
+        lines.append("  none: no slow step was blamed on a component")
+    return "\n".join(lines)
+
+
 def _feed_and_report(dsn: str, base: str, engine: AttributionEngine, *, hosts: int, gpus_per_host: int,
                      steps: int, faults: int, seed: int) -> None:
     import httpx
@@ -138,6 +165,8 @@ def _feed_and_report(dsn: str, base: str, engine: AttributionEngine, *, hosts: i
     typer.echo(_table(rows, sc.truth))
     typer.echo("")
     typer.echo(baseline.efficiency_block(client, sc, run))
+    typer.echo("")
+    typer.echo(_fleet_block(dsn, client))
     client.close()
     typer.echo("")
     typer.echo(f"query them: {base}/v1/jobs/{job}/steps?slow=true")
@@ -145,3 +174,4 @@ def _feed_and_report(dsn: str, base: str, engine: AttributionEngine, *, hosts: i
         typer.echo(f"            {base}/v1/jobs/{job}/steps/{rows[0]['step']}/attribution")
     typer.echo(f"            {base}/v1/jobs/{job}/report        (API docs: {base}/docs)")
     typer.echo(f"            {base}/v1/jobs/{job}/efficiency")
+    typer.echo(f"            {base}/v1/fleet/components      {base}/v1/jobs/{{a}}/compare/{{b}}")

@@ -89,6 +89,17 @@ class Settings(BaseSettings):
     trends_jump_window: int = Field(default=24, ge=2)  # trailing buckets the median is taken over
     trends_jump_min_points: int = Field(default=3, ge=1)  # buckets needed before a jump can be called
 
+    # --- the fleet ledger (#48): docs/configuration.md "Fleet ledger"
+    fleet_interval_s: float = Field(default=60.0, ge=0)  # the ledger's rollup + its alerts (service/fleet); 0 disables
+    fleet_overlap_s: float = Field(default=600.0, ge=0)  # attributions this much older than the watermark re-read
+    fleet_alerts: bool = True  # component_degraded and the digest, after each roll (off: the ledger only)
+    fleet_alert_window_days: int = Field(default=1, ge=1, le=90)  # component_degraded: trailing UTC days summed
+    fleet_alert_gpu_hours: float = Field(default=50.0, gt=0)  # ...fires at this many GPU-hours lost in the window
+    fleet_alert_jobs: int = Field(default=5, ge=1)  # ...or at this many distinct jobs slowed in the window
+    fleet_alert_clear_ratio: float = Field(default=0.5, gt=0, le=1)  # resolves below this fraction of both bars
+    fleet_digest_hour: int | None = Field(default=None, ge=0, le=23)  # daily fleet_digest at this UTC hour; unset: off
+    fleet_digest_top: int = Field(default=10, ge=1, le=100)  # components in the digest
+
     # Step-time regression alerts (service/alerts). Detector: CUSUM over the robust baseline.
     alert_min_regression: float = Field(default=0.03, gt=0, lt=10)  # smallest sustained slowdown to alert on
     alert_threshold: float = Field(default=10.0, gt=0)  # CUSUM decision interval, in baseline noise units

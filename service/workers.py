@@ -108,6 +108,17 @@ def start_background(pool: ConnectionPool, settings: Settings, *, engine: Attrib
         sched.add_job(_guarded(pool, "rollup", lambda c: rollup_refresh(
             c, max_hours=settings.rollup_batch_hours, budget_s=settings.rollup_budget_s)), "interval",
             seconds=settings.rollup_interval_s, id="rollup", jitter=1)
+    if settings.fleet_interval_s > 0:  # #48: the fleet ledger, then its component_degraded alerts and digest
+        from fabricscope.service.fleet.alerts import run_once as fleet_alerts
+        from fabricscope.service.fleet.rollup import refresh as fleet_refresh
+
+        def fleet(conn: psycopg.Connection) -> None:
+            fleet_refresh(conn, overlap_s=settings.fleet_overlap_s)
+            if settings.fleet_alerts:
+                fleet_alerts(conn, settings=settings)
+
+        sched.add_job(_guarded(pool, "fleet", fleet), "interval", seconds=settings.fleet_interval_s, id="fleet",
+                      jitter=1)
     if settings.retention_interval_s > 0:
         sched.add_job(_guarded(pool, "retention", lambda c: retention(c, days=settings.retention_days)), "interval",
                       seconds=settings.retention_interval_s, id="retention")

@@ -118,6 +118,7 @@ def start_service(database_url: str, log_dir: Path, *, port: int | None = None, 
         "FABRICSCOPE_ALERT_INTERVAL_S": "0",
         "FABRICSCOPE_DELIVERY_INTERVAL_S": "0",
         "FABRICSCOPE_RETENTION_INTERVAL_S": "0",
+        "FABRICSCOPE_FLEET_INTERVAL_S": "0",  # #48: on only where a test asks for the fleet ledger
         "FABRICSCOPE_DB_TIMEOUT_S": "2",
         "FABRICSCOPE_DATA_DIR": str(log_dir / "data"),
         **(env or {}),

@@ -38,6 +38,14 @@ def test_demo_finds_the_injected_faults_and_stops_the_database() -> None:
         assert "bus bandwidth vs acceptance (fabric demo-fabric: all_reduce_perf-a100-8gpu-superbench.txt" in out.stdout
         bw = [line.split() for line in out.stdout.splitlines() if re.match(r"\s+\d+ MiB\s+[\d.]+ GB/s", line)]
         assert bw and all(0.2 < float(b[4]) <= 1.0 and float(b[5]) < float(b[4]) for b in bw), out.stdout
+        # #48: the fleet ledger's top three components by GPU-hours lost
+        # (at most three: this short run's faults may name fewer components; `make run`'s six name more)
+        head, tail = out.stdout.split("fleet: top components by GPU-hours lost", 1)
+        fleet = [m for f in tail.splitlines()[1:4]
+                 if (m := re.match(r"  \d\. (\S+) \(\w+\): ([\d.]+) GPU-hours", f))]
+        assert fleet and all(f"  {m[1]}  " in head or f" {m[1]} " in head for m in fleet), out.stdout
+        hours = [float(m[2]) for m in fleet]
+        assert hours == sorted(hours, reverse=True) and hours[0] > 0, out.stdout
         assert "embedded PostgreSQL stopped" in out.stderr
         assert not (data_dir / "pg" / "postmaster.pid").exists()
     finally:

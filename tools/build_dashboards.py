@@ -545,8 +545,16 @@ def capacity() -> dict[str, Any]:
     return build()
 
 
+def fleet() -> dict[str, Any]:
+    """#48: its panels live in tools/dashboard_fleet.py."""
+    sys.path.insert(0, str(OUT.parent.parent))
+    from tools.dashboard_fleet import fleet as build
+
+    return build()
+
+
 DASHBOARDS = {"job-overview.json": job_overview, "collectives.json": collectives, "fabric.json": fabric,
-              "storage.json": storage, "capacity.json": capacity}
+              "storage.json": storage, "capacity.json": capacity, "fleet.json": fleet}
 
 
 def render_all() -> dict[str, str]:

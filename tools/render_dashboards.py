@@ -293,10 +293,11 @@ def render_all(dsn: str, out_dir: Path, *, job: str | None = None, time_from: da
         if time_from is None or time_to is None:
             time_from, time_to = job_range(conn, job)
         ts = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'timescaledb'").fetchone() is not None
-        ctx = resolve_variables(conn, dashboards, Context(time_from, time_to, {"job": [job], "api": [api]},
-                                                          timescaledb=ts))
-        return [render(conn, d, ctx, out_dir / f"{d['uid']}.png") for name, d in dashboards.items()
-                if not only or name in only or d["uid"] in only]
+        # only the chosen dashboards' variables: another's may need data this database lacks (#48: Fleet)
+        chosen = {n: d for n, d in dashboards.items() if not only or n in only or d["uid"] in only}
+        ctx = resolve_variables(conn, chosen, Context(time_from, time_to, {"job": [job], "api": [api]},
+                                                      timescaledb=ts))
+        return [render(conn, d, ctx, out_dir / f"{d['uid']}.png") for d in chosen.values()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,11 @@ from typing import Any
 import orjson
 
 BUSBW_KIND = "busbw_below_acceptance"  # #19: service/alerts/busbw.py
-EVENTS = ("step_regression", BUSBW_KIND)  # an alert's kind is the event its notifications carry
+FLEET_KIND = "component_degraded"  # #48: service/fleet/alerts.py (the alert's `job` is the component)
+DIGEST_KIND = "fleet_digest"  # #48: the optional daily digest of the top components
+FLEET_KINDS = (FLEET_KIND, DIGEST_KIND)
+# an alert's kind is the event its notifications carry
+EVENTS = ("step_regression", BUSBW_KIND, FLEET_KIND, DIGEST_KIND)
 SIGNATURE_HEADER = "X-Fabricscope-Signature"
 
 
@@ -48,9 +52,24 @@ def _busbw_headline(alert: dict[str, Any], status: str) -> str:
             f"{thr} for {alert['steps']} steps since step {alert['since_step']}")
 
 
+def _fleet_headline(alert: dict[str, Any], status: str) -> str:
+    f = alert.get("fleet") or {}
+    if alert.get("kind") == DIGEST_KIND:
+        top = "; ".join(f"{c['component'] or c['layer']} {c['gpu_hours_lost']:.1f} GPU-h"
+                        for c in (f.get("components") or [])[:3])
+        return f"fleet digest: top components by GPU-hours lost: {top or 'none'}"
+    gh = f.get("gpu_hours_lost")
+    lost = f"{gh:.1f}" if isinstance(gh, int | float) else "?"
+    what = (f"component {alert['job']} ({f.get('layer')}): {lost} GPU-hours lost over {f.get('jobs_affected')} "
+            f"jobs; evidence: {f.get('evidence') or 'none recorded'}")
+    return f"[{status}] {what}"
+
+
 def _headline(alert: dict[str, Any], status: str) -> str:
     if alert.get("kind") == BUSBW_KIND:
         return _busbw_headline(alert, status)
+    if alert.get("kind") in FLEET_KINDS:
+        return _fleet_headline(alert, status)
     job = alert["job"]
     if status == "resolved":
         return (f"[resolved] job {job}: step time back to baseline ({alert['baseline_s']:.3f}s) at step "
@@ -60,6 +79,8 @@ def _headline(alert: dict[str, Any], status: str) -> str:
 
 
 def _cause(alert: dict[str, Any]) -> str:
+    if alert.get("kind") in FLEET_KINDS:
+        return f"incidents: GET /v1/fleet/components/{alert['job']}"
     if alert.get("kind") == BUSBW_KIND:
         return f"per op and size: GET /v1/jobs/{alert['job']}/efficiency"
     att = alert.get("attribution") or {}
@@ -88,6 +109,8 @@ def slack(alert: dict[str, Any], *, status: str, key: str, now: datetime,
 
 
 def _severity(alert: dict[str, Any]) -> str:
+    if alert.get("kind") in FLEET_KINDS:
+        return "warning"
     if alert.get("kind") == BUSBW_KIND:  # at half the threshold or less the fabric is badly degraded
         eff = alert.get("efficiency") or {}
         frac, thr = eff.get("fraction"), eff.get("threshold")
@@ -112,7 +135,9 @@ def pagerduty(alert: dict[str, Any], *, status: str, key: str, now: datetime,
         "class": alert.get("kind") or "step_regression",
         "custom_details": alert,
     }
-    if comps and comps[0].get("component"):
+    if alert.get("kind") == FLEET_KIND:
+        payload["component"] = alert["job"]
+    elif comps and comps[0].get("component"):
         payload["component"] = comps[0]["component"]
     body["payload"] = payload
     body["client"] = "fabricscope"

@@ -47,6 +47,9 @@ def alert_out(row: dict[str, Any]) -> dict[str, Any]:
     if row["kind"] == payloads.BUSBW_KIND:  # #19: its summary is the bus bandwidth, not an attribution
         out["attribution"] = {"available": False}
         out["efficiency"] = row["summary"] or {}
+    elif row["kind"] in payloads.FLEET_KINDS:  # #48: its summary is the fleet ledger's, the job is the component
+        out["attribution"] = {"available": False}
+        out["fleet"] = row["summary"] or {}
     else:
         out["attribution"] = row["summary"] or {"available": False}
     return out

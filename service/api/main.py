@@ -30,6 +30,8 @@ from fabricscope.service.api.routes import (
     steps,
     topology,
 )
+from fabricscope.service.api.routes import compare as compare_routes  # (#48)
+from fabricscope.service.api.routes import fleet as fleet_routes  # (#48)
 from fabricscope.service.api.routes import placement as placement_routes  # (#17 item 4)
 from fabricscope.service.api.routes import trends as trends_routes  # (#19)
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
@@ -111,6 +113,8 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
     app.include_router(efficiency.router)  # #19: GET /v1/jobs/{job}/efficiency
     app.include_router(trends_routes.router)  # (#19)
     app.include_router(placement_routes.router)  # #17: GET /v1/jobs/{job}/placement
+    app.include_router(fleet_routes.router)  # #48: GET /v1/fleet/...
+    app.include_router(compare_routes.router)  # #48: GET /v1/jobs/{a}/compare/{b}
 
     app.add_middleware(RequestGuard, settings=settings, tokens=app.state.token_scopes)
     app.add_middleware(AccessLog)  # added before request_id below, so it runs inside it and logs the id

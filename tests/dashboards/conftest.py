@@ -18,6 +18,7 @@ import numpy as np
 import psycopg
 import pytest
 
+from fabricscope.service.fleet.rollup import refresh as fleet_refresh
 from fabricscope.service.simulate.faults import FAULT_KINDS, Fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.send import HttpSink, send_scenario
@@ -115,6 +116,8 @@ def dash_env(tmp_path_factory: pytest.TempPathFactory, test_server_url: str | No
         r = httpx.get(f"{svc.url}/v1/jobs/{JOB}/report", timeout=300)
         r.raise_for_status()
         capacity_data.fill(svc.url, db.url, sc, JOB)  # the Capacity dashboard's jobs, baseline, rollup
+        with psycopg.connect(db.url) as conn:  # #48: the Fleet dashboard's ledger, as the service's fleet job rolls it
+            fleet_refresh(conn)
         with psycopg.connect(db.url, autocommit=True) as conn:
             from_engine = _alerts(conn, db.url)
             ts = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'timescaledb'").fetchone() is not None

@@ -36,7 +36,8 @@ class AttributionSummary(BaseModel):
 class AlertOut(BaseModel):
     id: int
     job: str
-    kind: str = Field(description="step_regression | busbw_below_acceptance")
+    kind: str = Field(description="step_regression | busbw_below_acceptance | component_degraded | fleet_digest "
+                                  "(the fleet kinds' `job` is the component, or `fleet` for the digest)")
     state: Literal["firing", "resolved"]
     started_at: datetime = Field(description="start of the first regressed step (since when)")
     since_step: int | None = Field(description="first regressed step")
@@ -55,6 +56,9 @@ class AlertOut(BaseModel):
     efficiency: dict[str, Any] | None = Field(
         default=None, description="busbw_below_acceptance only: fabric, fraction (median of the last steps), "
                                   "min_fraction, threshold, steps_required")
+    fleet: dict[str, Any] | None = Field(
+        default=None, description="component_degraded: component, layer, kind, gpu_hours_lost, jobs_affected, jobs, "
+                                  "evidence, window, thresholds; fleet_digest: window, components")
     updated_at: datetime
 
 

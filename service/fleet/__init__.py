@@ -1,0 +1,1 @@
+"""The fleet ledger (#48): GPU-hours lost per component across jobs, repair alerts, run comparison."""
