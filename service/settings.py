@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     http_max_connections: int = Field(default=512, ge=1)
     http_backlog: int = Field(default=2048, ge=1)
     http_shutdown_timeout_s: int = Field(default=8, ge=1)
+    # #46 item 9: at a stop, a background job still running this long after the requests had
+    # theirs is cancelled (its statement), so a stop is bounded
+    background_stop_grace_s: float = Field(default=2.0, ge=0)
 
     retention_days: int = Field(default=30, ge=1)
     compress_after_days: int = Field(default=2, ge=1)
