@@ -276,10 +276,11 @@ class Sender:
     # -- one batch ----------------------------------------------------------------------------------
     def _deliver(self, rec: dict[str, Any], retries: int | None = None) -> str:
         """'ok', 'rejected' (dropped and counted) or 'failed' (retries ran out)."""
-        batch, not_json = encode(rec)
-        if not_json:
-            self._count_drop("rejected", not_json)
-            log.warning("fabricscope: %s: %d items with NaN/inf dropped", rec["kind"], not_json)
+        batch, unsendable = encode(rec)
+        if unsendable:  # each costs only itself (#46 item 6), and is named
+            self._count_drop("rejected", len(unsendable))
+            log.warning("fabricscope: %s: %d items the service could not read dropped: %s", rec["kind"],
+                        len(unsendable), "; ".join(unsendable[:5])[:500])
         if batch is None:
             return "rejected"
         max_retries = self._max_retries if retries is None else retries

@@ -34,7 +34,7 @@ log = logging.getLogger("fabricscope.spool")
 def _number_or_str(o: Any) -> Any:
     try:
         return float(o)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return str(o)
 
 
