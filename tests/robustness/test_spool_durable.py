@@ -12,7 +12,6 @@ import logging
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -20,7 +19,6 @@ import pytest
 
 from fabricscope.collectors.sinks.http import HttpSender
 from tests.bus import rows
-from tests.support import ServiceProcess, TestDatabase, start_service
 
 CHILD = textwrap.dedent("""
     import json, resource, signal, sys
@@ -59,42 +57,27 @@ def test_every_append_that_returned_ok_is_replayed_after_a_full_disk(tmp_path: P
     assert got["replayed"] == got["ok"] and got["corrupt"] == 0, got
 
 
-@pytest.fixture
-def database(test_database: TestDatabase, tmp_path: Path) -> Iterator[str]:
-    db = TestDatabase.create(test_database.admin_url, tmp_path / "db")
-    yield db.url
-    db.drop()
-
-
-@pytest.fixture
-def service(database: str, tmp_path: Path) -> Iterator[ServiceProcess]:
-    (tmp_path / "svc").mkdir()
-    svc = start_service(database, tmp_path / "svc")
-    yield svc
-    svc.stop()
-
-
 BAD_HEADS = [b'{"hello": "world"}\n', b'[1, 2, 3]\n', b'{"batch_id": "x", "kind": "job"}\n',
              b'{"batch_id": "y", "kind": "samples", "items": {"not": "a list"}}\n']
 
 
 def test_records_that_are_not_batches_are_skipped_not_jamming(
-        service: ServiceProcess, database: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        service_url: str, database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Valid JSON of another shape at the head: before, every cycle raised on it ("unexpected
     error") and nothing behind it, nor anything new, was ever sent."""
     spool = tmp_path / "agent.spool"
-    spooled = rows.sample_items(7, prefix="sph")
+    spooled = rows.sample_items(7, prefix="sp46h")
     spool.write_bytes(b"".join(BAD_HEADS) + json.dumps({"batch_id": "b-old", "kind": "samples", "job": None,
                                          "items": spooled}).encode() + b"\n")
     caplog.set_level(logging.WARNING, logger="fabricscope")
-    sender = HttpSender(service.url, spool_path=spool, flush_interval_s=60, timeout_s=10)
-    fresh = rows.sample_items(299, prefix="spn")
+    sender = HttpSender(service_url, spool_path=spool, flush_interval_s=60, timeout_s=10)
+    fresh = rows.sample_items(299, prefix="sp46n")
     for it in fresh:
         assert sender.submit("samples", it)
     assert sender.flush(30), sender.stats
     sender.close()
-    with psycopg.connect(database) as conn:
-        assert rows.count(conn, "spn") == 299 and rows.count(conn, "sph") == 7
+    with psycopg.connect(database_url) as conn:
+        assert rows.count(conn, "sp46n") == 299 and rows.count(conn, "sp46h") == 7
     assert sender.stats["replayed"] == 7 and sender.stats["spool_corrupt"] == 4, sender.stats
     skipped = [r.getMessage() for r in caplog.records if "skipping the record at byte" in r.getMessage()]
     assert len(skipped) == 4, caplog.text  # one line each
