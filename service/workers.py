@@ -1,11 +1,16 @@
 """Background work inside `fabricscope serve`: attribution as data arrives, alerting, retention.
 
 APScheduler runs each job on its own interval; a job that overruns is skipped, never stacked.
+A stop is bounded (issue #46 item 9): :class:`Background` lets a running job finish within a grace
+period, then cancels its database statement (again, until it ends), so a long rollup or a job
+waiting on a lock cannot hold the process for minutes.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,11 +42,71 @@ def retention(conn: psycopg.Connection, *, days: int) -> int:
     return total
 
 
-def _guarded(pool: ConnectionPool, name: str, fn: Callable[[psycopg.Connection], Any]) -> Callable[[], None]:
+class Running:
+    """The connection each running job holds, so that a stop can cancel what it waits on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._conns: dict[str, psycopg.Connection] = {}
+
+    def enter(self, name: str, conn: psycopg.Connection) -> None:
+        with self._lock:
+            self._conns[name] = conn
+
+    def leave(self, name: str) -> None:
+        with self._lock:
+            self._conns.pop(name, None)
+
+    def snapshot(self) -> dict[str, psycopg.Connection]:
+        with self._lock:
+            return dict(self._conns)
+
+
+class Background:
+    """The scheduler and its running jobs; ``shutdown`` is bounded."""
+
+    CANCEL_FOR_S = 5.0  # after the grace: cancel statements this long at most, then leave the rest
+
+    def __init__(self, sched: BackgroundScheduler, running: Running) -> None:
+        self.scheduler = sched
+        self.running = running
+
+    def shutdown(self, *, grace_s: float) -> list[str]:
+        """Start no new run; wait up to ``grace_s`` for the running ones, then cancel their
+        statements until they end. The names of jobs still running at the end (none, normally)."""
+        self.scheduler.shutdown(wait=False)
+        deadline = time.monotonic() + grace_s
+        while self.running.snapshot() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.running.snapshot():
+            log.warning("stopping: cancelling background jobs still running after %.0f s: %s", grace_s,
+                        ", ".join(sorted(self.running.snapshot())))
+        deadline = time.monotonic() + self.CANCEL_FOR_S
+        while (left := self.running.snapshot()) and time.monotonic() < deadline:
+            for conn in left.values():
+                try:
+                    conn.cancel()  # the statement running now ends with QueryCanceled; the job with it
+                except psycopg.Error as exc:
+                    log.debug("cancel failed: %s", exc)
+            time.sleep(0.2)
+        left = self.running.snapshot()
+        if left:
+            log.warning("stopping: background jobs %s did not end when cancelled", ", ".join(sorted(left)))
+        return sorted(left)
+
+
+def _guarded(pool: ConnectionPool, name: str, fn: Callable[[psycopg.Connection], Any],
+             running: Running | None = None) -> Callable[[], None]:
+    reg = running if running is not None else Running()
+
     def run() -> None:
         try:
             with pool.connection() as conn:
-                fn(conn)
+                reg.enter(name, conn)
+                try:
+                    fn(conn)
+                finally:
+                    reg.leave(name)
         except EXPECTED as exc:  # an outage or a lost lease: the next run retries, no traceback needed
             log.warning("%s failed: %s: %s", name, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
         except Exception:  # a bug: the job keeps its schedule, but the traceback must be seen
@@ -63,9 +128,10 @@ class _RunsAtDebug(logging.Filter):
 _RUNS_AT_DEBUG = _RunsAtDebug()
 
 
-def start_background(pool: ConnectionPool, settings: Settings, *, engine: AttributionEngine) -> BackgroundScheduler:
+def start_background(pool: ConnectionPool, settings: Settings, *, engine: AttributionEngine) -> Background:
     """`engine`: the app's, so attribution in the background and on request share one set of caches."""
     logging.getLogger("apscheduler.executors.default").addFilter(_RUNS_AT_DEBUG)
+    running = Running()
     sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
     if settings.correlate_interval_s > 0:
         from fabricscope.service.bus.leases import JobPartitioner
@@ -78,35 +144,38 @@ def start_background(pool: ConnectionPool, settings: Settings, *, engine: Attrib
             for job in part.claim(conn, jobs):
                 engine.process_pending(conn, job=job)
 
-        sched.add_job(_guarded(pool, "attribution", correlate), "interval",
+        sched.add_job(_guarded(pool, "attribution", correlate, running), "interval",
                       seconds=settings.correlate_interval_s, id="correlate", jitter=1)
     if settings.alert_interval_s > 0:
         from fabricscope.service.alerts.engine import run_once as alerts_once
 
-        sched.add_job(_guarded(pool, "alerts", lambda c: alerts_once(c, settings=settings)), "interval",
+        sched.add_job(_guarded(pool, "alerts", lambda c: alerts_once(c, settings=settings), running), "interval",
                       seconds=settings.alert_interval_s, id="alerts", jitter=1)
     if settings.alert_interval_s > 0:  # #19: bus bandwidth below the fabric's acceptance baseline
         from fabricscope.service.alerts.busbw import run_once as busbw_once
 
-        sched.add_job(_guarded(pool, "busbw alerts", lambda c: busbw_once(c, settings=settings)), "interval",
+        sched.add_job(_guarded(pool, "busbw alerts", lambda c: busbw_once(c, settings=settings), running),
+                      "interval",
                       seconds=settings.alert_interval_s, id="busbw_alerts", jitter=1)
     if settings.delivery_interval_s > 0:
         from fabricscope.service.alerts.delivery import deliver_due
 
         # its own job: a slow receiver never delays ingest, attribution or alerting
-        sched.add_job(_guarded(pool, "deliveries", lambda c: deliver_due(c, settings=settings)), "interval",
+        sched.add_job(_guarded(pool, "deliveries", lambda c: deliver_due(c, settings=settings), running),
+                      "interval",
                       seconds=settings.delivery_interval_s, id="deliveries", jitter=1)
     from fabricscope.service.alerts.secretbox import box_for, reencrypt
 
     # once at start: seal rows from before encryption, move rows to the newest key after a rotation
-    sched.add_job(_guarded(pool, "secrets", lambda c: reencrypt(c, box_for(settings.secret_keys, settings.data_dir))),
+    sched.add_job(_guarded(pool, "secrets",
+                           lambda c: reencrypt(c, box_for(settings.secret_keys, settings.data_dir)), running),
                   id="secrets")
     if settings.rollup_interval_s > 0:
         from fabricscope.service.trends.rollup import refresh as rollup_refresh
 
         # hourly rollups for the trends; its own job, so a long roll never delays alerting
         sched.add_job(_guarded(pool, "rollup", lambda c: rollup_refresh(
-            c, max_hours=settings.rollup_batch_hours, budget_s=settings.rollup_budget_s)), "interval",
+            c, max_hours=settings.rollup_batch_hours, budget_s=settings.rollup_budget_s), running), "interval",
             seconds=settings.rollup_interval_s, id="rollup", jitter=1)
     if settings.fleet_interval_s > 0:  # #48: the fleet ledger, then its component_degraded alerts and digest
         from fabricscope.service.fleet.alerts import run_once as fleet_alerts
@@ -120,7 +189,8 @@ def start_background(pool: ConnectionPool, settings: Settings, *, engine: Attrib
         sched.add_job(_guarded(pool, "fleet", fleet), "interval", seconds=settings.fleet_interval_s, id="fleet",
                       jitter=1)
     if settings.retention_interval_s > 0:
-        sched.add_job(_guarded(pool, "retention", lambda c: retention(c, days=settings.retention_days)), "interval",
+        sched.add_job(_guarded(pool, "retention", lambda c: retention(c, days=settings.retention_days), running),
+                      "interval",
                       seconds=settings.retention_interval_s, id="retention")
     sched.start()
-    return sched
+    return Background(sched, running)

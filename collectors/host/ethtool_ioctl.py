@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import os
 import socket
 import struct
 import threading
@@ -44,7 +45,8 @@ class EthtoolIoctl:
         self._sock.close()
 
     def _ioctl(self, iface: str, buf: ctypes.Array[ctypes.c_char]) -> None:
-        ifreq = struct.pack("16sP", iface.encode()[: IFNAMSIZ - 1], ctypes.addressof(buf))
+        # os.fsencode: a name that is not UTF-8 (surrogate escapes, PEP 383) is its own bytes again
+        ifreq = struct.pack("16sP", os.fsencode(iface)[: IFNAMSIZ - 1], ctypes.addressof(buf))
         try:
             fcntl.ioctl(self._sock.fileno(), SIOCETHTOOL, ifreq)
         except OSError as exc:

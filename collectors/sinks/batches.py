@@ -9,8 +9,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from fabricscope.core import wire
+from fabricscope.core import wire, wiresafe
 from fabricscope.core.transport import Batch
+from fabricscope.core.wiresafe import clean_item
 
 
 def group(items: list[tuple[str, str | None, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -31,26 +32,43 @@ def group(items: list[tuple[str, str | None, dict[str, Any]]]) -> list[dict[str,
     return out
 
 
-def encode(rec: dict[str, Any]) -> tuple[Batch | None, int]:
-    """(the batch to send or None when nothing of it is JSON, how many items were not strict JSON).
-    Items with NaN/inf are removed from the record itself, so a spooled copy is clean too."""
+def encode(rec: dict[str, Any]) -> tuple[Batch | None, list[str]]:
+    """(the batch to send, or None when nothing of it can be; why each item left out was).
+
+    Items the server could not read (NaN/inf, a lone surrogate, an integer past a double's range:
+    core/wiresafe.py) are removed from the record itself, so a spooled copy is clean too, and
+    names that are not UTF-8 are written reversibly in it. The whole-batch encoding is the fast
+    path; items are checked one by one only when it fails or its text looks suspect."""
     kind, job = rec["kind"], rec.get("job")
     if kind == "job":
+        body, why = clean_item(rec["body"])
         try:
-            return Batch(kind, job, rec["batch_id"], rec["body"], wire.dumps(rec["body"])), 0
-        except ValueError:
-            return None, 1
+            if why is None:
+                return Batch(kind, job, rec["batch_id"], body, wire.dumps(body)), []
+        except ValueError as exc:
+            why = str(exc)
+        return None, [f"job {job}: {why}"]
     body = wire.batch_body(kind, rec["items"], batch_id=rec["batch_id"], job=job)
     try:
-        return Batch(kind, job, rec["batch_id"], body, wire.dumps_yielding(body, kind)), 0
-    except ValueError:  # NaN/inf somewhere: drop just the items that are not JSON
-        good = [it for it in rec["items"] if wire.json_ok(it)]
-        dropped = len(rec["items"]) - len(good)
-        rec["items"][:] = good
-        if not good:
-            return None, dropped
-        body = wire.batch_body(kind, good, batch_id=rec["batch_id"], job=job)
-        return Batch(kind, job, rec["batch_id"], body, wire.dumps(body)), dropped
+        text = wire.dumps_yielding(body, kind)
+        if not wiresafe.maybe_unsafe(text):
+            return Batch(kind, job, rec["batch_id"], body, text), []
+    except ValueError:  # NaN/inf, or an int too long for str(): some item is not JSON
+        pass
+    good, dropped = [], []
+    for i, it in enumerate(rec["items"]):
+        clean, why = clean_item(it)
+        if why is None and not wire.json_ok(clean):
+            why = "not strict JSON"
+        if why is None:
+            good.append(clean)
+        else:
+            dropped.append(f"item {i}: {why}")
+    rec["items"][:] = good
+    if not good:
+        return None, dropped
+    body = wire.batch_body(kind, good, batch_id=rec["batch_id"], job=job)
+    return Batch(kind, job, rec["batch_id"], body, wire.dumps(body)), dropped
 
 
 def n_items(rec: dict[str, Any]) -> int:

@@ -135,8 +135,8 @@ class Sender:
     def stats(self) -> dict[str, int]:
         out = dict(self._stats)
         out["queued"] = len(self._q)
-        out["spool_bytes"] = self._spool.pending_bytes if self._spool else 0
-        if self._spool:
+        out["spool_bytes"] = self._spool.pending_bytes if self._spool is not None else 0
+        if self._spool is not None:  # an empty spool is falsy: its count of skipped records still holds
             out["spool_corrupt"] = self._spool.corrupt
         return out
 
@@ -229,7 +229,16 @@ class Sender:
         if self._down and not self._force and time.monotonic() < self._next_probe:
             return
         while (rec := self._spool.peek()) is not None:
-            result = self._deliver(rec, retries=0 if self._down else None)
+            try:
+                result = self._deliver(rec, retries=0 if self._down else None)
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                # a record the spool's shape check let through and encode cannot read: one loss,
+                # said once, never a loop that holds back everything spooled behind it
+                log.warning("fabricscope: spooled batch %.40r skipped: %s: %s", rec.get("batch_id"),
+                            type(e).__name__, e)
+                self._spool.corrupt += 1
+                self._spool.pop()
+                continue
             if result == "failed":
                 self._open_circuit()
                 return
@@ -267,10 +276,11 @@ class Sender:
     # -- one batch ----------------------------------------------------------------------------------
     def _deliver(self, rec: dict[str, Any], retries: int | None = None) -> str:
         """'ok', 'rejected' (dropped and counted) or 'failed' (retries ran out)."""
-        batch, not_json = encode(rec)
-        if not_json:
-            self._count_drop("rejected", not_json)
-            log.warning("fabricscope: %s: %d items with NaN/inf dropped", rec["kind"], not_json)
+        batch, unsendable = encode(rec)
+        if unsendable:  # each costs only itself (#46 item 6), and is named
+            self._count_drop("rejected", len(unsendable))
+            log.warning("fabricscope: %s: %d items the service could not read dropped: %s", rec["kind"],
+                        len(unsendable), "; ".join(unsendable[:5])[:500])
         if batch is None:
             return "rejected"
         max_retries = self._max_retries if retries is None else retries

@@ -7,6 +7,12 @@ The file never grows past ``max_bytes``: an append that would not fit is refused
 the drop) after compacting away what was already replayed. An exclusive ``flock`` on
 ``<path>.lock`` keeps two processes from interleaving in one spool.
 
+A record counts as recorded only once its whole line is written and fsync'd: an append that fails
+part way (disk full, file size limit) is cut back off the file before the error goes up, so the
+file holds whole records only and the next append starts on a line of its own (issue #46 item 7).
+On replay a line that is not a batch record (not JSON, or JSON of another shape) is skipped with
+one log line and counted, so it can never hold up the records behind it.
+
 Standard library only: the training hook imports this.
 """
 
@@ -20,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricscope.core.errors import FabricscopeError
+from fabricscope.core.wire import KINDS
 
 log = logging.getLogger("fabricscope.spool")
 
@@ -27,8 +34,22 @@ log = logging.getLogger("fabricscope.spool")
 def _number_or_str(o: Any) -> Any:
     try:
         return float(o)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return str(o)
+
+
+def _not_a_batch(rec: Any) -> str | None:
+    """Why ``rec`` is not a record ``append`` wrote (a batch record, collectors/sinks/batches.py)."""
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not a batch record"
+    if not isinstance(rec.get("batch_id"), str):
+        return "no batch_id"
+    kind = rec.get("kind")
+    if kind == "job":
+        return None if isinstance(rec.get("job"), str) and isinstance(rec.get("body"), dict) else "a bad job record"
+    if kind not in KINDS:
+        return f"unknown kind {str(kind)[:40]!r}"
+    return None if isinstance(rec.get("items"), list) else "no items list"
 
 
 class SpoolLocked(FabricscopeError, OSError):
@@ -79,10 +100,22 @@ class Spool:
         return True
 
     def _write(self, data: bytes) -> None:
-        self._f.seek(0, os.SEEK_END)
-        self._f.write(data)
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        """All of ``data`` at the end of the file and fsync'd, or none of it (then OSError).
+        Unbuffered writes: a buffered file would keep the unwritten rest and add it to the next
+        append, so the file and ``_size`` would disagree."""
+        fd = self._f.fileno()
+        done = 0
+        try:
+            while done < len(data):
+                done += os.pwrite(fd, data[done:], self._size + done)
+            os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, self._size)
+                os.fsync(fd)
+            except OSError as e:  # the file may now end in a partial line: terminated at next open
+                log.warning("spool %s: cannot cut a failed append back off: %s", self.path, e)
+            raise
         self._size += len(data)
 
     # -- reading -------------------------------------------------------------------------------
@@ -94,11 +127,12 @@ class Spool:
             end = self._offset + len(line)
             try:
                 rec = json.loads(line)
-                if not isinstance(rec, dict):
-                    raise ValueError("not an object")
-            except ValueError:
+                why = _not_a_batch(rec)
+            except ValueError as e:
+                why = f"not JSON ({e})"
+            if why is not None:
                 self.corrupt += 1
-                log.warning("spool %s: skipping unreadable record at byte %d", self.path, self._offset)
+                log.warning("spool %s: skipping the record at byte %d: %s", self.path, self._offset, why)
                 self._advance(end)
                 continue
             self._peeked_end = end
@@ -126,10 +160,14 @@ class Spool:
         self._f.seek(self._offset)
         rest = self._f.read()
         tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "wb") as t:
-            t.write(rest)
-            t.flush()
-            os.fsync(t.fileno())
+        try:
+            with open(tmp, "wb") as t:
+                t.write(rest)
+                t.flush()
+                os.fsync(t.fileno())
+        except OSError:
+            tmp.unlink(missing_ok=True)  # the spool itself is untouched
+            raise
         os.replace(tmp, self.path)
         self._f.close()
         self._f = open(self.path, "a+b")  # noqa: SIM115
@@ -148,12 +186,17 @@ class Spool:
             return 0
 
     def _write_offset(self) -> None:
+        """Best effort: when the sidecar cannot be written (disk full) the position is kept in
+        memory, and a restart replays a few batches again (their ids make that harmless)."""
         tmp = self._offset_path().with_name(self._offset_path().name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(str(self._offset))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._offset_path())
+        try:
+            with open(tmp, "w") as f:
+                f.write(str(self._offset))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._offset_path())
+        except OSError as e:
+            log.warning("spool %s: read position not saved: %s", self.path, e)
 
     def _last_byte(self) -> bytes:
         self._f.seek(self._size - 1)

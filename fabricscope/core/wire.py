@@ -77,7 +77,7 @@ def _jsonable(o: Any) -> Any:
     """numpy/torch scalars and other number-likes become numbers, anything else its str()."""
     try:
         return float(o)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a number-like past a double
         return str(o)
 
 

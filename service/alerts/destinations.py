@@ -5,7 +5,8 @@ token cannot turn the delivery log into a port scanner of the service's own netw
 Checked twice: when a webhook is registered (the host as written, in every IPv4 spelling the C
 resolver accepts, plus what it resolves to now) and on every connect, against the addresses the
 connection is actually made to (service/alerts/transport.py), so a name that later resolves to an
-internal address (DNS rebinding) is refused too.
+internal address (DNS rebinding) is refused too. An IPv6 address is judged with every IPv4 address
+it embeds (NAT64, 6to4, IPv4-compatible/-mapped/-translated): a gateway would connect to that one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from fabricscope.core.errors import FabricscopeError
+from fabricscope.service.alerts.embedded_v4 import LOCAL_USE, embedded_ipv4
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -52,8 +54,20 @@ class Policy:
         return None if found is None else f"{found[0]} is {found[1]} address"
 
     def _kind(self, ip: IPAddress) -> tuple[IPAddress, str] | None:
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
+        """The first internal address `ip` is or reaches through a gateway (NAT64, 6to4, the
+        IPv4-mapped, -compatible and -translated forms: service/alerts/embedded_v4.py)."""
+        if isinstance(ip, ipaddress.IPv6Address):
+            for inner in embedded_ipv4(ip):
+                found = self._own_kind(inner)
+                if found is not None:
+                    return found
+            if ip.ipv4_mapped is not None:
+                return None  # ::ffff:a.b.c.d is a.b.c.d, judged above
+            if ip in LOCAL_USE and not any(ip in net for net in self.networks):
+                return ip, "a local-use NAT64 (RFC 8215), not a public"
+        return self._own_kind(ip)
+
+    def _own_kind(self, ip: IPAddress) -> tuple[IPAddress, str] | None:
         if any(ip in net for net in self.networks):
             return None
         for kind, hit in (("a loopback", ip.is_loopback), ("a link-local (cloud metadata)", ip.is_link_local),

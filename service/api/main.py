@@ -88,7 +88,8 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
             yield
         finally:
             if workers is not None:
-                workers.shutdown(wait=True)  # let a running job finish before the pool closes
+                # a running job gets a grace period, then its statement is cancelled (#46 item 9)
+                workers.shutdown(grace_s=settings.background_stop_grace_s)
             bus = getattr(app.state, "bus", None)  # the NATS publisher, created on first use
             if bus is not None:
                 await bus.close()

@@ -2,7 +2,9 @@
 
 The ingest writer appends ``(job, hour)`` to ``rollup_pending`` for every batch of steps or
 collectives; :func:`refresh` (the ``rollup`` job of ``fabricscope serve``) rolls each such hour again
-from the raw rows, oldest mark first, and records the watermark in ``rollup_hours``. The hour still
+from the raw rows, the jobs taking turns (a job's oldest mark first, so one request marking 50,000
+hours cannot starve a later job: issue #46 item 8) and a job's hours a chunk per statement, and
+records the watermark in ``rollup_hours``. The hour still
 being written is re-rolled at every run that finds new marks for it; late rows (spool replays,
 imports) mark their own, older hour.
 
@@ -115,6 +117,57 @@ STEPS_SQL = ("INSERT INTO step_rollup (job, hour, steps, rank_steps, step_s, com
              + STEPS_SELECT)
 
 
+def _over_hours(select: str) -> str:
+    """``select`` (one hour, ``%(h)s``) run for every hour of ``%(hours)s`` in one statement."""
+    return ("SELECT x.* FROM unnest(%(hours)s::timestamptz[]) AS hh(h) CROSS JOIN LATERAL (\n"
+            + select.replace("%(h)s", "hh.h") + "\n) x")
+
+
+COLLECTIVES_HOURS_SQL = COLLECTIVES_SQL.split("\n", 1)[0] + "\n" + _over_hours(COLLECTIVES_SELECT)
+# STEPS_SELECT for a set of hours in one pass over the job's steps: per hour (the LATERAL form)
+# PostgreSQL reads every step of the job through its (job, step) index each time, so 50,000 marked
+# hours of one job cost 50,000 full reads. Same rows, same sums, grouped by hour.
+STEPS_HOURS_SELECT = """
+WITH hs AS (SELECT DISTINCT h FROM unnest(%(hours)s::timestamptz[]) AS u(h)),
+s AS (
+    SELECT hs.h, st.rank, st.step, st.start_ts, st.end_ts, st.duration_s
+    FROM steps st JOIN hs ON st.start_ts >= hs.h AND st.start_ts < hs.h + INTERVAL '1 hour'
+    WHERE st.job = %(job)s AND st.start_ts >= (SELECT min(h) FROM hs)
+      AND st.start_ts < (SELECT max(h) FROM hs) + INTERVAL '1 hour'
+),
+last AS (SELECT h, max(end_ts) AS end_ts FROM s GROUP BY h),
+c AS (
+    SELECT s.h, c.rank, c.step, c.duration_s, greatest(c.start_ts, s.start_ts) AS a, least(c.end_ts, s.end_ts) AS b
+    FROM collectives c JOIN s ON s.rank = c.rank AND s.step = c.step JOIN last ON last.h = s.h
+    WHERE c.job = %(job)s AND c.op <> 'barrier'
+      AND c.start_ts >= s.h - INTERVAL '1 minute' AND c.start_ts <= last.end_ts
+      AND c.start_ts >= (SELECT min(h) FROM hs) - INTERVAL '1 minute'
+      AND c.start_ts <= (SELECT max(end_ts) FROM last)
+),
+o AS (
+    SELECT h, rank, step, duration_s, a, b,
+           max(b) OVER (PARTITION BY h, rank, step ORDER BY a, b
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev
+    FROM c
+),
+per AS (
+    SELECT h, rank, step, sum(duration_s) AS comm,
+           sum(greatest(extract(epoch FROM b - greatest(a, coalesce(prev, a))), 0)) AS exposed
+    FROM o GROUP BY h, rank, step
+)
+SELECT %(job)s, s.h, count(DISTINCT s.step), count(*), sum(s.duration_s), coalesce(sum(per.comm), 0),
+       coalesce(sum(per.exposed), 0)
+FROM s LEFT JOIN per USING (h, rank, step)
+GROUP BY s.h
+"""
+STEPS_HOURS_SQL = STEPS_SQL.split("\n", 1)[0] + "\n" + STEPS_HOURS_SELECT
+
+# Hours rolled per statement: grown while a statement is quick, halved when one is slow, so a run
+# covers thousands of small hours or a few heavy ones within the same time (issue #46 item 8).
+CHUNK_MAX = 1024
+CHUNK_QUICK_S = 0.5
+
+
 @dataclass
 class Refreshed:
     hours: int = 0  # (job, hour) pairs rolled
@@ -124,45 +177,84 @@ class Refreshed:
 def roll_hour(conn: psycopg.Connection, *, job: str, hour: datetime) -> tuple[int, int]:
     """Replace the rollup rows of one (job, hour) from the raw rows, in the caller's transaction;
     returns the (collective, step) rollup rows written."""
-    p = {"job": job, "h": hour}
-    conn.execute("DELETE FROM collective_rollup WHERE job = %(job)s AND hour = %(h)s", p)
-    conn.execute("DELETE FROM step_rollup WHERE job = %(job)s AND hour = %(h)s", p)
-    nc = conn.execute(COLLECTIVES_SQL, {**FACTORS, **p}).rowcount
-    ns = conn.execute(STEPS_SQL, p).rowcount
+    return roll_hours(conn, job=job, hours=[hour])
+
+
+def roll_hours(conn: psycopg.Connection, *, job: str, hours: list[datetime]) -> tuple[int, int]:
+    """:func:`roll_hour` for several hours of one job, one statement per table."""
+    p = {"job": job, "hours": hours}
+    conn.execute("DELETE FROM collective_rollup WHERE job = %(job)s AND hour = ANY(%(hours)s::timestamptz[])", p)
+    conn.execute("DELETE FROM step_rollup WHERE job = %(job)s AND hour = ANY(%(hours)s::timestamptz[])", p)
+    nc = conn.execute(COLLECTIVES_HOURS_SQL, {**FACTORS, **p}).rowcount
+    ns = conn.execute(STEPS_HOURS_SQL, p).rowcount
     conn.execute("""
         INSERT INTO rollup_hours (job, hour, rolled_at, collectives, steps)
-        SELECT %(job)s, %(h)s, now(), (SELECT coalesce(sum(count), 0) FROM collective_rollup
-                                        WHERE job = %(job)s AND hour = %(h)s),
-               (SELECT coalesce(sum(rank_steps), 0) FROM step_rollup WHERE job = %(job)s AND hour = %(h)s)
+        SELECT %(job)s, hh.h, now(),
+               (SELECT coalesce(sum(count), 0) FROM collective_rollup WHERE job = %(job)s AND hour = hh.h),
+               (SELECT coalesce(sum(rank_steps), 0) FROM step_rollup WHERE job = %(job)s AND hour = hh.h)
+        FROM unnest(%(hours)s::timestamptz[]) AS hh(h)
         ON CONFLICT (job, hour) DO UPDATE SET rolled_at = EXCLUDED.rolled_at, collectives = EXCLUDED.collectives,
                                               steps = EXCLUDED.steps""", p)
     return nc, ns
 
 
+def _delete_marks(conn: psycopg.Connection, job: str, hours: list[datetime]) -> list[datetime]:
+    """Remove the marks of ``hours``; the hours that had one (the others another worker rolled
+    since the list was read). Marks committed after this DELETE survive it and bring the hour back
+    in a later run; the rows of those committed before are visible to the statements that follow
+    (read committed)."""
+    if not hours:
+        return []
+    rows = conn.execute("DELETE FROM rollup_pending WHERE job = %s AND hour = ANY(%s::timestamptz[]) RETURNING hour",
+                        (job, hours)).fetchall()
+    return sorted({r[0] for r in rows})
+
+
 def refresh(conn: psycopg.Connection, *, max_hours: int = 48, budget_s: float = 30.0) -> Refreshed:
-    """Roll the marked hours, oldest mark first, each in its own transaction, until none is left,
-    ``max_hours`` were rolled or ``budget_s`` has passed. Safe with several workers: an hour being
-    rolled elsewhere (advisory lock) is left to that worker."""
+    """Roll the marked hours, each job in turn (a job's oldest mark first), until none is left,
+    ``max_hours`` were rolled or ``budget_s`` has passed. Fair between jobs (issue #46 item 8): one
+    job's 50,000 marked hours do not hold back another job's hour; the hours of one job are rolled
+    a chunk per statement. Safe with several workers: an hour being rolled elsewhere (advisory
+    lock) is left to that worker."""
     out = Refreshed()
     deadline = time.monotonic() + budget_s
     with conn.transaction():
-        todo = conn.execute("""SELECT job, hour FROM rollup_pending GROUP BY job, hour
-                               ORDER BY min(marked_at), hour LIMIT %s""", (max_hours,)).fetchall()
+        todo = conn.execute("""
+            SELECT job, hour FROM (
+                SELECT job, hour, min(marked_at) AS m,
+                       row_number() OVER (PARTITION BY job ORDER BY min(marked_at), hour) AS turn
+                FROM rollup_pending GROUP BY job, hour) x
+            ORDER BY turn, m, job LIMIT %s""", (max_hours,)).fetchall()
+    per_job: dict[str, list[datetime]] = {}
     for job, hour in todo:
-        if time.monotonic() >= deadline:
-            break
-        with conn.transaction():
-            got = conn.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s), %s::int)",
-                               (job, int(hour.timestamp() // 3600) % 2**31)).fetchone()
-            if not (got and got[0]):
-                continue
-            # Marks committed after this DELETE survive it and bring the hour back in a later run; the
-            # rows of those committed before are visible to the statements that follow (read committed).
-            gone = conn.execute("DELETE FROM rollup_pending WHERE job = %s AND hour = %s", (job, hour)).rowcount
-            if gone:  # else another worker rolled it since the list was read
-                roll_hour(conn, job=job, hour=hour)
-                out.hours += 1
+        per_job.setdefault(job, []).append(hour)
+    chunk = 1
+    queues = {job: sorted(hours) for job, hours in per_job.items()}
+    while queues and time.monotonic() < deadline:
+        for job in list(queues):  # each job in turn, a chunk at a time
+            hours, queues[job] = queues[job][:chunk], queues[job][chunk:]
+            if not queues[job]:
+                del queues[job]
+            t0 = time.monotonic()
+            with conn.transaction():
+                mine = _delete_marks(conn, job, _locked(conn, job, hours))
+                if mine:
+                    roll_hours(conn, job=job, hours=mine)
+                    out.hours += len(mine)
+            took = time.monotonic() - t0
+            chunk = min(CHUNK_MAX, chunk * 2) if took < CHUNK_QUICK_S else max(1, chunk // 2)
+            if time.monotonic() >= deadline:
+                break
     with conn.transaction():
         left = conn.execute("SELECT count(*) FROM (SELECT DISTINCT job, hour FROM rollup_pending) x").fetchone()
     out.left = int(left[0]) if left else 0
     return out
+
+
+def _locked(conn: psycopg.Connection, job: str, hours: list[datetime]) -> list[datetime]:
+    """The hours of ``hours`` not being rolled by another worker now (advisory lock, held to the
+    end of the transaction)."""
+    return [r[0] for r in conn.execute(
+        """SELECT hh.h FROM unnest(%s::timestamptz[]) AS hh(h)
+           WHERE pg_try_advisory_xact_lock(hashtext(%s), ((extract(epoch FROM hh.h)::bigint / 3600)
+                                                           %% 2147483648)::int)""", (hours, job)).fetchall()]
