@@ -70,6 +70,16 @@ class Settings(BaseSettings):
     # #46 item 9: at a stop, a background job still running this long after the requests had
     # theirs is cancelled (its statement), so a stop is bounded
     background_stop_grace_s: float = Field(default=2.0, ge=0)
+    # --- per-client fairness (#46): docs/security.md "Per-client limits". A client is its peer address.
+    # Open connections per client; over it the client's oldest idle connection is closed, or the new one
+    # is refused (429) when none is idle. With more than http_idle_pressure of http_max_connections open,
+    # the oldest idle connection of the client holding the most is closed for each new one.
+    http_max_connections_per_client: int = Field(default=128, ge=1)
+    http_idle_pressure: float = Field(default=0.75, gt=0, le=1)
+    # A response whose client reads nothing for this long is aborted, which frees its slot and connection.
+    http_write_timeout_s: float = Field(default=10.0, gt=0)
+    # Of max_heavy_reads, what one client may hold at once; more is 429 at once, without waiting.
+    max_heavy_reads_per_client: int = Field(default=2, ge=1)
 
     retention_days: int = Field(default=30, ge=1)
     compress_after_days: int = Field(default=2, ge=1)

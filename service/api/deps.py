@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hmac
-import threading
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Annotated, cast
 
 import psycopg
@@ -12,6 +12,7 @@ from fastapi import Depends, HTTPException, Request
 from psycopg_pool import ConnectionPool
 
 from fabricscope.core.errors import FabricscopeError
+from fabricscope.service.api.admission import CostGate
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.observability import metrics as m
@@ -76,22 +77,37 @@ def require(scope: str) -> Callable[..., None]:
         if scope not in scopes and "admin" not in scopes:
             raise HTTPException(403, detail=f"token lacks the '{scope}' scope")
 
+    check.fabricscope_scope = scope  # type: ignore[attr-defined]  # read by limits.route_scopes, before the body
     return check
 
 
-def heavy_read(request: Request, settings: SettingsDep) -> Iterator[None]:
-    """Admission for the expensive reads: taken before their database connection (a route's
-    `dependencies` resolve before its parameters), released when the request ends."""
-    gate: threading.BoundedSemaphore = request.app.state.heavy_reads
-    if not gate.acquire(timeout=settings.db_timeout_s):
+def _peer(request: Request) -> str:
+    return request.client.host if request.client else ""
+
+
+@contextmanager
+def admitted(request: Request, settings: Settings, *, cost: int, what: str) -> Iterator[None]:
+    """Hold ``cost`` units of the expensive-read gate (service/api/admission.py) for the block; 429 when
+    this client already holds its share, or no room frees within db_timeout_s."""
+    gate: CostGate = request.app.state.heavy_reads
+    peer = _peer(request)
+    if not gate.acquire(cost=cost, peer=peer, timeout_s=settings.db_timeout_s):
         m.BUSY_REJECTED.labels("heavy").inc()
         raise HTTPException(429, detail=f"server busy: {settings.max_heavy_reads} expensive reads (reports, steps, "
-                            "efficiency, trends) already run, retry later",
+                            f"efficiency, trends, metrics over many series) already run, or this client runs its "
+                            f"{settings.max_heavy_reads_per_client} (asked: {what}), retry later",
                             headers={"Retry-After": str(settings.busy_retry_after_s)})
     try:
         yield
     finally:
-        gate.release()
+        gate.release(cost=cost, peer=peer)
+
+
+def heavy_read(request: Request, settings: SettingsDep) -> Iterator[None]:
+    """Admission for the expensive reads (one unit): taken before their database connection (a route's
+    `dependencies` resolve before its parameters), released when the request ends."""
+    with admitted(request, settings, cost=1, what="one expensive read"):
+        yield
 
 
 IngestAuth = Depends(require("ingest"))

@@ -1,21 +1,24 @@
 """What every request with a body passes before a route sees it (docs/security.md "Limits and timeouts").
 
-In this order: a known bearer token when tokens are configured (401), a declared Content-Length
+In this order: a known bearer token when tokens are configured (401), with the scope the matched
+route requires (403: the cheapest check first, #46), a declared Content-Length
 within FABRICSCOPE_MAX_BODY_BYTES (413), a JSON media type (415), then the body itself, read within
 FABRICSCOPE_HTTP_BODY_TIMEOUT_S (408) and the size limit (413), gzip inflated chunk by chunk on the
 routes other than ingest. Each refusal closes the connection: the rest of the body is never read.
 
 Why here and not in the routes: FastAPI reads and parses a body parameter before it runs the
 route's dependencies (the token check among them), and uvicorn has no deadline for a request body.
-The route still checks the token's scope (403).
+The route checks the token and its scope again (for the requests without a body, which skip this).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
+
+from starlette.routing import BaseRoute, Match
 
 from fabricscope.core.errors import FabricscopeError
 from fabricscope.service.api.deps import Unauthenticated, authenticate
@@ -56,12 +59,32 @@ def _is_json(content_type: bytes) -> bool:
     return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
 
 
+def _scopes_of(dependant: Any) -> set[str]:
+    """The scopes that `deps.require` checks anywhere among a route's dependencies (router-level included)."""
+    found = {getattr(dependant.call, "fabricscope_scope", None)} - {None}
+    for sub in dependant.dependencies:
+        found |= _scopes_of(sub)
+    return found  # type: ignore[return-value]
+
+
+def route_scopes(routes: Iterable[BaseRoute], scope: Scope) -> frozenset[str]:
+    """The scopes the route matching this request requires; empty when none matches fully."""
+    for route in routes:
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            dependant = getattr(route, "dependant", None)
+            return frozenset(_scopes_of(dependant)) if dependant is not None else frozenset()
+    return frozenset()
+
+
 class RequestGuard:
-    def __init__(self, app: Any, *, settings: Settings, tokens: Mapping[str, frozenset[str]]) -> None:
+    def __init__(self, app: Any, *, settings: Settings, tokens: Mapping[str, frozenset[str]],
+                 routes: Iterable[BaseRoute] = ()) -> None:
         self.app = app
         self.max_bytes = settings.max_body_bytes
         self.timeout_s = settings.http_body_timeout_s
         self.tokens = tokens
+        self.routes = list(routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope.get("headers", [])) if scope["type"] == "http" else {}
@@ -73,7 +96,7 @@ class RequestGuard:
         # Ingest decompresses its bodies itself (service/ingest/body.py), in both ingest modes.
         inflate = gzipped and not scope["path"].startswith("/v1/ingest/")
         try:
-            self._check_headers(headers, declared)
+            self._check_headers(headers, declared, scope)
             body = await self._read(receive, GzipInflater(self.max_bytes) if inflate else None)
         except Refused as refused:
             await refused.send(send)
@@ -95,12 +118,16 @@ class RequestGuard:
 
         await self.app(scope, replay, send)
 
-    def _check_headers(self, headers: Mapping[bytes, bytes], declared: bytes) -> None:
+    def _check_headers(self, headers: Mapping[bytes, bytes], declared: bytes, scope: Scope) -> None:
         if self.tokens:
             try:
-                authenticate(self.tokens, headers.get(b"authorization", b"").decode("latin-1"))
+                held = authenticate(self.tokens, headers.get(b"authorization", b"").decode("latin-1"))
             except Unauthenticated as exc:
                 raise Refused(401, str(exc), [(b"www-authenticate", b"Bearer")]) from exc
+            # The route's scope before any byte of the body is read (deps.require says the same later).
+            missing = sorted(route_scopes(self.routes, scope) - held) if "admin" not in held else []
+            if missing:
+                raise Refused(403, f"token lacks the '{missing[0]}' scope")
         if declared and not declared.isdigit():
             raise Refused.field(400, ["header", "content-length"], "Content-Length is not a number of bytes",
                                 "value_error")

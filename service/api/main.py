@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,6 +17,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import REGISTRY
 from psycopg_pool import PoolTimeout, TooManyRequests
 
+from fabricscope.service.api.admission import CostGate
 from fabricscope.service.api.limits import RequestGuard
 from fabricscope.service.api.routes import (
     acceptance,
@@ -106,18 +106,22 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
     app.state.sample_writer = SampleWriter()
     app.state.engine = engine
     app.state.token_scopes = settings.token_scopes()
-    app.state.heavy_reads = threading.BoundedSemaphore(settings.max_heavy_reads)
-    for r in (health.router, ingest.router, topology.router, jobs.router, steps.router, sources.router,
-              alerts.router):
+    app.state.heavy_reads = CostGate(settings.max_heavy_reads, settings.max_heavy_reads_per_client)
+    routers = (health.router, ingest.router, topology.router, jobs.router, steps.router, sources.router,
+               alerts.router,
+               acceptance.router,  # #19: acceptance runs and baselines
+               efficiency.router,  # #19: GET /v1/jobs/{job}/efficiency
+               trends_routes.router,  # (#19)
+               placement_routes.router,  # #17: GET /v1/jobs/{job}/placement
+               fleet_routes.router,  # #48: GET /v1/fleet/...
+               compare_routes.router)  # #48: GET /v1/jobs/{a}/compare/{b}
+    for r in routers:
         app.include_router(r)
-    app.include_router(acceptance.router)  # #19: acceptance runs and baselines
-    app.include_router(efficiency.router)  # #19: GET /v1/jobs/{job}/efficiency
-    app.include_router(trends_routes.router)  # (#19)
-    app.include_router(placement_routes.router)  # #17: GET /v1/jobs/{job}/placement
-    app.include_router(fleet_routes.router)  # #48: GET /v1/fleet/...
-    app.include_router(compare_routes.router)  # #48: GET /v1/jobs/{a}/compare/{b}
+    # The routes as their routers declare them (FastAPI wraps included routers in private types):
+    # RequestGuard matches a request against them for its scope, before the body (#46).
+    declared = [route for r in routers for route in r.routes]
 
-    app.add_middleware(RequestGuard, settings=settings, tokens=app.state.token_scopes)
+    app.add_middleware(RequestGuard, settings=settings, tokens=app.state.token_scopes, routes=declared)
     app.add_middleware(AccessLog)  # added before request_id below, so it runs inside it and logs the id
 
     @app.middleware("http")

@@ -7,12 +7,20 @@ headers have not arrived within FABRICSCOPE_HTTP_HEADER_TIMEOUT_S (408) or grow 
 FABRICSCOPE_HTTP_MAX_HEADER_BYTES (431), and answers 429 over FABRICSCOPE_HTTP_MAX_CONNECTIONS
 (uvicorn's own limit answers 503, which clients and probes read as an outage). The deadline for a
 body is service/api/limits.py's.
+
+Fairness per client (#46; a client is its peer address): at most FABRICSCOPE_HTTP_MAX_CONNECTIONS_PER_CLIENT
+connections each; once the server holds more than FABRICSCOPE_HTTP_IDLE_PRESSURE of its connections,
+each new connection closes the oldest idle one of the client holding the most, so idle sockets can
+never lock others out; a response the client stops reading for FABRICSCOPE_HTTP_WRITE_TIMEOUT_S is
+aborted, which ends the request and frees what it holds (its expensive-read slot, its database connection).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections import Counter
 from typing import Any
 
 import uvicorn
@@ -21,6 +29,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from fabricscope.service.observability import metrics as m
 from fabricscope.service.settings import Settings
 
+log = logging.getLogger("fabricscope.api.server")
 
 def _response(status: bytes, detail: str, extra: bytes = b"") -> bytes:
     body = json.dumps({"detail": [{"loc": ["header"], "msg": detail, "type": "value_error"}]}).encode()
@@ -28,21 +37,70 @@ def _response(status: bytes, detail: str, extra: bytes = b"") -> bytes:
             + str(len(body)).encode() + b"\r\nconnection: close\r\n" + extra + b"\r\n" + body)
 
 
+class Peers:
+    """One server's connections by client: how many each holds, and the idle ones, oldest idle first."""
+
+    def __init__(self) -> None:
+        self.open: Counter[str] = Counter()
+        self.idle: dict[GuardedHttpTools, None] = {}  # insertion order: the order they went idle
+
+    def oldest_idle(self, peer: str | None, *, besides: GuardedHttpTools) -> GuardedHttpTools | None:
+        """The longest idle connection of ``peer`` (None: of the client holding the most connections)."""
+        if peer is None:
+            busiest = max((c._peer for c in self.idle if c is not besides), key=self.open.__getitem__, default=None)
+            if busiest is None:
+                return None
+            peer = busiest
+        return next((c for c in self.idle if c._peer == peer and c is not besides), None)
+
+
 class GuardedHttpTools(HttpToolsProtocol):
     header_timeout_s = 10.0
     max_header_bytes = 64 << 10
     max_connections = 512
+    max_per_client = 128
+    idle_pressure = 0.75
+    write_timeout_s = 10.0
     retry_after_s = 1
+    peers = Peers()  # protocol_for gives each server its own
 
     # The header deadline runs from the connection's start, and again from the end of each response
     # (uvicorn's keep-alive timer is cancelled by the first byte of a new request, this one is not).
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._header_timer: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
+        self._peer = self.client[0] if self.client else ""
+        self.peers.open[self._peer] += 1
         self._arm()
+        self._make_room()
+
+    def _make_room(self) -> None:
+        """Close idle connections so this one fits: its client's own first, then the busiest client's."""
+        if self.peers.open[self._peer] > self.max_per_client:
+            victim = self.peers.oldest_idle(self._peer, besides=self)
+            if victim is None:  # every one of this client's connections is working: this one waits its turn
+                m.BUSY_REJECTED.labels("client_connections").inc()
+                self._refuse(_busy_response(self.retry_after_s, "this client already holds "
+                                            f"{self.max_per_client} connections (FABRICSCOPE_HTTP_MAX_CONNECTIONS_"
+                                            "PER_CLIENT), retry later"))
+                return
+            victim._close_idle()
+        if len(self.connections) > self.max_connections * self.idle_pressure:
+            victim = self.peers.oldest_idle(None, besides=self)
+            if victim is not None:
+                victim._close_idle()
+
+    def _close_idle(self) -> None:
+        m.BUSY_REJECTED.labels("idle_closed").inc()
+        self.peers.idle.pop(self, None)
+        self._disarm()
+        self.transport.close()
 
     def _arm(self) -> None:
         self._header_bytes = 0
+        self._tail = b""
+        self.peers.idle[self] = None  # idle until the first byte of a request
         self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_late)
 
     def _disarm(self) -> None:
@@ -52,6 +110,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def _refuse(self, raw: bytes) -> None:
         self._disarm()
+        self.peers.idle.pop(self, None)
         if not self.transport.is_closing():
             self.transport.write(raw)
             self.transport.close()
@@ -61,20 +120,26 @@ class GuardedHttpTools(HttpToolsProtocol):
         if self.transport.is_closing() or (self.cycle is not None and not self.cycle.response_complete):
             return
         if self._header_bytes == 0:  # an idle connection: nothing to answer
+            self.peers.idle.pop(self, None)
             self.transport.close()
             return
         self._refuse(_response(b"408 Request Timeout", f"the request headers did not arrive within "
                                f"{self.header_timeout_s:g} s (FABRICSCOPE_HTTP_HEADER_TIMEOUT_S)"))
 
     def data_received(self, data: bytes) -> None:
-        waiting = self._header_timer is not None
-        if waiting:
-            self._header_bytes += len(data)
+        if self._header_timer is not None and data:
+            self.peers.idle.pop(self, None)
+            # Count the request line and headers only, to their blank line: a request whose headers
+            # end inside this chunk is measured too, and refused before httptools parses them.
+            seen = self._tail + data
+            end = seen.find(b"\r\n\r\n")
+            self._header_bytes += len(data) if end < 0 else end + 4 - len(self._tail)
+            self._tail = seen[-3:]
+            if self._header_bytes > self.max_header_bytes:
+                self._refuse(_response(b"431 Request Header Fields Too Large", f"the request line and headers "
+                                       f"are over {self.max_header_bytes} bytes (FABRICSCOPE_HTTP_MAX_HEADER_BYTES)"))
+                return
         super().data_received(data)
-        # Still no complete headers after this much: refuse before httptools buffers more.
-        if waiting and self._header_timer is not None and self._header_bytes > self.max_header_bytes:
-            self._refuse(_response(b"431 Request Header Fields Too Large", f"the request line and headers "
-                                   f"are over {self.max_header_bytes} bytes (FABRICSCOPE_HTTP_MAX_HEADER_BYTES)"))
 
     def on_headers_complete(self) -> None:
         self._disarm()
@@ -94,9 +159,42 @@ class GuardedHttpTools(HttpToolsProtocol):
         if not self.transport.is_closing() and self.cycle.response_complete and self._header_timer is None:
             self._arm()
 
+    # The write deadline: uvicorn waits for a paused transport without limit, holding the request's task.
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self.write_timeout_s, self._write_late)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _write_late(self) -> None:
+        self._write_timer = None
+        m.BUSY_REJECTED.labels("write_timeout").inc()
+        log.info("client %s read nothing of its answer for %g s (FABRICSCOPE_HTTP_WRITE_TIMEOUT_S): connection "
+                 "aborted", self._peer, self.write_timeout_s)
+        self.transport.abort()  # connection_lost follows: uvicorn resumes the paused send, the request ends
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        self.peers.idle.pop(self, None)
+        self.peers.open[self._peer] -= 1
+        if self.peers.open[self._peer] <= 0:
+            del self.peers.open[self._peer]
         super().connection_lost(exc)
+
+
+def _busy_response(retry_after_s: int, detail: str) -> bytes:
+    body = json.dumps({"detail": f"server busy: {detail}"}).encode()
+    return (b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\ncontent-length: "
+            + str(len(body)).encode() + b"\r\nretry-after: " + str(retry_after_s).encode()
+            + b"\r\nconnection: close\r\n\r\n" + body)
 
 
 def _too_busy(retry_after_s: int) -> Any:
@@ -113,7 +211,9 @@ def _too_busy(retry_after_s: int) -> Any:
 def protocol_for(settings: Settings) -> type[GuardedHttpTools]:
     return type("GuardedHttpTools", (GuardedHttpTools,), {
         "header_timeout_s": settings.http_header_timeout_s, "max_header_bytes": settings.http_max_header_bytes,
-        "max_connections": settings.http_max_connections, "retry_after_s": settings.busy_retry_after_s})
+        "max_connections": settings.http_max_connections, "retry_after_s": settings.busy_retry_after_s,
+        "max_per_client": settings.http_max_connections_per_client, "idle_pressure": settings.http_idle_pressure,
+        "write_timeout_s": settings.http_write_timeout_s, "peers": Peers()})
 
 
 def make_server(app: Any, settings: Settings, *, host: str, port: int) -> uvicorn.Server:

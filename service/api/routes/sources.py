@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 
 from fabricscope.service import contract
-from fabricscope.service.api.deps import ConnDep, ReadAuth
+from fabricscope.service.api.admission import series_cost
+from fabricscope.service.api.deps import ConnDep, PoolDep, ReadAuth, SettingsDep, admitted
 from fabricscope.service.db import series as series_db
 
 router = APIRouter(prefix="/v1/sources", tags=["queries"], dependencies=[ReadAuth])
@@ -36,24 +39,42 @@ def list_sources(conn: ConnDep, device: Annotated[str | None, Query(max_length=2
     return series_db.list_sources(conn, device=device)
 
 
+def metric_series(
+    request: Request,
+    source: Annotated[str, Path(max_length=contract.MAX_TEXT, pattern=_NO_NUL)],
+    metric: Annotated[str, Path(max_length=contract.NAME_MAX_LEN, pattern=_NO_NUL)],
+    pool: PoolDep,
+    settings: SettingsDep,
+) -> Iterator[list[tuple[int, dict[str, str]]]]:
+    """The metric's series, the read admitted by their number (one query each: service/api/admission.py).
+    Counted on a connection given back at once; the admission is held until the answer is written, as the
+    expensive reads' is, so answers waiting on clients that do not read stay bounded."""
+    with pool.connection() as conn:
+        found = series_db.series_of(conn, source=source, metric=metric)
+    if found is None:
+        raise HTTPException(404, detail=f"source '{source}' is unknown")
+    if not found:
+        raise HTTPException(404, detail=f"source '{source}' has no metric '{metric}'")
+    cost = series_cost(len(found))
+    with admitted(request, settings, cost=cost, what=f"{len(found)} series") if cost else nullcontext():
+        yield found
+
+
 @router.get("/{source:path}/metrics/{metric}", summary="Values and rates of one metric of one source")
 def get_metric(
     source: Annotated[str, Path(max_length=contract.MAX_TEXT, pattern=_NO_NUL)],
     metric: Annotated[str, Path(max_length=contract.NAME_MAX_LEN, pattern=_NO_NUL)],
-    conn: ConnDep,
+    found: Annotated[list[tuple[int, dict[str, str]]], Depends(metric_series)],
+    pool: PoolDep,
     from_: Annotated[datetime | None, Query(alias="from", description="Start (RFC 3339); default: to - 1h")] = None,
     to: Annotated[datetime | None, Query(description="End (RFC 3339); default: now")] = None,
     step: Annotated[float | None, Query(gt=0, le=86400 * 31, description="Bucket width in seconds")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> dict[str, Any]:
     start, end = _range(from_, to)
-    found = series_db.series_of(conn, source=source, metric=metric)
-    if found is None:
-        raise HTTPException(404, detail=f"source '{source}' is unknown")
-    if not found:
-        raise HTTPException(404, detail=f"source '{source}' has no metric '{metric}'")
     out = []
-    for sid, labels in found:
-        pts = series_db.points(conn, series_id=sid, start=start, end=end, step=step, limit=limit)
-        out.append({"labels": labels, "points": pts})
+    with pool.connection() as conn:
+        for sid, labels in found:
+            pts = series_db.points(conn, series_id=sid, start=start, end=end, step=step, limit=limit)
+            out.append({"labels": labels, "points": pts})
     return {"source": source, "metric": metric, "from": start, "to": end, "step": step, "series": out}
