@@ -84,6 +84,11 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in [
            "io_pressure_seconds_total", "memory_pressure_seconds_total", labels=("level", "cgroup")),
     *_rows("counter", "CPU thermal throttle events (label scope core|package)", "cpu_thermal_throttle_total",
            labels=("scope",)),
+    # Issue #43: cloud NIC allowances (ENA) and PCIe credit stalls (mlx5), from ethtool -S.
+    *_rows("counter", "packets queued or dropped because a cloud NIC's allowance was exceeded (label limit)",
+           "allowance_exceeded_total", labels=("limit",)),
+    *_rows("gauge", "share of the last second a NIC's outbound PCIe reads/writes stalled for credits (0-1)",
+           "pcie_outbound_stalled_ratio", labels=("direction",)),
 ]}
 
 # Extra metrics that collectors emit on purpose, outside the canonical table (stored like any other).
