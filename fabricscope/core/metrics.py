@@ -65,6 +65,8 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in [
     *_rows("gauge", "GPU board power / temperature", "gpu_power_watts", "gpu_temperature_celsius"),
     *_rows("gauge", "share of time the GPU / its memory was busy (0-1)", "gpu_utilization_ratio",
            "gpu_memory_utilization_ratio"),
+    *_rows("gauge", "share of time the graphics/compute engine was active (0-1), per MIG instance where labelled",
+           "gpu_engine_active_ratio", labels=("mig",)),
     *_rows("counter", "GPU ECC errors (label type corrected|uncorrected, scope volatile|aggregate)",
            "gpu_ecc_errors_total", labels=("type", "scope")),
     *_rows("counter", "GPU memory pages retired / rows remapped (label cause or kind)", "gpu_retired_pages_total",
