@@ -19,6 +19,7 @@ from typing import Protocol
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_attr, read_text, select
 from fabricscope.collectors.host.ethtool_maps import DRIVERS, DriverMap, driver_map
+from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
 
@@ -227,6 +228,7 @@ class SubprocessEthtool:
     def __init__(self, binary: str = "ethtool", timeout_s: float = 5.0) -> None:
         self.binary, self.timeout_s = binary, timeout_s
         self._drivers: dict[str, str | None] = {}
+        self.last_problems: dict[str, list[str]] = {}  # iface -> lines of its last output not read
 
     def _run(self, *args: str) -> str:
         try:
@@ -243,11 +245,10 @@ class SubprocessEthtool:
         if iface not in self._drivers:
             info = dict(line.split(": ", 1) for line in self._run("-i", iface).splitlines() if ": " in line)
             self._drivers[iface] = info.get("driver") or None
-        text = self._run("-S", iface)
-        try:
-            return self._drivers[iface], parse_ethtool_stats(text)
-        except ParseError as exc:
-            raise ParseError(f"{iface}: {exc}") from exc
+        stats, self.last_problems[iface] = read_ethtool_text(self._run("-S", iface))
+        if not stats:
+            raise ParseError(f"{iface}: not ethtool -S output (no 'key: count' lines)")
+        return self._drivers[iface], stats
 
 
 class NicCollector:
@@ -360,7 +361,15 @@ class NicCollector:
             log.warning("nic %s: interface vanished or unreadable, skipped", source)
             return []
         driver, stats = self.fetch_ethtool(iface)
+        # The kernel names the bound driver (/sys/class/net/IF/device/driver): no need to guess it.
         driver = self.sysfs_driver(iface) or driver
+        problems = list(getattr(self.ethtool, "last_problems", {}).get(iface, []))
+        if stats and driver is None:
+            driver, guesses = sniff_driver(stats)
+            problems += guesses
+        elif stats and driver not in DRIVERS:
+            problems.append(f"driver {driver!r} has no mapping table: its counters kept as extras only")
+        report_problems(source, "ethtool-S", problems, log)
         extras = self.extras and self._polls % self.extras_every == 0
         return merge(parse_netdev(files, ts, source, extras), map_ethtool(stats, driver, ts, source, extras))
 

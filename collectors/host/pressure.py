@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import read_int, read_text
+from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import ParseError
 from fabricscope.core.model import Sample, now
 
@@ -116,7 +117,7 @@ class PressureCollector:
             try:
                 out += psi_samples(resource, parse_psi(text), ts, self.host, cgroup)
             except ParseError as exc:
-                log.warning("pressure %s: %s %s: %s; skipped", self.host, cgroup or "host", resource, exc)
+                report_problems(self.host, "proc-pressure", [f"{cgroup or 'host'} {resource}: {exc}; skipped"], log)
         return out
 
     def job_cgroups(self) -> list[str]:

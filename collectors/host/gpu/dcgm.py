@@ -33,6 +33,7 @@ from fabricscope.collectors.host.gpu.maps import (
     DCGM_XID_FIELD,
     throttle_reasons,
 )
+from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Event, Sample, now
 
@@ -198,6 +199,7 @@ class DcgmCollector:
     def poll(self) -> list[Sample]:
         ts = now()
         reading = parse_dcgm(self.fetch(self.url), ts, self.host)
+        report_problems(self.host, "dcgm-exporter", reading.problems, log)
         for source, code in reading.xids.items():
             # The field keeps the last XID until the next one: only a change is a new event (a
             # repeat of the same code is invisible here; NVML's event set sees each one). The
