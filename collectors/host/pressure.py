@@ -35,10 +35,10 @@ def parse_psi(text: str) -> dict[str, float]:
     """One PSI file (``some avg10=.. avg60=.. avg300=.. total=US`` / ``full ...``) -> {level: seconds}."""
     out: dict[str, float] = {}
     for line in text.splitlines():
-        level, _, rest = line.partition(" ")
+        level, *fields = line.split() or [""]  # the kernel separates by spaces; a paste may carry tabs
         if level not in LEVELS:
             continue
-        for field in rest.split():
+        for field in fields:
             if field.startswith("total="):
                 try:
                     out[level] = int(field[6:]) / 1e6
@@ -175,7 +175,7 @@ def _groups(text: str) -> tuple[list[str], list[str]]:
         line = raw.strip()
         if not line:
             continue
-        level = line.split(" ", 1)[0]
+        level = line.split(None, 1)[0]
         if level == "some":
             groups.append([])
         if level not in LEVELS or "total=" not in line or not groups:
@@ -225,7 +225,7 @@ def _read_psi(path: Path, device: str, ts: float, resource: str | None = None,
 
 def _looks_like_psi(_path: Path, head: str) -> bool:
     lines = [line for line in head.splitlines() if line.strip()]
-    return 1 <= len(lines) <= 6 and all(line.split(" ", 1)[0] in LEVELS and "total=" in line for line in lines)
+    return 1 <= len(lines) <= 6 and all(line.split(None, 1)[0] in LEVELS and "total=" in line for line in lines)
 
 
 FORMATS = (
