@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from fabricscope.collectors import formats  # noqa: E402
 from fabricscope.collectors.host import nic  # noqa: E402
 from tests.host.canon import canon  # noqa: E402
 
@@ -44,7 +45,27 @@ def test_three_held_back_recordings() -> None:
     assert [c.name for c in CASES] == ["bnxt_en-ethq", "i40e-v2.3.2k-ethq", "vmxnet3-ethq"]
 
 
+# topo -m and dcgm-exporter: read as `fabricscope parse` would, sniffed (no --format).
+OTHER = sorted(p for p in [*HELD.glob("topo/*/nvidia-smi-topo-m.txt"), *HELD.glob("dcgm/*/metrics.txt")])
+
+
+def _parsed(raw: Path) -> dict:
+    reg = formats.load()
+    fmt = reg.sniff(raw)
+    assert fmt is not None, f"{raw} not sniffed"
+    r = fmt.read(raw, "node", 1_700_000_000.0)
+    return {"format": fmt.name, "samples": canon(r.samples), "events": len(r.events), "problems": r.problems}
+
+
+@pytest.mark.parametrize("raw", OTHER, ids=[f"{p.parent.parent.name}/{p.parent.name}" for p in OTHER])
+def test_held_back_topo_and_dcgm_second_run(raw: Path) -> None:
+    assert _parsed(raw) == json.loads((raw.parent / "expected.json").read_text())
+
+
 if __name__ == "__main__" and "--regen" in sys.argv:
     for case in CASES:
         (case / "expected.json").write_text(json.dumps(_actual(case), indent=1) + "\n")
         print("wrote", case / "expected.json")
+    for raw in OTHER:
+        (raw.parent / "expected.json").write_text(json.dumps(_parsed(raw), indent=1) + "\n")
+        print("wrote", raw.parent / "expected.json")

@@ -163,6 +163,10 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
                 problems.append(f"{row}: {col} {value!r} is not a CPU/node list: absent")
                 value = None
             out[row] = value
+    rows_seen = {row for row, _col in matrix}
+    missing = [d for d in devices if d not in rows_seen and not any(p.startswith(f"{d}:") for p in problems)]
+    if missing:  # a paste cut short: the columns name devices whose own rows never came
+        problems.append(f"no row for {', '.join(missing)} (output cut?): their links to each other are unknown")
     if guessed:
         problems.append(f"rows {', '.join(guessed)}: columns neither tab-separated nor on tab stops: cells read "
                         "in header order (an empty affinity cell would shift the ones after it)")
@@ -175,5 +179,7 @@ def _present(value: str | None) -> str | None:
 
 
 def looks_like_topo(head: str) -> bool:
+    """A header line naming GPU0 and the CPU Affinity column, then a row of GPU0 (a paste may be cut
+    before the Legend)."""
     clean = _ANSI.sub("", head)
-    return bool(re.search(r"^\s*GPU0\b.*\n", clean, re.M)) and "Legend:" in clean and "CPU Affinity" in clean
+    return bool(re.search(r"^\s*GPU0\b.*CPU Affinity.*\n(?:.*\n)*?\s*GPU0\s", clean, re.M))
