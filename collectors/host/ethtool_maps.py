@@ -267,5 +267,18 @@ DRIVERS: dict[str, DriverMap] = {
 }
 
 
+def stat_key(name: str, seen: set[str] | dict[str, float]) -> str:
+    """The key a stat name is kept under: stripped (vmxnet3 indents its per-queue names), and numbered
+    ``name#1``, ``name#2``... when printed again (per-queue blocks without a queue number), so that no
+    value overwrites another. ``ethtool -S`` text and the SIOCETHTOOL reader name keys alike."""
+    key = name.strip()
+    if key not in seen:
+        return key
+    n = 1
+    while f"{key}#{n}" in seen:
+        n += 1
+    return f"{key}#{n}"
+
+
 def driver_map(driver: str | None) -> DriverMap:
     return DRIVERS.get(driver or "", GENERIC)

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_attr, read_text, select
-from fabricscope.collectors.host.ethtool_maps import DRIVERS, DriverMap, driver_map
+from fabricscope.collectors.host.ethtool_maps import DRIVERS, DriverMap, driver_map, stat_key
 from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
@@ -64,12 +64,9 @@ def read_ethtool_text(text: str) -> tuple[dict[str, float], list[str]]:
         if not sep or not key or not value.isdigit():  # counters are unsigned: "-1", "N/A" are not values
             bad.append(line[:80])
             continue
-        if key in out:
-            n = 1
-            while f"{key}#{n}" in out:
-                n += 1
-            key, repeated = f"{key}#{n}", repeated + 1
-        out[key] = float(int(value))
+        numbered = stat_key(key, out)
+        repeated += numbered != key
+        out[numbered] = float(int(value))
     problems = [f"line not 'key: count', skipped: {b!r}" for b in bad[:20]]
     if len(bad) > 20:
         problems.append(f"... and {len(bad) - 20} more lines not 'key: count', skipped")
