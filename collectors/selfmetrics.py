@@ -28,6 +28,9 @@ else:
                               registry=REGISTRY)
     COLLECTOR_SAMPLES = Counter("fabricscope_collector_samples_total", "Samples produced by polls", ["device"],
                                 registry=REGISTRY)
+    PARSE_PROBLEMS = Counter("fabricscope_collector_parse_problems_total", "Parser problems: rows or keys "
+                             "dropped, cells not placed, guesses made (issue #43)", ["device", "format"],
+                             registry=REGISTRY)
     SINK_SPOOL_BYTES = Gauge("fabricscope_collector_sink_spool_bytes",
                              "Bytes waiting in the process's outage spool (read at scrape time)", ["sink"],
                              registry=REGISTRY)
@@ -44,6 +47,29 @@ def observe_poll(device: str, *, ok: bool, seconds: float, samples: int = 0) -> 
     COLLECTOR_POLLS.labels(device, "ok" if ok else "error").inc()
     if samples:
         COLLECTOR_SAMPLES.labels(device).inc(samples)
+
+
+# (device, format, problem) already logged: each is logged once, counted every time. Bounded: a parser
+# whose problem text carries changing values would otherwise grow it forever.
+_LOGGED: set[tuple[str, str, str]] = set()
+_LOGGED_MAX = 10_000
+
+
+def report_problems(device: str, fmt: str, problems: list[str], logger: logging.Logger | None = None) -> None:
+    """What a parser dropped, could not place or guessed while reading ``device``'s ``fmt`` output: each
+    distinct problem logged once (warning, the device named), all counted in
+    ``fabricscope_collector_parse_problems_total{device, format}``."""
+    if not problems:
+        return
+    for problem in problems:
+        key = (device, fmt, problem)
+        if key not in _LOGGED:
+            if len(_LOGGED) >= _LOGGED_MAX:
+                _LOGGED.clear()
+            _LOGGED.add(key)
+            (logger or log).warning("%s: %s: %s", device, fmt, problem)
+    if REGISTRY is not None:
+        PARSE_PROBLEMS.labels(device, fmt).inc(len(problems))
 
 
 def forget_device(device: str) -> None:

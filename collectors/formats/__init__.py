@@ -30,6 +30,8 @@ MODULES = (
     "fabricscope.collectors.switch.netconf.formats",
     "fabricscope.collectors.switch.snmp.formats",
 )
+# Metric name prefixes of vendor keys kept verbatim (``common.extra_counter``): not canonical output.
+EXTRA_PREFIXES = ("ethtool_", "netdev_", "lustre_")
 # Bytes of a file handed to the sniffers: enough for any header we recognise a format by.
 HEAD_BYTES = 64 * 1024
 
@@ -43,6 +45,7 @@ class Reading:
     links: list[Link] = field(default_factory=list)
     unmapped: list[str] = field(default_factory=list)  # vendor keys seen but not mapped to a metric
     problems: list[str] = field(default_factory=list)  # malformed parts skipped
+    guesses: list[str] = field(default_factory=list)  # each guess made (driver, resource, layout), and how to confirm it
 
     @property
     def items(self) -> int:
@@ -52,16 +55,27 @@ class Reading:
 @dataclass(frozen=True)
 class Format:
     """An input format. ``sniff(path, head)`` says whether ``path`` looks like it (``head``: the
-    file's first bytes as text, "" for a directory); ``read(path, device, ts)`` parses it (pure
-    apart from reading ``path``) or raises ParseError."""
+    file's first bytes as text, "" for a directory); ``read(path, device, ts, **options)`` parses it
+    (pure apart from reading ``path``) or raises ParseError. ``options`` names the keyword options the
+    reader takes (from :data:`OPTIONS`); one given on the command line confirms what would otherwise be
+    a guess."""
 
     name: str
     description: str
     sniff: Callable[[Path, str], bool]
-    read: Callable[[Path, str, float], Reading]
+    read: Callable[..., Reading]
     directory: bool = False  # the input is a directory tree, not a file
     # Sniff order among formats that could both match: lower first (specific before generic).
     priority: int = 100
+    options: tuple[str, ...] = ()
+
+
+# Options a format may declare (``fabricscope parse --<name>``), with their help text.
+OPTIONS: dict[str, str] = {
+    "driver": "NIC driver whose mapping table reads ethtool -S (as /sys/class/net/IF/device/driver names it)",
+    "resource": "PSI resource of the file: cpu, io or memory",
+    "cgroup": "cgroup the PSI file belongs to (labels its samples; host pressure when omitted)",
+}
 
 
 @dataclass

@@ -1,7 +1,10 @@
 """``fabricscope parse FILE``: what fabricscope would read from a recorded output, without a device
 or a database (like Telegraf's ``--test``). One JSON object per line on stdout, a summary on stderr.
 
-Exit 0 when something was read, 2 for an unknown or unreadable input (with the reason).
+Exit 0 when something canonical was read; 2 for an unknown or unreadable input, or one where nothing
+canonical came out (only vendor extras, or nothing), with the reason; 3 when something was read but a
+guess was made (a driver sniffed, a resource or column layout inferred) that no option confirmed. The
+summary lists the problems (what was skipped or could not be placed) and the guesses.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import typer
 from fabricscope.collectors import formats
 from fabricscope.core.errors import ParseError
 
+EXIT_UNCONFIRMED_GUESS = 3
+
 
 def _line(kind: str, body: dict[str, Any]) -> str:
     return json.dumps({"kind": kind, **body}, sort_keys=False, separators=(",", ":"))
@@ -30,7 +35,8 @@ def _fail(message: str) -> None:
 def _list(reg: formats.Registry) -> None:
     for fmt in sorted(reg.formats.values(), key=lambda f: f.name):
         kind = "directory" if fmt.directory else "file"
-        typer.echo(f"{fmt.name:<24} {kind:<9} {fmt.description}")
+        opts = f" [options: {', '.join('--' + o for o in fmt.options)}]" if fmt.options else ""
+        typer.echo(f"{fmt.name:<24} {kind:<9} {fmt.description}{opts}")
     for module, missing in sorted(reg.unavailable.items()):
         typer.echo(f"# not loaded: {module} (needs {missing})", err=True)
 
@@ -41,12 +47,30 @@ _DEVICE_HELP = "Device (or device:interface) the samples' sources are named afte
 _TS_HELP = "Timestamp for samples whose input carries none (default: the file's mtime)."
 
 
+def _options(fmt: formats.Format, given: dict[str, str | None]) -> dict[str, str]:
+    """The options ``fmt`` takes that were given; an option it does not take is an error, not ignored."""
+    unused = [k for k, v in given.items() if v is not None and k not in fmt.options]
+    if unused:
+        _fail(f"format {fmt.name} takes no {', '.join('--' + k for k in unused)}"
+              + (f" (it takes {', '.join('--' + o for o in fmt.options)})" if fmt.options else ""))
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _canonical(reading: formats.Reading) -> int:
+    """Items that are not a vendor key kept verbatim as an extra (``ethtool_<key>_total`` ...)."""
+    return (sum(1 for s in reading.samples if not s.metric.startswith(formats.EXTRA_PREFIXES))
+            + len(reading.events) + len(reading.links))
+
+
 def parse_command(
     path: Annotated[Path | None, typer.Argument(help=_PATH_HELP)] = None,
     fmt: Annotated[str | None, typer.Option("--format", "-f", help=_FORMAT_HELP)] = None,
     device: Annotated[str, typer.Option("--device", "-d", help=_DEVICE_HELP)] = "device",
     ts: Annotated[float | None, typer.Option(help=_TS_HELP)] = None,
     list_formats: Annotated[bool, typer.Option("--list", help="List the known formats and exit.")] = False,
+    driver: Annotated[str | None, typer.Option(help=formats.OPTIONS["driver"])] = None,
+    resource: Annotated[str | None, typer.Option(help=formats.OPTIONS["resource"])] = None,
+    cgroup: Annotated[str | None, typer.Option(help=formats.OPTIONS["cgroup"])] = None,
 ) -> None:
     """Print what fabricscope reads from FILE: samples, events and links, one JSON object per line."""
     reg = formats.load()
@@ -72,8 +96,9 @@ def parse_command(
     if chosen.directory != path.is_dir():
         _fail(f"{path}: format {chosen.name} reads a {'directory' if chosen.directory else 'file'}")
     when = ts if ts is not None else path.stat().st_mtime
+    opts = _options(chosen, {"driver": driver, "resource": resource, "cgroup": cgroup})
     try:
-        reading = chosen.read(path, device, when)
+        reading = chosen.read(path, device, when, **opts)
     except ParseError as exc:
         _fail(f"{path}: not readable as {chosen.name}: {exc}")
         return
@@ -94,8 +119,16 @@ def parse_command(
     summary = {"format": chosen.name, "items": reading.items, "samples": len(reading.samples),
                "events": len(reading.events), "links": len(reading.links), "sources": len(sources),
                "metrics": len({s.metric for s in reading.samples}), "unmapped": sorted(set(reading.unmapped)),
-               "problems": reading.problems}
+               "canonical": _canonical(reading), "problems": reading.problems, "guesses": reading.guesses}
     typer.echo("summary " + json.dumps(summary), err=True)
-    if reading.items == 0:
-        _fail(f"{path}: read as {chosen.name} but nothing in it was understood"
+    for problem in reading.problems:
+        typer.echo(f"problem: {problem}", err=True)
+    for guess in reading.guesses:
+        typer.echo(f"guess: {guess}", err=True)
+    if _canonical(reading) == 0:
+        _fail(f"{path}: read as {chosen.name} but nothing canonical came out"
               + (f" ({len(set(reading.unmapped))} unmapped keys)" if reading.unmapped else ""))
+    if reading.guesses:
+        typer.secho(f"fabricscope parse: {len(reading.guesses)} unconfirmed guess(es); confirm with the options "
+                    "named above", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(EXIT_UNCONFIRMED_GUESS)

@@ -18,6 +18,7 @@ import socket
 import struct
 import threading
 
+from fabricscope.collectors.host.ethtool_maps import stat_key
 from fabricscope.core.errors import CollectionError
 
 SIOCETHTOOL = 0x8946
@@ -85,4 +86,7 @@ class EthtoolIoctl:
                 self._names.pop(iface, None)
                 raise CollectionError(f"{iface}: stats count changed ({n} -> {got})")
             values = struct.unpack_from(f"={n}Q", buf.raw, 8)
-            return driver, {k: float(v) for k, v in zip(names, values, strict=True)}
+            out: dict[str, float] = {}
+            for name, v in zip(names, values, strict=True):
+                out[stat_key(name, out)] = float(v)  # as the text parser keys them (repeats numbered)
+            return driver, out

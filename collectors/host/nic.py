@@ -18,7 +18,8 @@ from typing import Protocol
 
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_attr, read_text, select
-from fabricscope.collectors.host.ethtool_maps import DRIVERS, DriverMap, driver_map
+from fabricscope.collectors.host.ethtool_maps import DRIVERS, DriverMap, driver_map, stat_key
+from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
 
@@ -46,30 +47,76 @@ UNSUPPORTED_RETRY_S = 300.0
 REFRESH_POLLS = 600  # the per-interface file lists are rebuilt this often (10 min at 1 s)
 
 
-def parse_ethtool_stats(text: str) -> dict[str, float]:
-    """``ethtool -S`` output -> {key: value}. Lines that are not ``key: integer`` are skipped."""
+def read_ethtool_text(text: str) -> tuple[dict[str, float], list[str]]:
+    """``ethtool -S`` output -> ({key: value}, problems). The ``NIC statistics:`` header is optional
+    (``ethtool -S dev | grep ...`` pastes have none). A key printed again (vmxnet3's per-queue blocks
+    repeat their names) is kept as ``key#1``, ``key#2``...; every line that is not ``key: count`` is
+    named in the problems, never dropped silently."""
     out: dict[str, float] = {}
-    seen_header = False
-    for line in text.splitlines():
-        if line.strip().endswith("statistics:"):
-            seen_header = True
+    bad: list[str] = []
+    repeated = 0
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.endswith("statistics:") or line.startswith("#"):
+            continue  # header, blank, or a shell prompt/comment line of a paste
+        key, sep, value = line.rpartition(":")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value.isdigit():  # counters are unsigned: "-1", "N/A" are not values
+            bad.append(line[:80])
             continue
-        key, sep, value = line.strip().rpartition(":")
-        if not sep or not key:
-            continue
-        try:
-            out[key.strip()] = float(int(value.strip()))
-        except ValueError:
-            continue
-    if not out and not seen_header:
-        raise ParseError("not ethtool -S output (no 'NIC statistics:' header and no counters)")
+        numbered = stat_key(key, out)
+        repeated += numbered != key
+        out[numbered] = float(int(value))
+    problems = [f"line not 'key: count', skipped: {b!r}" for b in bad[:20]]
+    if len(bad) > 20:
+        problems.append(f"... and {len(bad) - 20} more lines not 'key: count', skipped")
+    if repeated:
+        problems.append(f"{repeated} keys printed more than once (per-queue blocks): kept as key#1, key#2, ...")
+    return out, problems
+
+
+def parse_ethtool_stats(text: str) -> dict[str, float]:
+    """``ethtool -S`` output -> {key: value}; ParseError when no counter is in it."""
+    out, _problems = read_ethtool_text(text)
+    if not out:
+        raise ParseError("not ethtool -S output (no 'key: count' lines)")
     return out
+
+
+def sniff_driver(keys: Iterable[str]) -> tuple[str | None, list[str]]:
+    """The driver whose table fits ``keys``, judged by keys only that driver prints; the guess said.
+
+    One driver with distinctive keys: that driver (still a guess: confirm with ``--driver``). Several or
+    none: the first by distinctive-key count, or none (every key an extra), and the candidates named."""
+    keys = list(keys)
+    hits: dict[str, int] = {}
+    for name, dmap in DRIVERS.items():
+        n = sum(1 for k in keys if any(p.fullmatch(k) for p in dmap.distinctive))
+        if n:
+            hits[name] = n
+    if len(hits) == 1:
+        (driver, n), = hits.items()
+        return driver, [f"driver sniffed as {driver} from {n} keys only it prints; confirm with --driver {driver}"]
+    if not hits:  # no distinctive key: the tables that map any key are the (weaker) candidates
+        hits = {name: n for name, dmap in DRIVERS.items()
+                if (n := sum(1 for k in keys if any(r.pattern.fullmatch(k) for r in dmap.rules)))}
+        if len(hits) == 1:
+            (driver, n), = hits.items()
+            return driver, [f"driver read as {driver}: no key only one driver prints, but only its table maps "
+                            f"any ({n}) of these keys; confirm with --driver {driver}"]
+    if not hits:
+        return None, ["driver not recognised from the keys (no key only one driver prints): every key kept "
+                      "as an extra; name it with --driver (" + ", ".join(sorted(DRIVERS)) + ")"]
+    ranked = sorted(hits.items(), key=lambda kv: (-kv[1], kv[0]))
+    driver = ranked[0][0]
+    return driver, [f"driver ambiguous: keys of {', '.join(f'{d} ({n})' for d, n in ranked)}; read as {driver}; "
+                    f"confirm with --driver"]
 
 
 # (driver map, key) -> (metric, labels, scale, canonical?) or None (ignored). A driver's key set is
 # fixed, so every key is matched against the regex table once per process, not once per poll
 # (bench/agent_cost.py: this was 60% of a cycle's CPU on a 16-port mlx5 host).
-_Resolved = tuple[str, tuple[tuple[str, str], ...], float, bool] | None
+_Resolved = tuple[str, tuple[tuple[str, str], ...], float, bool, str] | None
 _RESOLVED: dict[tuple[str, str], _Resolved] = {}
 
 
@@ -81,12 +128,13 @@ def _resolve(dmap: DriverMap, key: str) -> _Resolved:
     for rule in dmap.rules:
         m = rule.pattern.fullmatch(key)
         if m:
-            labels = tuple((k, v.format(None, *m.groups())) for k, v in rule.labels)
-            found = (rule.metric, labels, rule.scale, True)
+            groups = [g for g in m.groups() if g is not None]  # alternations leave unused groups None
+            labels = tuple((k, v.format(None, *groups)) for k, v in rule.labels)
+            found = (rule.metric, labels, rule.scale, True, rule.kind)
             break
     else:
         if not any(p.fullmatch(key) for p in dmap.ignore):
-            found = (extra_counter("ethtool", key), (), 1.0, False)
+            found = (extra_counter("ethtool", key), (), 1.0, False, "counter")
     if len(_RESOLVED) > 200_000:  # bound it even if a driver invents keys (it should not)
         _RESOLVED.clear()
     _RESOLVED[cache_key] = found
@@ -103,8 +151,10 @@ def map_ethtool(stats: Mapping[str, float], driver: str | None, ts: float, sourc
         res = _resolve(dmap, key)
         if res is None:
             continue
-        metric, labels, scale, canonical = res
-        if canonical:
+        metric, labels, scale, canonical, kind = res
+        if canonical and kind == "gauge":  # a level: one key per series, never summed
+            out.append(Sample(ts, source, metric, value * scale, dict(labels) if labels else None))
+        elif canonical:
             summed[(metric, labels)] = summed.get((metric, labels), 0.0) + value * scale
         elif extras:
             out.append(Sample(ts, source, metric, value))
@@ -175,6 +225,7 @@ class SubprocessEthtool:
     def __init__(self, binary: str = "ethtool", timeout_s: float = 5.0) -> None:
         self.binary, self.timeout_s = binary, timeout_s
         self._drivers: dict[str, str | None] = {}
+        self.last_problems: dict[str, list[str]] = {}  # iface -> lines of its last output not read
 
     def _run(self, *args: str) -> str:
         try:
@@ -191,11 +242,10 @@ class SubprocessEthtool:
         if iface not in self._drivers:
             info = dict(line.split(": ", 1) for line in self._run("-i", iface).splitlines() if ": " in line)
             self._drivers[iface] = info.get("driver") or None
-        text = self._run("-S", iface)
-        try:
-            return self._drivers[iface], parse_ethtool_stats(text)
-        except ParseError as exc:
-            raise ParseError(f"{iface}: {exc}") from exc
+        stats, self.last_problems[iface] = read_ethtool_text(self._run("-S", iface))
+        if not stats:
+            raise ParseError(f"{iface}: not ethtool -S output (no 'key: count' lines)")
+        return self._drivers[iface], stats
 
 
 class NicCollector:
@@ -308,7 +358,15 @@ class NicCollector:
             log.warning("nic %s: interface vanished or unreadable, skipped", source)
             return []
         driver, stats = self.fetch_ethtool(iface)
+        # The kernel names the bound driver (/sys/class/net/IF/device/driver): no need to guess it.
         driver = self.sysfs_driver(iface) or driver
+        problems = list(getattr(self.ethtool, "last_problems", {}).get(iface, []))
+        if stats and driver is None:
+            driver, guesses = sniff_driver(stats)
+            problems += guesses
+        elif stats and driver not in DRIVERS:
+            problems.append(f"driver {driver!r} has no mapping table: its counters kept as extras only")
+        report_problems(source, "ethtool-S", problems, log)
         extras = self.extras and self._polls % self.extras_every == 0
         return merge(parse_netdev(files, ts, source, extras), map_ethtool(stats, driver, ts, source, extras))
 
@@ -340,24 +398,37 @@ def _listdir_at(dir_fd: int, name: str) -> list[str]:
         os.close(fd)
 
 
-def _guess_driver(stats: Mapping[str, float]) -> str | None:
-    """``ethtool -S`` does not name its driver: take the mapping table that maps the most keys."""
-    best, hits = None, 0
-    for name, dmap in DRIVERS.items():
-        n = sum(1 for k in stats if any(r.pattern.fullmatch(k) for r in dmap.rules))
-        if n > hits:
-            best, hits = name, n
-    return best
-
-
-def _read_ethtool(path: Path, device: str, ts: float) -> Reading:
-    stats = parse_ethtool_stats(path.read_text())
-    driver = _guess_driver(stats)
-    samples = map_ethtool(stats, driver, ts, device)
+def read_ethtool(text: str, device: str, ts: float, driver: str | None = None) -> Reading:
+    """One ``ethtool -S`` output -> Reading; ``driver`` (from sysfs or ``--driver``) or else sniffed."""
+    stats, problems = read_ethtool_text(text)
+    if not stats:
+        raise ParseError("not ethtool -S output (no 'key: count' lines)")
+    guesses: list[str] = []
+    if driver is None:
+        driver, guesses = sniff_driver(stats)
+    elif driver not in DRIVERS:
+        problems.append(f"driver {driver!r} has no mapping table: every key kept as an extra")
     dmap = driver_map(driver)
     unmapped = [k for k in stats if (res := _resolve(dmap, k)) is not None and not res[3]]
-    return Reading(samples=samples, unmapped=unmapped,
-                   problems=[] if driver else ["driver not recognised: every key kept as an extra"])
+    return Reading(samples=map_ethtool(stats, driver, ts, device), unmapped=unmapped, problems=problems,
+                   guesses=guesses)
+
+
+def _read_ethtool(path: Path, device: str, ts: float, driver: str | None = None) -> Reading:
+    return read_ethtool(path.read_text(), device, ts, driver)
+
+
+def _looks_like_ethtool(head: str) -> bool:
+    """The header, or a paste whose first lines are all ``key: count`` with at least one key a
+    mapping table knows (a grep-filtered paste has no header)."""
+    if head.lstrip().startswith("NIC statistics:"):
+        return True
+    lines = [ln.strip() for ln in head.splitlines()[:40] if ln.strip()]
+    if len(lines) < 2 or not all(ln.rpartition(":")[2].strip().isdigit() and ":" in ln for ln in lines):
+        return False
+    keys = [ln.rpartition(":")[0].strip() for ln in lines]
+    return any(p.fullmatch(k) for k in keys for d in DRIVERS.values() for p in (*d.distinctive,
+                                                                                *(r.pattern for r in d.rules)))
 
 
 def _netdev_dirs(path: Path) -> list[Path]:
@@ -388,6 +459,7 @@ def _read_sysfs_net(path: Path, device: str, ts: float) -> Reading:
 FORMATS = (
     Format("sysfs-net", "sysfs interface counters (/sys/class/net/<if>/statistics and state files)",
            sniff=lambda p, _head: bool(_netdev_dirs(p)), read=_read_sysfs_net, directory=True),
-    Format("ethtool-S", "`ethtool -S IFACE` NIC statistics (driver mapping guessed from the keys)",
-           sniff=lambda _p, head: head.lstrip().startswith("NIC statistics:"), read=_read_ethtool),
+    Format("ethtool-S", "`ethtool -S IFACE` NIC statistics, with or without the header (--driver names the "
+           "mapping table; sniffed from keys only one driver prints when omitted)",
+           sniff=lambda _p, head: _looks_like_ethtool(head), read=_read_ethtool, options=("driver",), priority=150),
 )

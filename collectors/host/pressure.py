@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import read_int, read_text
+from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import ParseError
 from fabricscope.core.model import Sample, now
 
@@ -34,10 +35,10 @@ def parse_psi(text: str) -> dict[str, float]:
     """One PSI file (``some avg10=.. avg60=.. avg300=.. total=US`` / ``full ...``) -> {level: seconds}."""
     out: dict[str, float] = {}
     for line in text.splitlines():
-        level, _, rest = line.partition(" ")
+        level, *fields = line.split() or [""]  # the kernel separates by spaces; a paste may carry tabs
         if level not in LEVELS:
             continue
-        for field in rest.split():
+        for field in fields:
             if field.startswith("total="):
                 try:
                     out[level] = int(field[6:]) / 1e6
@@ -116,7 +117,7 @@ class PressureCollector:
             try:
                 out += psi_samples(resource, parse_psi(text), ts, self.host, cgroup)
             except ParseError as exc:
-                log.warning("pressure %s: %s %s: %s; skipped", self.host, cgroup or "host", resource, exc)
+                report_problems(self.host, "proc-pressure", [f"{cgroup or 'host'} {resource}: {exc}; skipped"], log)
         return out
 
     def job_cgroups(self) -> list[str]:
@@ -158,44 +159,77 @@ def _listdir(path: Path) -> list[str]:
         return []
 
 
-# -- `fabricscope parse` format: one PSI file; the resource is the file's name (cpu, io, memory,
-#    or cgroup v2's cpu.pressure ...). A dump of all three (`cat /proc/pressure/{cpu,io,memory}`, as
-#    recorded on the H200 machine) is read in that order, and says so in `problems`.
-def _groups(text: str) -> list[str]:
-    """The PSI files in ``text``: each starts at a ``some`` line (``full`` is absent for cpu before 5.13)."""
+# -- `fabricscope parse` format: one PSI file, or a dump of all three (`cat /proc/pressure/{cpu,io,memory}`,
+#    as recorded on the H200 machine). PSI text does not name its resource: it comes from --resource,
+#    or from the content where only cpu can be meant (no "full" line: cpu before Linux 5.13), or, as a
+#    guess said in `guesses`, from a file name that is exactly a resource (cpu, io.pressure, ...). A
+#    cgroup's <resource>.pressure file is labelled with --cgroup, or with its directory's name (a guess).
+_NAMES = {f"{r}{suffix}": r for r in RESOURCES for suffix in ("", ".pressure", ".txt", ".pressure.txt")}
+
+
+def _groups(text: str) -> tuple[list[str], list[str]]:
+    """The PSI files in ``text`` (each starts at a ``some`` line) and the lines that are not PSI."""
     groups: list[list[str]] = []
-    for line in text.splitlines():
-        if line.startswith("some "):
+    other: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        level = line.split(None, 1)[0]
+        if level == "some":
             groups.append([])
-        if line.strip():
-            if not groups:
-                raise ParseError("a PSI file starts with its 'some' line")
-            groups[-1].append(line)
-    return ["\n".join(g) for g in groups]
+        if level not in LEVELS or "total=" not in line or not groups:
+            other.append(line[:80])
+            continue
+        groups[-1].append(line)
+    return ["\n".join(g) for g in groups], other
 
 
-def _read_psi(path: Path, device: str, ts: float) -> Reading:
-    groups = _groups(path.read_text())
-    resource = path.name.removesuffix(".txt").removesuffix(".pressure")
-    if len(groups) == len(RESOURCES) and resource not in RESOURCES:
-        samples = [s for r, g in zip(RESOURCES, groups, strict=True) for s in psi_samples(r, parse_psi(g), ts, device)]
-        return Reading(samples=samples, problems=["three PSI files in one: read as cpu, io, memory in that order"])
+def _resource(path: Path, group: str, given: str | None, guesses: list[str]) -> str:
+    if given is not None:
+        if given not in RESOURCES:
+            raise ParseError(f"--resource {given!r}: expected one of {', '.join(RESOURCES)}")
+        return given
+    if not any(line.startswith("full ") for line in group.splitlines()):
+        return "cpu"  # only cpu pressure has no "full" line (kernels before 5.13): the content says so
+    named = _NAMES.get(path.name)
+    if named is None:
+        raise ParseError(f"PSI text does not name its resource and the file name {path.name!r} does not either: "
+                         f"name it with --resource ({', '.join(RESOURCES)})")
+    guesses.append(f"resource {named} taken from the file name {path.name!r}; confirm with --resource {named}")
+    return named
+
+
+def _read_psi(path: Path, device: str, ts: float, resource: str | None = None,
+              cgroup: str | None = None) -> Reading:
+    groups, other = _groups(path.read_text())
+    problems = [f"line not a PSI 'some|full ... total=' line, skipped: {line!r}" for line in other]
+    guesses: list[str] = []
+    if not groups:
+        raise ParseError("no 'some ... total=' PSI line")
+    if cgroup is None and path.name.endswith((".pressure", ".pressure.txt")) and path.parent.name:
+        cgroup = path.parent.name
+        guesses.append(f"a cgroup's PSI file: cgroup {cgroup!r} taken from its directory; confirm with --cgroup")
+    if len(groups) == len(RESOURCES) and resource is None:
+        guesses.append("three PSI files in one: read as cpu, io, memory in that order "
+                       "(cat /proc/pressure/{cpu,io,memory}); split them to confirm")
+        samples = [s for r, g in zip(RESOURCES, groups, strict=True)
+                   for s in psi_samples(r, parse_psi(g), ts, device, cgroup)]
+        return Reading(samples=samples, problems=problems, guesses=guesses)
     if len(groups) != 1:
         raise ParseError(f"{len(groups)} PSI files in one input; expected 1, or cpu, io and memory in that order")
-    problems = []
-    if resource not in RESOURCES:
-        problems.append(f"resource not named by the file name {path.name!r}: read as cpu")
-        resource = "cpu"
-    return Reading(samples=psi_samples(resource, parse_psi(groups[0]), ts, device), problems=problems)
+    res = _resource(path, groups[0], resource, guesses)
+    return Reading(samples=psi_samples(res, parse_psi(groups[0]), ts, device, cgroup), problems=problems,
+                   guesses=guesses)
 
 
 def _looks_like_psi(_path: Path, head: str) -> bool:
     lines = [line for line in head.splitlines() if line.strip()]
-    return 1 <= len(lines) <= 6 and all(line.split(" ", 1)[0] in LEVELS and "total=" in line for line in lines)
+    return 1 <= len(lines) <= 6 and all(line.split(None, 1)[0] in LEVELS and "total=" in line for line in lines)
 
 
 FORMATS = (
     Format("proc-pressure", "/proc/pressure/{cpu,io,memory} or a cgroup's <resource>.pressure (PSI stall "
-           "time, counters; the resource is taken from the file name; a dump of all three in that order)",
-           sniff=_looks_like_psi, read=_read_psi),
+           "time, counters); the resource from --resource or the content, the cgroup from --cgroup",
+           sniff=_looks_like_psi, read=_read_psi, options=("resource", "cgroup")),
 )

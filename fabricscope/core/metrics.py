@@ -65,6 +65,8 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in [
     *_rows("gauge", "GPU board power / temperature", "gpu_power_watts", "gpu_temperature_celsius"),
     *_rows("gauge", "share of time the GPU / its memory was busy (0-1)", "gpu_utilization_ratio",
            "gpu_memory_utilization_ratio"),
+    *_rows("gauge", "share of time the graphics/compute engine was active (0-1), per MIG instance where labelled",
+           "gpu_engine_active_ratio", labels=("mig",)),
     *_rows("counter", "GPU ECC errors (label type corrected|uncorrected, scope volatile|aggregate)",
            "gpu_ecc_errors_total", labels=("type", "scope")),
     *_rows("counter", "GPU memory pages retired / rows remapped (label cause or kind)", "gpu_retired_pages_total",
@@ -84,6 +86,11 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in [
            "io_pressure_seconds_total", "memory_pressure_seconds_total", labels=("level", "cgroup")),
     *_rows("counter", "CPU thermal throttle events (label scope core|package)", "cpu_thermal_throttle_total",
            labels=("scope",)),
+    # Issue #43: cloud NIC allowances (ENA) and PCIe credit stalls (mlx5), from ethtool -S.
+    *_rows("counter", "packets queued or dropped because a cloud NIC's allowance was exceeded (label limit)",
+           "allowance_exceeded_total", labels=("limit",)),
+    *_rows("gauge", "share of the last second a NIC's outbound PCIe reads/writes stalled for credits (0-1)",
+           "pcie_outbound_stalled_ratio", labels=("direction",)),
 ]}
 
 # Extra metrics that collectors emit on purpose, outside the canonical table (stored like any other).

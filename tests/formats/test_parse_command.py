@@ -29,7 +29,8 @@ def _summary(stderr: str) -> dict:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_recorded_input_is_sniffed_and_read(case: Path) -> None:
     spec = json.loads((case / "case.json").read_text())
-    proc = run_parse(str(FIXTURES / spec["input"]), "--device", spec["device"], "--ts", "1700000000")
+    proc = run_parse(str(FIXTURES / spec["input"]), "--device", spec["device"], "--ts", "1700000000",
+                     *spec.get("args", []))
     assert proc.returncode == 0, proc.stderr
     items = [json.loads(line) for line in proc.stdout.splitlines()]
     summary = _summary(proc.stderr)
@@ -57,11 +58,28 @@ def test_every_format_has_a_case_or_a_test_of_its_own() -> None:
 
 def test_named_format_overrides_the_sniffer(tmp_path: Path) -> None:
     raw = tmp_path / "stats.txt"
-    raw.write_text((FIXTURES / "ethtool/mlx5-connectx-100g-cn-notes/ethtool-S.txt").read_text()
-                   .replace("NIC statistics:", ""))  # no header: the sniffer cannot tell
+    raw.write_text("\n".join(f"{i} {i}" for i in range(5)))  # no format's sniffer takes it
     assert run_parse(str(raw)).returncode == 2
-    proc = run_parse(str(raw), "--format", "ethtool-S", "-d", "h1:eth0")
-    assert proc.returncode == 0 and _summary(proc.stderr)["format"] == "ethtool-S"
+    proc = run_parse(str(FIXTURES / "host/thisvm-6.18/proc/pressure/cpu"), "--format", "proc-pressure",
+                     "--resource", "cpu", "-d", "h1")
+    assert proc.returncode == 0 and _summary(proc.stderr)["format"] == "proc-pressure"
+
+
+def test_headerless_ethtool_paste_is_read_and_the_sniffed_driver_is_a_guess(tmp_path: Path) -> None:
+    """A ``ethtool -S dev | grep ...`` paste has no header (refused before #43); the driver sniffed from
+    its keys is a guess: exit 3 until --driver confirms it."""
+    raw = tmp_path / "stats.txt"
+    raw.write_text((FIXTURES / "ethtool/mlx5-connectx-100g-cn-notes/ethtool-S.txt").read_text()
+                   .replace("NIC statistics:", ""))
+    proc = run_parse(str(raw), "-d", "h1:eth0")
+    assert proc.returncode == 3 and "--driver mlx5_core" in _summary(proc.stderr)["guesses"][0]
+    proc = run_parse(str(raw), "-d", "h1:eth0", "--driver", "mlx5_core")
+    assert proc.returncode == 0 and _summary(proc.stderr)["guesses"] == []
+
+
+def test_an_option_the_format_does_not_take_is_refused() -> None:
+    proc = run_parse(str(FIXTURES / "host/thisvm-6.18/proc/pressure/cpu"), "--driver", "ice")
+    assert proc.returncode == 2 and "takes no --driver" in proc.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [

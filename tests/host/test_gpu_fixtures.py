@@ -36,7 +36,7 @@ def _smi(raw: Path) -> Any:
 
 def _dcgm(raw: Path) -> Any:
     r = parse_dcgm(raw.read_text(), TS, "node")
-    return {"samples": canon(r.samples), "xids": r.xids, "unmapped": r.unmapped}
+    return {"samples": canon(r.samples), "xids": r.xids, "unmapped": r.unmapped, "problems": r.problems}
 
 
 def _topo(raw: Path) -> Any:

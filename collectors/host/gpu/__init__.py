@@ -41,14 +41,16 @@ def _read_smi_xml(path: Path, device: str, ts: float) -> Reading:
 def _read_dcgm(path: Path, device: str, ts: float) -> Reading:
     r = parse_dcgm(path.read_text(), ts, device)
     events = [xid_event(src, code, ts) for src, code in r.xids.items() if code]
-    return Reading(samples=r.samples, events=events, unmapped=r.unmapped)
+    return Reading(samples=r.samples, events=events, unmapped=r.unmapped, problems=r.problems)
 
 
 def _read_topo(path: Path, device: str, ts: float) -> Reading:
     """What ``fabricscope parse`` shows of a topology matrix: one extra (non-canonical) sample
     ``gpu_nic_locality_rank`` per GPU/NIC pair, labelled ``nic`` and ``connection`` (PIX..SYS), value
-    the rank of that connection (lower = closer, ``topo_matrix.rank``). The agent does not send it;
-    the data structure itself is ``topo_matrix.parse_topo_matrix``."""
+    the rank of that connection (lower = closer, ``topo_matrix.rank``), and the GPU's ``cpu_affinity`` and
+    ``numa_affinity`` where printed. The agent does not send it; the data structure itself is
+    ``topo_matrix.parse_topo_matrix``. ``gpu_peer_locality_rank`` likewise per GPU pair (label ``peer``).
+    Cells that could not be placed are the reading's problems."""
     topo = parse_topo_matrix(path.read_text())
     samples: list[Sample] = []
     for gpu in topo.gpus:
@@ -56,9 +58,17 @@ def _read_topo(path: Path, device: str, ts: float) -> Reading:
         for nic in topo.nics:
             conn = topo.link(gpu, nic)
             if conn is not None:
+                affinity = {k: v for k, v in (("cpu_affinity", topo.cpu_affinity.get(gpu)),
+                                              ("numa_affinity", topo.numa_affinity.get(gpu))) if v is not None}
                 samples.append(Sample(ts, src, "gpu_nic_locality_rank", float(rank(conn)),
-                                      {"nic": topo.nic_names.get(nic, nic), "connection": conn}))
-    problems = [] if topo.nics else ["no NIC in the matrix: " + json.dumps(
+                                      {"nic": topo.nic_names.get(nic, nic), "connection": conn, **affinity}))
+        for peer in topo.gpus:  # GPU to GPU (NV#, or PCIe): also what a matrix without NICs has to say
+            conn = topo.link(gpu, peer)
+            if peer != gpu and conn is not None:
+                samples.append(Sample(ts, src, "gpu_peer_locality_rank", float(rank(conn)),
+                                      {"peer": f"gpu{peer.removeprefix('GPU')}", "connection": conn}))
+    problems = list(topo.problems)
+    problems += [] if topo.nics else ["no NIC in the matrix: " + json.dumps(
         {"gpus": list(topo.gpus), "cpu_affinity": topo.cpu_affinity, "numa_affinity": topo.numa_affinity})]
     return Reading(samples=samples, problems=problems)
 

@@ -162,6 +162,8 @@ DCGM_RULES: tuple[DcgmRule, ...] = (
     _d("DCGM_FI_DEV_GPU_TEMP", "gpu_temperature_celsius"),
     _d("DCGM_FI_DEV_GPU_UTIL", "gpu_utilization_ratio", PERCENT),
     _d("DCGM_FI_DEV_MEM_COPY_UTIL", "gpu_memory_utilization_ratio", PERCENT),
+    # Per MIG instance where the row carries GPU_I_ID (DCGM_PER_INSTANCE below); 0-1 already.
+    _d("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gpu_engine_active_ratio"),
     _d("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "pcie_replays_total"),
     _d("DCGM_FI_DEV_PCIE_LINK_GEN", "pcie_link_generation"),
     _d("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "pcie_link_generation_max"),
@@ -181,6 +183,9 @@ DCGM_RULES: tuple[DcgmRule, ...] = (
     _d(_NVL.format("RECOVERY"), "gpu_nvlink_errors_total", type="recovery", link="{1}"),
 )
 # Bitmask fields (expanded with THROTTLE_BITS) and the last-XID field (an event, not a sample).
+# Fields DCGM reports per MIG GPU instance (profiling and the instance's framebuffer); every other field
+# is the whole GPU's, repeated on each instance's row.
+DCGM_PER_INSTANCE = re.compile(r"DCGM_FI_PROF_\w+|DCGM_FI_DEV_FB_\w+")
 DCGM_THROTTLE_FIELDS = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
 DCGM_XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 # DCGM's "no value" sentinels (dcgm_structs.h DCGM_INT64_BLANK = 0x7ffffffffffffff0 and the values

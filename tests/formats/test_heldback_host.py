@@ -1,0 +1,71 @@
+"""The held-back host recordings of issue #43 (docs/heldback/host.md): after the fixes their second run
+is pinned here, and the driver sniffed from the keys alone is the one the recording came from.
+
+Regenerate after a deliberate mapping change with ``python tests/formats/test_heldback_host.py --regen``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from fabricscope.collectors import formats  # noqa: E402
+from fabricscope.collectors.host import nic  # noqa: E402
+from tests.host.canon import canon  # noqa: E402
+
+HELD = Path(__file__).resolve().parents[1] / "fixtures/heldback/host"
+CASES = sorted(p for p in HELD.glob("ethtool/*") if (p / "case.json").is_file())
+
+
+def _actual(case: Path) -> list[dict]:
+    spec = json.loads((case / "case.json").read_text())
+    reading = nic.read_ethtool((case / "ethtool-S.txt").read_text(), spec["source"], 1_700_000_000.0, spec["driver"])
+    return canon([s for s in reading.samples if not s.metric.startswith("ethtool_")])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_held_back_ethtool_second_run(case: Path) -> None:
+    assert _actual(case) == json.loads((case / "expected.json").read_text())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_held_back_driver_is_sniffed_from_distinctive_keys(case: Path) -> None:
+    spec = json.loads((case / "case.json").read_text())
+    stats, _ = nic.read_ethtool_text((case / "ethtool-S.txt").read_text())
+    driver, guesses = nic.sniff_driver(stats)
+    assert driver == spec["driver"] and f"--driver {driver}" in guesses[0]
+
+
+def test_three_held_back_recordings() -> None:
+    assert [c.name for c in CASES] == ["bnxt_en-ethq", "i40e-v2.3.2k-ethq", "vmxnet3-ethq"]
+
+
+# topo -m and dcgm-exporter: read as `fabricscope parse` would, sniffed (no --format).
+OTHER = sorted(p for p in [*HELD.glob("topo/*/nvidia-smi-topo-m.txt"), *HELD.glob("dcgm/*/metrics.txt")])
+
+
+def _parsed(raw: Path) -> dict:
+    reg = formats.load()
+    fmt = reg.sniff(raw)
+    assert fmt is not None, f"{raw} not sniffed"
+    r = fmt.read(raw, "node", 1_700_000_000.0)
+    return {"format": fmt.name, "samples": canon(r.samples), "events": len(r.events), "problems": r.problems}
+
+
+@pytest.mark.parametrize("raw", OTHER, ids=[f"{p.parent.parent.name}/{p.parent.name}" for p in OTHER])
+def test_held_back_topo_and_dcgm_second_run(raw: Path) -> None:
+    assert _parsed(raw) == json.loads((raw.parent / "expected.json").read_text())
+
+
+if __name__ == "__main__" and "--regen" in sys.argv:
+    for case in CASES:
+        (case / "expected.json").write_text(json.dumps(_actual(case), indent=1) + "\n")
+        print("wrote", case / "expected.json")
+    for raw in OTHER:
+        (raw.parent / "expected.json").write_text(json.dumps(_parsed(raw), indent=1) + "\n")
+        print("wrote", raw.parent / "expected.json")

@@ -1,0 +1,141 @@
+"""One test per class of misread that issue #43 found in host formats; each fails on the code before #43
+(checked against b36c4d2). Recordings: tests/fixtures/ethtool/SOURCES.md, tests/fixtures/gpu/SOURCES.md."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fabricscope.collectors.formats import load
+from fabricscope.core.errors import ParseError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+REG = load()
+
+
+def _read(fmt: str, path: Path, **options: str):  # noqa: ANN202
+    return REG.get(fmt).read(path, "h:e", 1.0, **options)
+
+
+def _by(samples: list) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.metric, tuple(sorted((s.labels or {}).items()))): s.value for s in samples}
+
+
+def test_e810_with_64_queue_pairs_is_ice_not_virtio() -> None:
+    r = _read("ethtool-S", FIXTURES / "ethtool/ice-ethq/ethtool-S.txt")
+    got = _by(r.samples)
+    assert got[("rx_bytes_total", ())] == 848_255_752  # rx_bytes.nic, not the 128 queue keys' sum
+    assert all(got[(f"{d}_pause_frames_total", (("priority", str(p)),))] == 0 for d in ("rx", "tx") for p in range(8))
+    assert "driver sniffed as ice" in r.guesses[0]
+
+
+def test_bnxt_en_current_ring_discard_names() -> None:
+    r = _read("ethtool-S", FIXTURES / "heldback/host/ethtool/bnxt_en-ethq/ethtool-S.txt", driver="bnxt_en")
+    assert _by(r.samples)[("rx_discards_total", ())] == 655_430_134 + 49_337  # rx_total_ring_discards + port
+    assert "rx_total_ring_discards" not in r.unmapped
+
+
+def test_ena_is_recognised_and_allowances_are_its_drop_signal() -> None:
+    r = _read("ethtool-S", FIXTURES / "ethtool/ena-allowance-grep-paste/ethtool-S.txt")
+    got = _by(r.samples)
+    assert "driver sniffed as ena" in r.guesses[0]
+    assert {lb: v for (m, lb), v in got.items() if m == "allowance_exceeded_total"} == {
+        (("limit", x),): (14368 if x == "bw_out" else 0) for x in ("bw_in", "bw_out", "pps", "conntrack", "linklocal")}
+    full = _read("ethtool-S", FIXTURES / "ethtool/ena-ethq/ethtool-S.txt")
+    assert "driver sniffed as ena" in full.guesses[0]
+    assert _by(full.samples)[("rx_bytes_total", ())] == 186_106_995_835  # 8 queues' queue_N_rx_bytes summed
+
+
+def test_mlx5_per_priority_discards_are_mapped() -> None:
+    r = _read("ethtool-S", FIXTURES / "ethtool/mlx5-connectx-100g-cn-notes/ethtool-S.txt", driver="mlx5_core")
+    assert ("rx_discards_total", (("priority", "0"),)) in _by(r.samples)
+    assert "rx_prio0_discards" not in r.unmapped
+
+
+def test_mlx5_outbound_pci_stalled_is_a_ratio_gauge_not_a_counter(tmp_path: Path) -> None:
+    raw = tmp_path / "s.txt"
+    raw.write_text("NIC statistics:\n     rx_bytes_phy: 10\n     outbound_pci_stalled_rd: 37\n"
+                   "     outbound_pci_stalled_wr: 100\n")
+    got = _by(_read("ethtool-S", raw, driver="mlx5_core").samples)
+    assert got[("pcie_outbound_stalled_ratio", (("direction", "read"),))] == pytest.approx(0.37)
+    assert got[("pcie_outbound_stalled_ratio", (("direction", "write"),))] == pytest.approx(1.0)
+    assert not any(m.startswith("ethtool_outbound_pci_stalled") for m, _ in got)
+
+
+def test_a_grep_filtered_paste_without_header_is_read() -> None:
+    for case in ("ena-allowance-grep-paste", "i40e-ethq", "mlx5_core-ethq"):  # all three have no header
+        raw = FIXTURES / f"ethtool/{case}/ethtool-S.txt"
+        assert not raw.read_text().lstrip().startswith("NIC statistics:")
+        assert REG.sniff(raw) is REG.get("ethtool-S"), case
+        assert _read("ethtool-S", raw).samples, case
+
+
+def test_driver_option_confirms_and_guesses_exit_3(tmp_path: Path) -> None:
+    path = str(FIXTURES / "ethtool/i40e-ethq/ethtool-S.txt")
+    run = [sys.executable, "-m", "fabricscope", "parse", path, "--ts", "1"]
+    guessed = subprocess.run(run, capture_output=True, text=True, timeout=60, check=False)
+    confirmed = subprocess.run([*run, "--driver", "i40e"], capture_output=True, text=True, timeout=60, check=False)
+    assert guessed.returncode == 3 and "guess: driver sniffed as i40e" in guessed.stderr
+    assert confirmed.returncode == 0 and guessed.stdout == confirmed.stdout
+
+
+def test_dcgm_gpu_in_mig_mode_without_device_row_keeps_its_fields() -> None:
+    r = _read("dcgm-exporter", FIXTURES / "gpu/a800-mig-dcgm-exporter-msxf/metrics.txt")
+    gpu0 = {s.metric: s.value for s in r.samples if s.source == "h:e:gpu0" and not s.labels}
+    assert gpu0 == {"gpu_sm_clock_hz": 1410e6, "gpu_memory_clock_hz": 1593e6, "gpu_temperature_celsius": 33.0}
+    assert any("h:e:gpu0: no device-level row" in p for p in r.problems)
+
+
+def test_dcgm_mig_instance_fields_are_labelled_mig(tmp_path: Path) -> None:
+    raw = tmp_path / "m.txt"
+    raw.write_text("".join(f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu="0",UUID="GPU-a",GPU_I_PROFILE="3g.40gb",'
+                           f'GPU_I_ID="{i}"}} {v}\n' for i, v in ((1, 0.81), (2, 0.25))))
+    got = _by(_read("dcgm-exporter", raw).samples)
+    assert got == {("gpu_engine_active_ratio", (("mig", "1"),)): 0.81,
+                   ("gpu_engine_active_ratio", (("mig", "2"),)): 0.25}
+
+
+def test_psi_resource_is_never_guessed_as_cpu_from_a_name(tmp_path: Path) -> None:
+    io = (FIXTURES / "host/thisvm-6.18/proc/pressure/io").read_text()
+    raw = tmp_path / "node3-psi.txt"
+    raw.write_text(io)
+    with pytest.raises(ParseError, match="--resource"):
+        _read("proc-pressure", raw)
+    got = _by(_read("proc-pressure", raw, resource="io").samples)
+    assert {m for m, _ in got} == {"io_pressure_seconds_total"}
+
+
+def test_psi_of_a_cgroup_carries_its_cgroup(tmp_path: Path) -> None:
+    path = FIXTURES / "host/thisvm-6.18/sys/fs/cgroup/fabricscope-rec/cpu.pressure"
+    guessed = _read("proc-pressure", path)
+    assert {s.labels["cgroup"] for s in guessed.samples} == {"fabricscope-rec"} and guessed.guesses
+    named = _read("proc-pressure", path, cgroup="job.slice/rank0", resource="cpu")
+    assert {s.labels["cgroup"] for s in named.samples} == {"job.slice/rank0"} and not named.guesses
+
+
+def test_topo_cell_run_into_the_affinity_column_does_not_shift_it(tmp_path: Path) -> None:
+    text = (FIXTURES / "gpu/puget-wrx90-2gpu-2nic-stelline/nvidia-smi-topo-m.txt").read_text()
+    raw = tmp_path / "topo.txt"
+    raw.write_text(text.replace("NODE    0-23", "NODE0-23"))  # nvidia-smi on narrow columns
+    from fabricscope.collectors.host.gpu.topo_matrix import parse_topo_matrix
+
+    topo = parse_topo_matrix(raw.read_text())
+    assert topo.cpu_affinity["GPU0"] == "0-23" and topo.numa_affinity["GPU0"] == "0"  # not "0" and None
+    assert topo.link("GPU0", "NIC1") == "NODE"
+    r = _read("nvidia-smi-topo", raw)
+    labels = {s.source: s.labels for s in r.samples if s.metric == "gpu_nic_locality_rank"}
+    assert labels["h:e:gpu0"]["cpu_affinity"] == "0-23" and labels["h:e:gpu0"]["numa_affinity"] == "0"
+    assert any("ran into the next column" in p for p in r.problems)
+
+
+def test_parse_lists_every_host_format_with_its_options() -> None:
+    out = subprocess.run([sys.executable, "-m", "fabricscope", "parse", "--list"], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    lines = {ln.split()[0]: ln for ln in out.splitlines()}
+    assert "--driver" in lines["ethtool-S"] and "--resource" in lines["proc-pressure"]
+    assert {"dcgm-exporter", "nvidia-smi-topo"} <= set(lines)
+    json.dumps(lines)  # plain text, one format a line
