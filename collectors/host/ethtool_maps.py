@@ -184,7 +184,8 @@ VIRTIO = DriverMap(
     ),
     ignore=_ig(r"(rx|tx)_queue_\d+_.*", r"(rx|tx)\d+_.*"),
     # kicks (virtqueue notifications) exist only in virtio; veth shares the xdp/drops names.
-    distinctive=_ig(r"(rx|tx)(_queue_)?\d*_kicks", r"(rx|tx)(_queue_)?\d*_tx_timeouts", r"tx_timeouts"),
+    # (a bare tx_timeouts is printed by gve and others too).
+    distinctive=_ig(r"(rx|tx)(_queue_)?\d*_kicks", r"(rx|tx)(_queue_)?\d*_tx_timeouts"),
 )
 
 # AWS ENA: the allowance counters are the platform's drop signal (packets shaped or dropped because

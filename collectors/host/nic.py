@@ -18,7 +18,12 @@ from typing import Protocol
 
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_attr, read_text, select
-from fabricscope.collectors.host.ethtool_maps import DRIVERS, DriverMap, driver_map, stat_key
+from fabricscope.collectors.host.ethtool_maps import DRIVERS, DriverMap, driver_map
+
+# The text parser lives in ethtool_text; its names stay importable from here, where callers found them.
+from fabricscope.collectors.host.ethtool_text import parse_ethtool_stats as parse_ethtool_stats
+from fabricscope.collectors.host.ethtool_text import read_ethtool_text as read_ethtool_text
+from fabricscope.collectors.host.ethtool_text import sniff_driver as sniff_driver
 from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
@@ -45,72 +50,6 @@ LEAN_STATE_FILES: tuple[str, ...] = ("operstate", "carrier", "carrier_down_count
 OPER_UP = {"up": 1.0, "down": 0.0, "lowerlayerdown": 0.0, "dormant": 0.0, "notpresent": 0.0, "testing": 0.0}
 UNSUPPORTED_RETRY_S = 300.0
 REFRESH_POLLS = 600  # the per-interface file lists are rebuilt this often (10 min at 1 s)
-
-
-def read_ethtool_text(text: str) -> tuple[dict[str, float], list[str]]:
-    """``ethtool -S`` output -> ({key: value}, problems). The ``NIC statistics:`` header is optional
-    (``ethtool -S dev | grep ...`` pastes have none). A key printed again (vmxnet3's per-queue blocks
-    repeat their names) is kept as ``key#1``, ``key#2``...; every line that is not ``key: count`` is
-    named in the problems, never dropped silently."""
-    out: dict[str, float] = {}
-    bad: list[str] = []
-    repeated = 0
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.endswith("statistics:") or line.startswith("#"):
-            continue  # header, blank, or a shell prompt/comment line of a paste
-        key, sep, value = line.rpartition(":")
-        key, value = key.strip(), value.strip()
-        if not sep or not key or not value.isdigit():  # counters are unsigned: "-1", "N/A" are not values
-            bad.append(line[:80])
-            continue
-        numbered = stat_key(key, out)
-        repeated += numbered != key
-        out[numbered] = float(int(value))
-    problems = [f"line not 'key: count', skipped: {b!r}" for b in bad[:20]]
-    if len(bad) > 20:
-        problems.append(f"... and {len(bad) - 20} more lines not 'key: count', skipped")
-    if repeated:
-        problems.append(f"{repeated} keys printed more than once (per-queue blocks): kept as key#1, key#2, ...")
-    return out, problems
-
-
-def parse_ethtool_stats(text: str) -> dict[str, float]:
-    """``ethtool -S`` output -> {key: value}; ParseError when no counter is in it."""
-    out, _problems = read_ethtool_text(text)
-    if not out:
-        raise ParseError("not ethtool -S output (no 'key: count' lines)")
-    return out
-
-
-def sniff_driver(keys: Iterable[str]) -> tuple[str | None, list[str]]:
-    """The driver whose table fits ``keys``, judged by keys only that driver prints; the guess said.
-
-    One driver with distinctive keys: that driver (still a guess: confirm with ``--driver``). Several or
-    none: the first by distinctive-key count, or none (every key an extra), and the candidates named."""
-    keys = list(keys)
-    hits: dict[str, int] = {}
-    for name, dmap in DRIVERS.items():
-        n = sum(1 for k in keys if any(p.fullmatch(k) for p in dmap.distinctive))
-        if n:
-            hits[name] = n
-    if len(hits) == 1:
-        (driver, n), = hits.items()
-        return driver, [f"driver sniffed as {driver} from {n} keys only it prints; confirm with --driver {driver}"]
-    if not hits:  # no distinctive key: the tables that map any key are the (weaker) candidates
-        hits = {name: n for name, dmap in DRIVERS.items()
-                if (n := sum(1 for k in keys if any(r.pattern.fullmatch(k) for r in dmap.rules)))}
-        if len(hits) == 1:
-            (driver, n), = hits.items()
-            return driver, [f"driver read as {driver}: no key only one driver prints, but only its table maps "
-                            f"any ({n}) of these keys; confirm with --driver {driver}"]
-    if not hits:
-        return None, ["driver not recognised from the keys (no key only one driver prints): every key kept "
-                      "as an extra; name it with --driver (" + ", ".join(sorted(DRIVERS)) + ")"]
-    ranked = sorted(hits.items(), key=lambda kv: (-kv[1], kv[0]))
-    driver = ranked[0][0]
-    return driver, [f"driver ambiguous: keys of {', '.join(f'{d} ({n})' for d, n in ranked)}; read as {driver}; "
-                    f"confirm with --driver"]
 
 
 # (driver map, key) -> (metric, labels, scale, canonical?) or None (ignored). A driver's key set is

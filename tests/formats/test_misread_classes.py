@@ -130,6 +130,7 @@ def test_topo_cell_run_into_the_affinity_column_does_not_shift_it(tmp_path: Path
     labels = {s.source: s.labels for s in r.samples if s.metric == "gpu_nic_locality_rank"}
     assert labels["h:e:gpu0"]["cpu_affinity"] == "0-23" and labels["h:e:gpu0"]["numa_affinity"] == "0"
     assert any("ran into the next column" in p for p in r.problems)
+    assert r.guesses and "header order" in r.guesses[0]  # the paste is off its tab stops: a layout guess
 
 
 def test_parse_lists_every_host_format_with_its_options() -> None:

@@ -70,7 +70,7 @@ def _read_topo(path: Path, device: str, ts: float) -> Reading:
     problems = list(topo.problems)
     problems += [] if topo.nics else ["no NIC in the matrix: " + json.dumps(
         {"gpus": list(topo.gpus), "cpu_affinity": topo.cpu_affinity, "numa_affinity": topo.numa_affinity})]
-    return Reading(samples=samples, problems=problems)
+    return Reading(samples=samples, problems=problems, guesses=list(topo.guesses))
 
 
 FORMATS = (

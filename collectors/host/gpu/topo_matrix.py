@@ -54,6 +54,7 @@ class TopoMatrix:
     numa_affinity: dict[str, str | None] = field(default_factory=dict)
     nic_names: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    guesses: list[str] = field(default_factory=list)  # a column layout inferred, and how to confirm it
 
     def link(self, a: str, b: str) -> str | None:
         return self.matrix.get((a, b))
@@ -167,11 +168,11 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
     missing = [d for d in devices if d not in rows_seen and not any(p.startswith(f"{d}:") for p in problems)]
     if missing:  # a paste cut short: the columns name devices whose own rows never came
         problems.append(f"no row for {', '.join(missing)} (output cut?): their links to each other are unknown")
-    if guessed:
-        problems.append(f"rows {', '.join(guessed)}: columns neither tab-separated nor on tab stops: cells read "
-                        "in header order (an empty affinity cell would shift the ones after it)")
+    guesses = [f"rows {', '.join(guessed)}: columns neither tab-separated nor on tab stops: cells read in header "
+               "order (an empty affinity cell would shift the ones after it); confirm with the output as "
+               "nvidia-smi writes it (`nvidia-smi topo -m > file`, tabs kept)"] if guessed else []
     names = {m.group(1): m.group(2) for m in re.finditer(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.M)}
-    return TopoMatrix(gpus, nics, matrix, cpu, numa, {n: names.get(n, n) for n in nics}, problems)
+    return TopoMatrix(gpus, nics, matrix, cpu, numa, {n: names.get(n, n) for n in nics}, problems, guesses)
 
 
 def _present(value: str | None) -> str | None:
