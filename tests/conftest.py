@@ -10,8 +10,17 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+from hypothesis import settings
 
 from tests.support import FLAVOURS, ServiceProcess, TestDatabase, start_service
+
+# Property tests in `make test` (and CI) replay the same examples every run: no deadline, since a
+# loaded 2-core machine makes any per-example deadline a coin toss, and derandomized, so a run passes
+# or fails on the code and not on the draw. `pytest --hypothesis-profile=explore` searches anew
+# (random draws, ten times the examples) and is how new counterexamples are found.
+settings.register_profile("repeatable", deadline=None, derandomize=True, print_blob=True)
+settings.register_profile("explore", deadline=None, max_examples=1000, print_blob=True)
+settings.load_profile(os.environ.get("FABRICSCOPE_HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture(scope="session")
