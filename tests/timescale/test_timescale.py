@@ -22,6 +22,7 @@ from fabricscope.service.settings import Settings
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.send import HttpSink, send_scenario
 from fabricscope.service.simulate.topology import ClusterSpec
+from fabricscope.service.trends.rollup import roll_hour
 from tests.support import REPO, ServiceProcess, TestDatabase
 from tests.timescale.conftest import rolled, run_policy
 
@@ -181,3 +182,33 @@ def test_db_info_names_the_flavour_chunks_compression_and_policies(ts_db: TestDa
     for line in ("policy_retention on samples", "policy_retention on collectives", "policy_compression on collectives",
                  "policy_refresh_continuous_aggregate on samples_1m"):
         assert line in out, out
+
+
+def test_rollup_of_an_hour_in_a_chunk_never_analyzed_stays_fast(ts_db: TestDatabase) -> None:
+    """TimescaleDB estimates a chunk before its first ANALYZE at about one row; the rollup's plan then
+    nested a loop over the hour's steps and re-ran the comm aggregate for each (4+ minutes for
+    `make run`'s job). 64 ranks x 150 steps in an hour of their own chunk, its statistics wiped."""
+    job, hour = "ts-fresh-chunk", datetime(2025, 1, 1, 10, tzinfo=UTC)
+    with psycopg.connect(ts_db.url, autocommit=True) as conn:
+        p = {"job": job, "h": hour}
+        conn.execute("""INSERT INTO steps (job, rank, step, start_ts, end_ts, duration_s)
+                        SELECT %(job)s, r, s, %(h)s + s * INTERVAL '2 s',
+                               %(h)s + s * INTERVAL '2 s' + INTERVAL '1.9 s', 1.9
+                        FROM generate_series(0, 63) r, generate_series(0, 149) s""", p)
+        conn.execute("""INSERT INTO collectives (job, rank, step, seq, op, bytes, start_ts, end_ts, duration_s)
+                        SELECT %(job)s, r, s, k, 'all_reduce', 1 << 24,
+                               %(h)s + s * INTERVAL '2 s' + k * INTERVAL '0.3 s',
+                               %(h)s + s * INTERVAL '2 s' + k * INTERVAL '0.3 s' + INTERVAL '0.2 s', 0.2
+                        FROM generate_series(0, 63) r, generate_series(0, 149) s, generate_series(0, 3) k""", p)
+        chunks = [r[0] for r in conn.execute(
+            """SELECT format('%%I.%%I', chunk_schema, chunk_name)::regclass::oid FROM timescaledb_information.chunks
+               WHERE hypertable_name IN ('steps', 'collectives') AND range_start <= %(h)s AND range_end > %(h)s""", p)]
+        assert len(chunks) == 2
+        conn.execute("DELETE FROM pg_statistic WHERE starelid = ANY(%s)", (chunks,))
+        conn.execute("UPDATE pg_class SET reltuples = -1, relpages = 0 WHERE oid = ANY(%s)", (chunks,))
+        with conn.transaction():
+            conn.execute("SET LOCAL statement_timeout = '20s'")  # the fixed plan takes well under a second
+            roll_hour(conn, job=job, hour=hour)
+        row = conn.execute("SELECT steps, rank_steps, comm_s FROM step_rollup WHERE job = %s", (job,)).fetchone()
+    assert row is not None and row[:2] == (150, 64 * 150)
+    assert row[2] == pytest.approx(64 * 150 * 4 * 0.2)
