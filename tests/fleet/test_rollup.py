@@ -8,6 +8,7 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
@@ -87,3 +88,30 @@ def test_api_rejects_bad_queries_with_the_field(api: Any) -> None:
         assert field in r.text
     assert api.get("/v1/fleet/components/never-seen").status_code == 404
     assert api.get("/v1/jobs/nope-a/compare/nope-b").status_code == 404
+
+
+def test_daily_digest_once_a_day_through_the_webhooks(api: Any, fleet_db: str) -> None:
+    from fabricscope.service.fleet.alerts import digest
+    from fabricscope.service.settings import Settings
+
+    day = datetime(2025, 7, 1, tzinfo=UTC)
+    hook = api.post("/v1/webhooks", json={"url": "http://127.0.0.1:9/digest", "events": ["fleet_digest"]}).json()
+    with psycopg.connect(fleet_db) as conn:
+        conn.execute("INSERT INTO jobs (name, labels) VALUES ('digest-job', '{\"world_size\": \"2\"}')")
+        att = _att(1, 3.0, [{"layer": "link", "component": "cable-d", "lost_s": 3.0}])
+        att["start"] = (day + timedelta(hours=3)).isoformat()
+        store_attribution(conn, job="digest-job", attribution=att)
+        conn.commit()
+    rolled(fleet_db)
+    settings = Settings(database_url=fleet_db, fleet_digest_hour=6)  # type: ignore[arg-type]
+    with psycopg.connect(fleet_db) as conn:
+        assert digest(conn, settings=settings, now=day + timedelta(hours=5)) == 0  # before its hour
+        assert digest(conn, settings=settings, now=day + timedelta(hours=7)) == 1
+        assert digest(conn, settings=settings, now=day + timedelta(hours=20)) == 0  # once a day
+        conn.commit()
+        (body,) = conn.execute("SELECT body FROM deliveries WHERE webhook_id = %s", (hook["id"],)).fetchone()
+    doc = orjson.loads(body)
+    assert doc["event"] == "fleet_digest"
+    assert doc["alert"]["fleet"]["components"][0] == {"component": "cable-d", "layer": "link",
+                                                       "gpu_hours_lost": pytest.approx(6.0 / 3600, abs=1e-6),
+                                                       "jobs_affected": 1, "evidence": None}
