@@ -67,9 +67,12 @@ def _servers_on(data_dir: Path) -> list[str]:
 
 # 0 s: the first postmaster.pid is initdb's single-user backend's, so the signal lands in the
 # database's start (initdb, pg_ctl's wait, creating the database); 3 s: in the feed or while serving.
+# SIGHUP (#46 item 9): a closed terminal or ssh session stops the demo as SIGTERM does.
 @pytest.mark.slow
-@pytest.mark.parametrize("after_s", [0.0, 3.0])
-def test_demo_stops_the_database_on_sigterm(after_s: float) -> None:
+@pytest.mark.parametrize(("sig", "after_s"), [(signal.SIGTERM, 0.0), (signal.SIGTERM, 3.0), (signal.SIGHUP, 0.0),
+                                              (signal.SIGHUP, 3.0)],
+                         ids=["term-at-start", "term-running", "hup-at-start", "hup-running"])
+def test_demo_stops_the_database_on_sigterm(sig: signal.Signals, after_s: float) -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="fabricscope-demo-"))
     try:
         proc = subprocess.Popen([sys.executable, "-m", "fabricscope", "demo", "--port", str(free_port()),
@@ -77,9 +80,10 @@ def test_demo_stops_the_database_on_sigterm(after_s: float) -> None:
                                 cwd=REPO, env=_env(data_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for_path(data_dir / "pg" / "postmaster.pid", 240)
         time.sleep(after_s)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
         assert "embedded PostgreSQL stopped" in err, err[-2000:]
+        assert proc.returncode == 0, err[-2000:]
         assert not (data_dir / "pg" / "postmaster.pid").exists()
         assert _servers_on(data_dir) == [], err[-2000:]
     finally:

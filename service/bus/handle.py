@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from pydantic import ValidationError
 
-from fabricscope.service.bus import codec
+from fabricscope.service.bus import codec, lenient
 from fabricscope.service.db import inventory
 from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.ingest import store
@@ -72,22 +72,36 @@ class Handler:
         if kind is None:
             return _reject(IngestError(["subject"], f"unknown subject {subject!r}", "value_error"))
         try:
-            body = codec.decode(data, headers, max_bytes=self._settings.max_body_bytes)
+            unreadable: dict[int, str] = {}
+            try:
+                body = codec.decode(data, headers, max_bytes=self._settings.max_body_bytes)
+            except IngestError as exc:
+                if exc.kind != "json_invalid" or kind == "jobs":
+                    raise
+                # valid JSON orjson cannot hold (#46 item 6): one bad item costs only itself
+                body = lenient.decode(data, headers, max_bytes=self._settings.max_body_bytes)
+                if type(body) is dict:
+                    unreadable = lenient.split(body, kind)
             if type(body) is not dict:
                 raise IngestError(["body"], "must be a JSON object", "model_type")
             if body.get("batch_id") is None:
                 body["batch_id"] = fallback_id
             v.batch_id(body)
+            first = body
+
+            def items(check: Any) -> Any:
+                return without_bad_items(first, kind, lenient.refusing(unreadable, kind, check, first))
+
             if kind == "samples":
-                cols, body, bad = without_bad_items(body, kind, lambda b: v.samples(b, self._limits()))
+                cols, body, bad = items(lambda b: v.samples(b, self._limits()))
                 return Prepared(kind, body, len(cols), cols, sorted(set(cols.source)), bad)
             if kind in ("steps", "collectives"):
                 check = v.steps if kind == "steps" else v.collectives
                 v.job_name(body)
-                rows, body, bad = without_bad_items(body, kind, lambda b: check(b, self._limits()))
+                rows, body, bad = items(lambda b: check(b, self._limits()))
                 return Prepared(kind, body, len(rows), rows, rejected=bad)
             if kind == "events":
-                rows, body, bad = without_bad_items(body, kind, lambda b: v.events(b, self._limits()))
+                rows, body, bad = items(lambda b: v.events(b, self._limits()))
                 return Prepared(kind, body, len(rows), rows, sorted({r[1] for r in rows}), bad)
             return self._prepare_job(body)
         except IngestError as exc:

@@ -67,11 +67,17 @@ def claim(data_dir: Path) -> None:
     path = data_dir / OWNER_FILE
     tmp = path.with_name(f".{OWNER_FILE}.{os.getpid()}")
     owner = me()
-    tmp.write_text(json.dumps({"pid": owner.pid, "started": owner.started}))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps({"pid": owner.pid, "started": owner.started}))
+        os.replace(tmp, path)
+    except OSError as exc:  # the server runs all the same; a later start will find no owner and adopt it
+        log.warning("embedded PostgreSQL owner file %s not written: %s", path, exc)
 
 
 def release(data_dir: Path) -> None:
     """Forget the owner, if it is this process."""
     if read(data_dir) == me():
-        (data_dir / OWNER_FILE).unlink(missing_ok=True)
+        try:
+            (data_dir / OWNER_FILE).unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("embedded PostgreSQL owner file not removed: %s", exc)

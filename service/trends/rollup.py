@@ -131,7 +131,9 @@ STEPS_HOURS_SELECT = """
 WITH hs AS (SELECT DISTINCT h FROM unnest(%(hours)s::timestamptz[]) AS u(h)),
 s AS (
     SELECT hs.h, st.rank, st.step, st.start_ts, st.end_ts, st.duration_s
-    FROM steps st JOIN hs ON st.start_ts >= hs.h AND st.start_ts < hs.h + INTERVAL '1 hour'
+    -- the hour a step started in, as an equality (a hash join, whatever the chunk's size); marks
+    -- are whole UTC hours (service/db/writer.py mark_rollup), so this is start_ts in [h, h + 1 h)
+    FROM steps st JOIN hs ON to_timestamp(floor(extract(epoch FROM st.start_ts) / 3600) * 3600) = hs.h
     WHERE st.job = %(job)s AND st.start_ts >= (SELECT min(h) FROM hs)
       AND st.start_ts < (SELECT max(h) FROM hs) + INTERVAL '1 hour'
 ),

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from fabricscope.collectors.sinks.http import HttpSender
@@ -75,3 +76,53 @@ def test_agent_keeps_every_sample_of_a_nic_named_in_non_utf8(service_url: str, d
     nic = [k for k in got if k[0] == f"agentnu8:{stored}"]
     assert len(nic) >= 16, nic  # every sample of that NIC, not one lost
     assert unescape_name(stored) == raw  # reversible
+
+
+def test_nats_writer_stores_the_good_items_of_a_message_orjson_refuses(database_url: str, tmp_path: Path) -> None:
+    """A publisher other than ours puts one lone surrogate and one number past a double's range in a
+    batch of 100 on the bus, as JSON text (valid JSON, which orjson refuses whole). The real writer
+    (a `fabricscope writer` process on a real nats-server) stores the other 99 and dead-letters the
+    two, each named; an undecodable-byte escape (\\udcff) in a source is stored escaped (\\xff)."""
+    import asyncio
+    import json
+
+    import nats
+
+    from tests.bus.conftest import Writers
+    from tests.bus.natsd import NatsServer, declare_streams
+    from tests.robustness.test_poison_pill import _dead_letters
+
+    good = rows.sample_items(98, prefix="onn")
+    odd = {**good[0], "source": "onnx:eth\udcff0"}
+    bad1 = {**good[1], "labels": {"k": "a\ud800"}}
+    text = json.dumps({"batch_id": "b46-nats", "samples": [*good[:50], bad1, odd, *good[50:]]})
+    text = text[:-2] + ', {"ts": 1, "source": "onn0:x", "metric": "m", "value": 1' + "0" * 400 + "}]}"
+    srv = NatsServer(tmp_path / "nats")
+    srv.start()
+    writers = Writers(database_url, srv.url, tmp_path)
+    try:
+        declare_streams(srv.url)
+        writers.start("w46")
+
+        async def publish() -> None:
+            nc = await nats.connect(srv.url)
+            await nc.jetstream().publish("fabricscope.ingest.samples", text.encode())
+            await nc.close()
+
+        asyncio.run(publish())
+        assert rows.wait_count(database_url, "onn", 99, 60) == 99, writers.logs()
+        dead: list[Any] = []
+        for _ in range(30):
+            dead = dead or _dead_letters(srv.url)
+        assert len(dead) == 1, writers.logs()
+        body, reason = dead[0]
+        assert [r["loc"] for r in reason] == [["body", "samples", 50, "labels", "k"],
+                                              ["body", "samples", 100, "value"]], reason
+        assert "lone surrogate U+D800" in reason[0]["msg"] and "past a double" in reason[1]["msg"], reason
+        assert len(body["samples"]) == 2 and all("unreadable_item" in it for it in body["samples"])
+        with psycopg.connect(database_url) as conn:
+            assert conn.execute("SELECT count(*) FROM sample_view WHERE source = %s",
+                                ("onnx:eth\\xff0",)).fetchone() == (1,)
+    finally:
+        writers.stop_all()
+        srv.stop()
