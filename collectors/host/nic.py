@@ -21,6 +21,7 @@ from fabricscope.collectors.host.common import extra_counter, read_attr, read_te
 from fabricscope.collectors.host.ethtool_maps import DRIVERS, DriverMap, driver_map
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
+from fabricscope.core.values import BadValue, counter
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ UNSUPPORTED_RETRY_S = 300.0
 REFRESH_POLLS = 600  # the per-interface file lists are rebuilt this often (10 min at 1 s)
 
 
-def parse_ethtool_stats(text: str) -> dict[str, float]:
+def parse_ethtool_stats(text: str, device: str = "") -> dict[str, float]:
     """``ethtool -S`` output -> {key: value}. Lines that are not ``key: integer`` are skipped."""
     out: dict[str, float] = {}
     seen_header = False
@@ -57,10 +58,12 @@ def parse_ethtool_stats(text: str) -> dict[str, float]:
         key, sep, value = line.strip().rpartition(":")
         if not sep or not key:
             continue
+        if not value.strip():
+            continue  # a section line ("rx_queue_0:"), not a value
         try:
-            out[key.strip()] = float(int(value.strip()))
-        except ValueError:
-            continue
+            out[key.strip()] = counter(value.strip())
+        except BadValue as exc:  # one bad value costs that key only, and is named
+            log.warning("ethtool -S%s: %s skipped: %s", f" {device}" if device else "", key.strip(), exc)
     if not out and not seen_header:
         raise ParseError("not ethtool -S output (no 'NIC statistics:' header and no counters)")
     return out
@@ -124,9 +127,9 @@ def parse_netdev(files: Mapping[str, str], ts: float, source: str, extras: bool 
         if metric is None:
             continue
         try:
-            out.append(Sample(ts, source, metric, float(int(text))))
-        except ValueError:
-            continue
+            out.append(Sample(ts, source, metric, counter(text)))
+        except BadValue as exc:
+            log.warning("nic %s: %s skipped: %s", source, name, exc)
     oper, carrier = OPER_UP.get(files.get("operstate", "")), files.get("carrier")
     if oper is None and carrier in ("0", "1"):  # "unknown" (lo, tun): trust carrier
         oper = float(carrier)
@@ -193,7 +196,7 @@ class SubprocessEthtool:
             self._drivers[iface] = info.get("driver") or None
         text = self._run("-S", iface)
         try:
-            return self._drivers[iface], parse_ethtool_stats(text)
+            return self._drivers[iface], parse_ethtool_stats(text, iface)
         except ParseError as exc:
             raise ParseError(f"{iface}: {exc}") from exc
 

@@ -84,7 +84,7 @@ def read_gnmic_json(path: Path, device: str, _ts: float) -> Reading:
         raise ParseError(f"not gnmic JSON output: {exc}") from exc
     notes = [n for n in (notification(e, problems) for e in events if isinstance(e, dict)) if n is not None]
     batch = parse(device, notes)  # each event carries its own timestamp (ns)
-    return Reading(samples=batch.samples, unmapped=sorted(batch.unmapped), problems=problems + batch.problems)
+    return Reading(samples=batch.samples, unmapped=batch.unmapped_list(), problems=problems + batch.problems)
 
 
 def sniff(_path: Path, head: str) -> bool:
