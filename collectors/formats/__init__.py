@@ -29,6 +29,7 @@ MODULES = (
     "fabricscope.collectors.switch.infiniband.formats",
     "fabricscope.collectors.switch.netconf.formats",
     "fabricscope.collectors.switch.snmp.formats",
+    "fabricscope.collectors.training.importers.formats",
 )
 # Bytes of a file handed to the sniffers: enough for any header we recognise a format by.
 HEAD_BYTES = 64 * 1024

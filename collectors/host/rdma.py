@@ -71,6 +71,26 @@ PERFQUERY_NAMES: dict[str, str] = {
     "VL15Dropped": "VL15_dropped",
     "PortXmitWait": "port_xmit_wait",
 }
+# Older infiniband-diags (OFED 1.x, before the IBA names) print short names: a table row each, read
+# the same. Their XmtData/RcvData are the same 4-octet-word counters as PortXmitData/PortRcvData.
+PERFQUERY_NAMES.update({
+    "XmtData": "port_xmit_data",
+    "RcvData": "port_rcv_data",
+    "XmtPkts": "port_xmit_packets",
+    "RcvPkts": "port_rcv_packets",
+    "SymbolErrors": "symbol_error",
+    "LinkRecovers": "link_error_recovery",
+    "LinkDowned": "link_downed",
+    "RcvErrors": "port_rcv_errors",
+    "RcvRemotePhysErrors": "port_rcv_remote_physical_errors",
+    "RcvSwRelayErrors": "port_rcv_switch_relay_errors",
+    "XmtDiscards": "port_xmit_discards",
+    "XmtConstraintErrors": "port_xmit_constraint_errors",
+    "RcvConstraintErrors": "port_rcv_constraint_errors",
+    "LinkIntegrityErrors": "local_link_integrity_errors",
+    "ExcBufOverrunErrors": "excessive_buffer_overrun_errors",
+    "XmtWait": "port_xmit_wait",
+})
 PERFQUERY_SKIP = frozenset({"PortSelect", "CounterSelect", "CounterSelect2"})
 
 _PERFQUERY_HEADER = re.compile(r"#.*\bport (\d+)")

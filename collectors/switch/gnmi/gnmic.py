@@ -82,13 +82,16 @@ def read_gnmic_json(path: Path, device: str, _ts: float) -> Reading:
         events = list(json_stream(path.read_text()))
     except ValueError as exc:
         raise ParseError(f"not gnmic JSON output: {exc}") from exc
-    notes = [n for n in (notification(e, problems) for e in events if isinstance(e, dict)) if n is not None]
+    # ``gnmic get`` prints one JSON array of events; ``subscribe`` prints the events one after another
+    flat = [e for item in events for e in (item if isinstance(item, list) else [item])]
+    notes = [n for n in (notification(e, problems) for e in flat if isinstance(e, dict)) if n is not None]
     batch = parse(device, notes)  # each event carries its own timestamp (ns)
     return Reading(samples=batch.samples, unmapped=batch.unmapped_list(), problems=problems + batch.problems)
 
 
 def sniff(_path: Path, head: str) -> bool:
-    return head.lstrip()[:1] == "{" and '"updates"' in head and ('"Path"' in head or '"subscription-name"' in head)
+    return (head.lstrip()[:1] in ("{", "[") and '"updates"' in head
+            and ('"Path"' in head or '"subscription-name"' in head))
 
 
 FORMAT = Format("gnmic-json", "gnmic subscribe/get output (--format json): events with Path/values updates",
