@@ -190,6 +190,7 @@ def parse_ibnetdiscover(text: str) -> Fabric:
             if current is None:
                 if skipping is not None:
                     bad.seen[skipping][1] += 1
+                    bad.ok(m[3], 1)  # a bad peer is named too, though the line is already lost
                 else:
                     fabric.problems.append(f"port line before any node line: {line[:120]}")
                 continue

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabricscope.core.errors import ParseError
+from fabricscope.core.values import counter, gauge
 
 log = logging.getLogger("fabricscope.import.nccl_inspector")
 
@@ -94,26 +95,30 @@ def record(obj: Any, kind: str = "coll_perf", header: Any = None, meta: Any = No
     header = obj.get("header") or header
     meta = obj.get("metadata") or meta
     perf, pre = obj[kind], KINDS[kind]
-    name = str(perf[pre])
-    dur = float(perf[f"{pre}_exec_time_us"]) / 1e6
+    name = perf[pre]
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{pre} {name!r} is not an operation name")
+    dur = gauge(perf[f"{pre}_exec_time_us"]) / 1e6
+    if dur < 0:
+        raise ValueError(f"{pre}_exec_time_us is negative")
     trace = perf.get("event_trace_ts") or {}
     stops = [k["kernel_stop_ts"] for k in trace.get("kernel_events") or [] if k.get("kernel_stop_ts")]
     end_us = max(stops) if stops else meta["dump_timestamp_us"]
     end = float(end_us) / 1e6
     out: dict[str, Any] = {
-        "rank": int(header["rank"]),
+        "rank": int(counter(header["rank"])),
         "op": OPS.get(name, name.lower()),
-        "seq": int(perf[f"{pre}_sn"]),
-        "bytes": int(perf[f"{pre}_msg_size_bytes"]),
+        "seq": int(counter(perf[f"{pre}_sn"])),
+        "bytes": int(counter(perf[f"{pre}_msg_size_bytes"])),
         "start": end - dur,
         "end": end,
         "group": str(header["id"]),
     }
     if header.get("n_ranks") is not None:
-        out["group_size"] = int(header["n_ranks"])
+        out["group_size"] = int(counter(header["n_ranks"]))
     for src, dst in (("_busbw_gbs", "busbw_gbs"), ("_algobw_gbs", "algobw_gbs")):
         if perf.get(pre + src) is not None:
-            out[dst] = float(perf[pre + src])
+            out[dst] = gauge(perf[pre + src])
     labels = {label: str(v) for where, key, label in _LABELS
               if (v := (header.get(key) if where == "header" else perf.get(pre + key))) is not None}
     if labels:
