@@ -164,7 +164,7 @@ def _srl(leaf: str, value: str) -> gnmi_pb2.Notification:
 
 
 def test_gnmi_sr_linux_native_counters_are_mapped_and_the_rest_listed_with_counts() -> None:
-    # leaves and values as SR Linux streams them (tests/fixtures/gnmi/SOURCES.md, srl-gnmic-clab)
+    # leaves and values as SR Linux streams them (tests/fixtures/gnmic-srl/SOURCES.md)
     notes = [_srl("in-octets", "1000"), _srl("in-discarded-packets", "5"), _srl("in-broadcast-packets", "4"),
              _srl("in-broadcast-packets", "6"), _srl("carrier-transitions", "0")]
     batch = gnmi_parse("leaf1", notes)
@@ -174,7 +174,7 @@ def test_gnmi_sr_linux_native_counters_are_mapped_and_the_rest_listed_with_count
 
 
 def test_gnmic_get_array_of_sr_linux_is_read() -> None:
-    proc = _cli("parse", "-d", "leaf1", str(FIXTURES / "gnmi/srl-gnmic-clab/get-oper-state.json"))
+    proc = _cli("parse", "-d", "leaf1", str(FIXTURES / "gnmic-srl/get-oper-state.json"))
     assert proc.returncode == 0 and json.loads(proc.stdout)["metric"] == "oper_up"
 
 
@@ -198,3 +198,17 @@ def test_ibnetdiscover_bad_guid_is_one_problem_and_no_cable_moves() -> None:
     kept = {(c.a_guid, c.a_port, c.b_guid, c.b_port) for c in redacted.cables}
     assert kept and kept < {(c.a_guid, c.a_port, c.b_guid, c.b_port) for c in full.cables}
     assert all("0008f10400410015" not in (c.a_guid, c.b_guid) for c in redacted.cables)
+
+
+def test_gnmic_event_format_is_read_and_tags_only_events_named(tmp_path: Path) -> None:
+    proc = _cli("parse", "-d", "srl1", str(FIXTURES / "gnmic-srl/events-processor-doc.json"))
+    assert proc.returncode == 0, proc.stderr
+    got = {ln["metric"]: ln["value"] for ln in map(json.loads, proc.stdout.splitlines())}
+    assert got["rx_bytes_total"] == 35284165 and got["tx_bytes_total"] == 219527024
+    assert got["rx_discards_total"] == 6377 and got["rx_errors_total"] == 128 and got["carrier_transitions_total"] == 1
+    assert {ln["source"] for ln in map(json.loads, proc.stdout.splitlines())} == {"srl1:mgmt0"}  # key from the tag
+    assert "interface/statistics/in-unicast-packets (1)" in _summary(proc.stderr)["unmapped"]
+    f = tmp_path / "tags-only.json"
+    f.write_text(json.dumps({"name": "s", "timestamp": 1, "tags": {"interface_name": "e1", "source": "x"}}))
+    proc = _cli("parse", "-d", "srl1", "--format", "gnmic-json", str(f))
+    assert proc.returncode == 2 and any("no values" in p for p in _summary(proc.stderr)["problems"])

@@ -52,7 +52,7 @@ COUNTERS.update({
     (*_NV_PRIO, "in-pause-pkts"): ("rx_pause_frames_total", 0),
     (*_NV_PRIO, "out-pause-pkts"): ("tx_pause_frames_total", 0),
 })
-# Vendor-native models, mapped where public recordings show the leaves (tests/fixtures/gnmi/SOURCES.md).
+# Vendor-native models, mapped where public material shows the leaves (tests/fixtures/gnmic-srl/SOURCES.md).
 # Nokia SR Linux srl_nokia-interfaces: /interface[name]/statistics/<leaf> (gnmic output of SR Linux
 # 23-24 labs: in-octets, out-octets, in-discarded-packets, in-error-packets, carrier-transitions ...).
 _SRL = ("interface", "statistics")
