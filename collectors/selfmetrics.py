@@ -28,6 +28,9 @@ else:
                               registry=REGISTRY)
     COLLECTOR_SAMPLES = Counter("fabricscope_collector_samples_total", "Samples produced by polls", ["device"],
                                 registry=REGISTRY)
+    COLLECTOR_PROBLEMS = Counter("fabricscope_collector_problems_total", "Parts of a device's replies skipped "
+                                 "(a malformed value, a row or leaf not read)", ["device", "protocol"],
+                                 registry=REGISTRY)
     SINK_SPOOL_BYTES = Gauge("fabricscope_collector_sink_spool_bytes",
                              "Bytes waiting in the process's outage spool (read at scrape time)", ["sink"],
                              registry=REGISTRY)
@@ -44,6 +47,13 @@ def observe_poll(device: str, *, ok: bool, seconds: float, samples: int = 0) -> 
     COLLECTOR_POLLS.labels(device, "ok" if ok else "error").inc()
     if samples:
         COLLECTOR_SAMPLES.labels(device).inc(samples)
+
+
+def observe_problems(device: str, protocol: str, count: int) -> None:
+    """``count`` parts of one reply of ``device`` over ``protocol`` were skipped and named."""
+    if REGISTRY is None or count <= 0:
+        return
+    COLLECTOR_PROBLEMS.labels(device, protocol).inc(count)
 
 
 def forget_device(device: str) -> None:
