@@ -20,6 +20,7 @@ from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_text, select
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
+from fabricscope.core.values import counter
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,9 @@ def parse_perfquery(text: str) -> dict[int, dict[str, float]]:
         if not m or current is None or m.group(1) in PERFQUERY_SKIP:
             continue
         try:
-            value = float(int(m.group(2), 0))
+            value = counter(int(m.group(2), 0))  # PMA counters are at most 64 bits: more is a bad value
         except ValueError:
-            continue
+            continue  # the format reader names it (infiniband/formats.py); the agent counts it absent
         current[PERFQUERY_NAMES.get(m.group(1)) or m.group(1)] = value
     if not ports:
         raise ParseError("no '# ... port N' header: not perfquery output")

@@ -212,3 +212,15 @@ def test_gnmic_event_format_is_read_and_tags_only_events_named(tmp_path: Path) -
     f.write_text(json.dumps({"name": "s", "timestamp": 1, "tags": {"interface_name": "e1", "source": "x"}}))
     proc = _cli("parse", "-d", "srl1", "--format", "gnmic-json", str(f))
     assert proc.returncode == 2 and any("no values" in p for p in _summary(proc.stderr)["problems"])
+
+
+def test_perfquery_value_that_is_no_counter_is_named_not_dropped(tmp_path: Path) -> None:
+    text = (FIXTURES / "ib-old/perfquery-tacc-stats-lid936.txt").read_text()
+    f = tmp_path / "pq.txt"
+    f.write_text(text.replace("905972985", "N/A").replace("2411533950", "99999999999999999999"))
+    proc = _cli("parse", "-f", "perfquery", "-d", "sw", str(f))
+    got = {ln["metric"] for ln in map(json.loads, proc.stdout.splitlines())}
+    assert proc.returncode == 0 and "tx_bytes_total" not in got and "rx_bytes_total" not in got
+    assert "tx_packets_total" in got  # the rest of the port kept
+    problems = _summary(proc.stderr)["problems"]
+    assert any("XmtData='N/A'" in p for p in problems) and any("RcvData='99999999999999999999'" in p for p in problems)
