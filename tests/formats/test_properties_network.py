@@ -224,3 +224,44 @@ def test_inspector_records_out_were_in_and_skips_are_named(recs: list[tuple[str,
         assert str(c["bytes"]) in sizes
     if len(got.collectives) < len(recs):
         assert len([p for p in got.problems if "skipped" in p]) == len(recs) - len(got.collectives)
+
+
+# ---- perfquery ----
+
+PQ_NAMES = ["PortXmitData", "XmtData", "PortRcvPkts", "RcvPkts", "SymbolErrorCounter", "SymbolErrors", "VL15Dropped"]
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(PQ_NAMES), VALUES), min_size=1, max_size=7, unique_by=lambda t: t[0]),
+       st.sampled_from(["\n", "\r\n"]), st.integers(1, 40))
+def test_perfquery_values_out_were_in_and_bad_ones_are_named(fields: list[tuple[str, str]], eol: str,
+                                                             dots: int) -> None:
+    from fabricscope.collectors.switch.infiniband.formats import FORMATS
+
+    read = next(f for f in FORMATS if f.name == "perfquery").read
+    text = eol.join(["# Port extended counters: Lid 7 port 3", *(f"{n}:{'.' * dots}{v}" for n, v in fields)]) + eol
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "pq.txt"
+        p.write_text(text, newline="")
+        try:
+            got = read(p, "sw", 1.0)
+        except FabricscopeError:
+            return
+    inputs = {_pq_ok(v) for _, v in fields} - {None}
+    for s in got.samples:
+        assert s.value in inputs or s.value / 4 in inputs  # data counters are 4-octet words
+    for name, v in fields:
+        if _pq_ok(v) is None and v.strip():
+            assert any(f"{name}=" in p for p in got.problems), (name, v, got.problems)
+
+
+def _pq_ok(text: str) -> float | None:
+    """perfquery prints some fields in hex (0x..): any base int() reads with base 0, within 64 bits."""
+    try:
+        n = int(text.strip(), 0)
+    except ValueError:
+        return None
+    return float(n) if 0 <= n <= U64 else None
