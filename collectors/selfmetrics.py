@@ -31,6 +31,9 @@ else:
     PARSE_PROBLEMS = Counter("fabricscope_collector_parse_problems_total", "Parser problems: rows or keys "
                              "dropped, cells not placed, guesses made (issue #43)", ["device", "format"],
                              registry=REGISTRY)
+    COLLECTOR_PROBLEMS = Counter("fabricscope_collector_problems_total", "Parts of a device's replies skipped "
+                                 "(a malformed value, a row or leaf not read)", ["device", "protocol"],
+                                 registry=REGISTRY)
     SINK_SPOOL_BYTES = Gauge("fabricscope_collector_sink_spool_bytes",
                              "Bytes waiting in the process's outage spool (read at scrape time)", ["sink"],
                              registry=REGISTRY)
@@ -70,6 +73,12 @@ def report_problems(device: str, fmt: str, problems: list[str], logger: logging.
             (logger or log).warning("%s: %s: %s", device, fmt, problem)
     if REGISTRY is not None:
         PARSE_PROBLEMS.labels(device, fmt).inc(len(problems))
+
+def observe_problems(device: str, protocol: str, count: int) -> None:
+    """``count`` parts of one reply of ``device`` over ``protocol`` were skipped and named."""
+    if REGISTRY is None or count <= 0:
+        return
+    COLLECTOR_PROBLEMS.labels(device, protocol).inc(count)
 
 
 def forget_device(device: str) -> None:

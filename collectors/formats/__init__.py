@@ -29,6 +29,7 @@ MODULES = (
     "fabricscope.collectors.switch.infiniband.formats",
     "fabricscope.collectors.switch.netconf.formats",
     "fabricscope.collectors.switch.snmp.formats",
+    "fabricscope.collectors.training.importers.formats",
 )
 # Metric name prefixes of vendor keys kept verbatim (``common.extra_counter``): not canonical output.
 EXTRA_PREFIXES = ("ethtool_", "netdev_", "lustre_")

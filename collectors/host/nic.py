@@ -27,6 +27,7 @@ from fabricscope.collectors.host.ethtool_text import sniff_driver as sniff_drive
 from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
+from fabricscope.core.values import BadValue, counter
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +114,9 @@ def parse_netdev(files: Mapping[str, str], ts: float, source: str, extras: bool 
         if metric is None:
             continue
         try:
-            out.append(Sample(ts, source, metric, float(int(text))))
-        except ValueError:
-            continue
+            out.append(Sample(ts, source, metric, counter(text)))
+        except BadValue as exc:
+            log.warning("nic %s: %s skipped: %s", source, name, exc)
     oper, carrier = OPER_UP.get(files.get("operstate", "")), files.get("carrier")
     if oper is None and carrier in ("0", "1"):  # "unknown" (lo, tun): trust carrier
         oper = float(carrier)

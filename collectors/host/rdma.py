@@ -20,6 +20,7 @@ from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_text, select
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
+from fabricscope.core.values import counter
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,26 @@ PERFQUERY_NAMES: dict[str, str] = {
     "VL15Dropped": "VL15_dropped",
     "PortXmitWait": "port_xmit_wait",
 }
+# Older infiniband-diags (OFED 1.x, before the IBA names) print short names: a table row each, read
+# the same. Their XmtData/RcvData are the same 4-octet-word counters as PortXmitData/PortRcvData.
+PERFQUERY_NAMES.update({
+    "XmtData": "port_xmit_data",
+    "RcvData": "port_rcv_data",
+    "XmtPkts": "port_xmit_packets",
+    "RcvPkts": "port_rcv_packets",
+    "SymbolErrors": "symbol_error",
+    "LinkRecovers": "link_error_recovery",
+    "LinkDowned": "link_downed",
+    "RcvErrors": "port_rcv_errors",
+    "RcvRemotePhysErrors": "port_rcv_remote_physical_errors",
+    "RcvSwRelayErrors": "port_rcv_switch_relay_errors",
+    "XmtDiscards": "port_xmit_discards",
+    "XmtConstraintErrors": "port_xmit_constraint_errors",
+    "RcvConstraintErrors": "port_rcv_constraint_errors",
+    "LinkIntegrityErrors": "local_link_integrity_errors",
+    "ExcBufOverrunErrors": "excessive_buffer_overrun_errors",
+    "XmtWait": "port_xmit_wait",
+})
 PERFQUERY_SKIP = frozenset({"PortSelect", "CounterSelect", "CounterSelect2"})
 
 _PERFQUERY_HEADER = re.compile(r"#.*\bport (\d+)")
@@ -108,9 +129,9 @@ def parse_perfquery(text: str) -> dict[int, dict[str, float]]:
         if not m or current is None or m.group(1) in PERFQUERY_SKIP:
             continue
         try:
-            value = float(int(m.group(2), 0))
+            value = counter(int(m.group(2), 0))  # PMA counters are at most 64 bits: more is a bad value
         except ValueError:
-            continue
+            continue  # the format reader names it (infiniband/formats.py); the agent counts it absent
         current[PERFQUERY_NAMES.get(m.group(1)) or m.group(1)] = value
     if not ports:
         raise ParseError("no '# ... port N' header: not perfquery output")

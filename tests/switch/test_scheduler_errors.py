@@ -93,3 +93,20 @@ def test_bug_is_logged_with_traceback_counted_and_device_not_blamed(caplog: pyte
     crash = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(crash) == 1 and "leaf7/gnmi" in crash[0].getMessage()
     assert crash[0].exc_info is not None and crash[0].exc_info[0] is KeyError
+
+
+def test_a_problem_is_logged_once_per_device_and_counted_every_poll(caplog: pytest.LogCaptureFixture) -> None:
+    from fabricscope.collectors import selfmetrics
+
+    bad = "e2 in-octets: 99999999999999999999 is out of a 64-bit counter's range"
+    again = bad.replace("99999999999999999999", "99999999999999999998")  # the same problem, another value
+    sched, sink = _scheduler(PollResult(_good().samples, problems=[bad]), PollResult(_good().samples, problems=[again]))
+    before = selfmetrics.REGISTRY.get_sample_value(  # type: ignore[union-attr]
+        "fabricscope_collector_problems_total", {"device": "leaf7", "protocol": "gnmi"}) or 0.0
+    with caplog.at_level(logging.WARNING):
+        assert _poll_twice(sched) == (True, True)
+    assert [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()] == [
+        f"leaf7/gnmi: malformed part of reply skipped: {bad}"]
+    after = selfmetrics.REGISTRY.get_sample_value(  # type: ignore[union-attr]
+        "fabricscope_collector_problems_total", {"device": "leaf7", "protocol": "gnmi"})
+    assert after == before + 2

@@ -38,7 +38,7 @@ HAND: dict[str, dict[str, Any]] = {
         op="all_reduce", versions={"nccl_tests": "2.17.9", "nccl": "2.29.3", "cuda": "13.1"}),
     "nccl-a100-8gpu-sendrecv-tableonly": dict(
         rows=8, first=("out_of_place", 134217728, 1211.2, 110.81, 0),
-        last=("in_place", 1073741824, 5490.5, 195.56, None), avg=None, ranks=None, nodes=None, library=None,
+        last=("in_place", 1073741824, 5490.5, 195.56, None), avg=None, ranks=8, nodes=None, library=None,
         wrong=0, op="sendrecv", versions={}),
     "nccl-gh200-2node-wrong-issue369": dict(
         rows=50, first=("out_of_place", 8, 17.49, 0.0, 0), last=("in_place", 134217728, 5886.67, 22.8, 0),
@@ -171,7 +171,8 @@ def test_a_table_full_of_foreign_lines_lists_a_bounded_number_of_problems() -> N
     run = parse(text[:at] + "garbage from another program\n" * 500 + text[at:])[0]
     assert len(run["rows"]) == 62
     assert len(run["problems"]) == 100 and run["problems"][-1] == "... and 401 more lines not read"
-    assert run["problems"][0] == "line 20: not a result row (4 columns, expected 13): garbage from another program"
+    assert run["problems"][0] == ("line 20: not a result row (4 columns, the header has 13): "
+                                  "garbage from another program")
 
 
 def test_nothing_recognisable_is_a_parse_error() -> None:

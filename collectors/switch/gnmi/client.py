@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from fabricscope.core.errors import CollectionError
+from fabricscope.core.errors import CollectionError, FabricscopeError
 
 from .. import lldp
 from ..base import PollResult, speeds_of
@@ -172,7 +172,15 @@ class GnmiCollector:
                        until_sync: bool) -> None:
         async for resp in call:
             if resp.HasField("update"):
-                await emit(self._result(resp.update))
+                try:
+                    result = self._result(resp.update)
+                except (ValueError, TypeError, ArithmeticError, FabricscopeError) as exc:
+                    # parse names bad values itself; this is the net under it: one notification is
+                    # lost, never the subscription
+                    what = f"notification skipped, subscription kept: {type(exc).__name__}: {exc}"
+                    log.warning("%s: %s", self.device.name, what)
+                    result = PollResult(problems=[what])
+                await emit(result)
             elif resp.sync_response and until_sync:
                 return
             elif resp.HasField("error"):
@@ -198,5 +206,7 @@ class GnmiCollector:
                 await self.stream(emit, on_connected=connected)
             except CollectionError as exc:
                 log.warning("%s: %s", self.device.name, exc)
+            except Exception:  # noqa: BLE001 - a bug in one stream must not end the reconnect loop for good
+                log.exception("%s: gNMI stream failed; reconnecting", self.device.name)
             on_state(False)
             await asyncio.sleep(backoff())

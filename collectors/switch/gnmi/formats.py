@@ -35,7 +35,7 @@ def read_gnmi_json(path: Path, device: str, _ts: float) -> Reading:
     except (ValueError, ProtoParseError) as exc:
         raise ParseError(f"not gNMI protobuf JSON: {exc}") from exc
     batch = parse(device, notes)  # notifications carry their own timestamps
-    return Reading(samples=batch.samples, unmapped=sorted(batch.unmapped), problems=batch.problems)
+    return Reading(samples=batch.samples, unmapped=batch.unmapped_list(), problems=batch.problems)
 
 
 def _sniff(_path: Path, head: str) -> bool:

@@ -8,11 +8,13 @@ recorded in ``problems`` and skipped.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fabricscope.core.model import Sample
+from fabricscope.core.values import counter
 
 from ..netconf.models import OC_SPEEDS
 from . import paths, sonic
@@ -27,7 +29,12 @@ class GnmiBatch:
     counter_epoch: dict[str, int] = field(default_factory=dict)
     lldp: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # (if, neighbor id)
     problems: list[str] = field(default_factory=list)
-    unmapped: set[str] = field(default_factory=set)  # SONiC stat fields seen but not mapped
+    # every leaf path (keys removed) and SONiC stat field seen but not mapped -> how often it came
+    unmapped: Counter[str] = field(default_factory=Counter)
+
+    def unmapped_list(self) -> list[str]:
+        """``path (count)`` for each unmapped path, most frequent first, so a user sees what came."""
+        return [f"{p} ({n})" for p, n in sorted(self.unmapped.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def _elems(path: gnmi_pb2.Path) -> list[tuple[str, dict[str, str]]]:
@@ -62,9 +69,7 @@ def _flatten(elems: list[tuple[str, dict[str, str]]], value: Any) -> Iterator[tu
 
 
 def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"{value!r} is not a number")
-    return float(int(value)) if isinstance(value, str) else float(value)
+    return counter(value)  # the one device-value conversion: a bad value is skipped and named
 
 
 def _sonic(device: str, n: gnmi_pb2.Notification, names: MutableMapping[str, str], out: GnmiBatch,
@@ -75,14 +80,14 @@ def _sonic(device: str, n: gnmi_pb2.Notification, names: MutableMapping[str, str
         try:
             value = _typed(u.val)
         except ValueError as exc:
-            out.problems.append(f"{'/'.join(prefix + [e.name for e in u.path.elem])}: {exc}")
+            out.problems.append(f"{device} {'/'.join(prefix + [e.name for e in u.path.elem])}: {exc}")
             continue
         sonic.update(rows, prefix + [e.name for e in u.path.elem], value, names)
     ts = n.timestamp / 1e9
     for (port, metric, labels), (_, v) in sorted(rows.best.items()):
         if wants is None or wants(port):
             out.samples.append(Sample(ts, f"{device}:{port}", metric, v, dict(labels) if labels else None))
-    out.unmapped |= rows.unmapped
+    out.unmapped.update(rows.unmapped)
     out.problems.extend(rows.problems)
 
 
@@ -103,7 +108,14 @@ def parse(
         prefix = _elems(n.prefix)
         leaves: list[tuple[list[Any], Any]] = []
         for u in n.update:
-            leaves.extend(_flatten(prefix + _elems(u.path), _typed(u.val)))
+            elems = prefix + _elems(u.path)
+            try:
+                value = _typed(u.val)
+            except ValueError as exc:  # one non-JSON value costs that update only
+                shown = "/".join(e + "".join(f"[{k}={v}]" for k, v in sorted(keys.items())) for e, keys in elems)
+                out.problems.append(f"{device} {shown}: value is not JSON ({exc})")
+                continue
+            leaves.extend(_flatten(elems, value))
         # an interface name is a key on the `interface` element, or (Ciena) a `name` leaf beside
         # the counters of the same notification
         fallback = next((str(v).strip('"') for e, v in leaves if tuple(x[0] for x in e) == paths.NAME_LEAF), "")
@@ -111,9 +123,12 @@ def parse(
         parts: dict[tuple[str, str, tuple[tuple[str, str], ...]], dict[Key, float]] = {}
         for elems, value in leaves:
             key: Key = tuple(e[0] for e in elems)
-            itf = next((k.get(ik, "") for name, k in elems if name == "interface" for ik in paths.INTERFACE_KEYS
+            itf = next((k.get(ik, "") for name, k in elems for ik in paths.INTERFACE_ELEMENTS.get(name, ())
                         if k.get(ik)), "") or fallback  # fmt: skip
-            if not itf or (wants is not None and not wants(itf)):
+            if wants is not None and itf and not wants(itf):
+                continue
+            if not itf:
+                out.unmapped["/".join(key)] += 1  # no interface to put it on: seen, not read
                 continue
             source = f"{device}:{itf}"
             labels = tuple((paths.LABEL_ELEMENTS[name][0], k[paths.LABEL_ELEMENTS[name][1]]) for name, k in elems
@@ -131,17 +146,20 @@ def parse(
                         # the same leaf again replaces its own part
                         parts[at][key] = v
                         best[at] = (rank, sum(parts[at].values()))
-                elif key == paths.OPER_STATUS:
+                elif key in paths.OPER_STATES:
                     best[(source, "oper_up", ())] = (0, 1.0 if str(value).upper() == "UP" else 0.0)
                 elif key == paths.PORT_SPEED and str(value).rpartition(":")[2] in OC_SPEEDS:
                     best[(source, "speed_bps", ())] = (0, OC_SPEEDS[str(value).rpartition(":")[2]])
                 elif key == paths.LAST_CLEAR:
+                    counter(value)  # validates: a bad epoch is named like any bad value
                     out.counter_epoch[source] = int(value)  # ns since epoch: keep every digit
                 elif key[:1] == ("lldp",) and len(elems) >= 2 and elems[-2][0] == "state":
                     nbr = next((k.get("id", "") for name, k in elems if name == "neighbor"), "")
                     out.lldp.setdefault((itf, nbr), {})[key[-1]] = str(value)
-            except ValueError as exc:
-                out.problems.append(f"{itf} {'/'.join(key)}: {exc}")
+                elif key not in paths.KNOWN_LEAVES:
+                    out.unmapped["/".join(key)] += 1
+            except (ValueError, TypeError) as exc:
+                out.problems.append(f"{device}:{itf} {'/'.join(key)}: {exc}")
         for (source, metric, labels), (_, v) in sorted(best.items()):
             out.samples.append(Sample(ts, source, metric, v, dict(labels) if labels else None))
     return out

@@ -52,14 +52,52 @@ COUNTERS.update({
     (*_NV_PRIO, "in-pause-pkts"): ("rx_pause_frames_total", 0),
     (*_NV_PRIO, "out-pause-pkts"): ("tx_pause_frames_total", 0),
 })
+# Vendor-native models, mapped where public material shows the leaves (tests/fixtures/gnmic-srl/SOURCES.md).
+# Nokia SR Linux srl_nokia-interfaces: /interface[name]/statistics/<leaf> (gnmic output of SR Linux
+# 23-24 labs: in-octets, out-octets, in-discarded-packets, in-error-packets, carrier-transitions ...).
+_SRL = ("interface", "statistics")
+_SRL_ETH = ("interface", "ethernet", "statistics")
+COUNTERS.update({
+    (*_SRL, "in-octets"): ("rx_bytes_total", 0),
+    (*_SRL, "out-octets"): ("tx_bytes_total", 0),
+    (*_SRL, "in-packets"): ("rx_packets_total", 0),
+    (*_SRL, "out-packets"): ("tx_packets_total", 0),
+    (*_SRL, "in-discarded-packets"): ("rx_discards_total", 0),
+    (*_SRL, "out-discarded-packets"): ("tx_discards_total", 0),
+    (*_SRL, "in-error-packets"): ("rx_errors_total", 0),
+    (*_SRL, "out-error-packets"): ("tx_errors_total", 0),
+    (*_SRL, "in-fcs-error-packets"): ("rx_fcs_errors_total", 0),
+    (*_SRL, "carrier-transitions"): ("carrier_transitions_total", 0),
+    (*_SRL_ETH, "in-mac-pause-frames"): ("rx_pause_frames_total", 0),
+    (*_SRL_ETH, "out-mac-pause-frames"): ("tx_pause_frames_total", 0),
+})
+# Nokia SR OS native state tree: /state/port[port-id]/statistics/<leaf>.
+_SROS = ("state", "port", "statistics")
+COUNTERS.update({
+    (*_SROS, "in-octets"): ("rx_bytes_total", 0),
+    (*_SROS, "out-octets"): ("tx_bytes_total", 0),
+    (*_SROS, "in-packets"): ("rx_packets_total", 0),
+    (*_SROS, "out-packets"): ("tx_packets_total", 0),
+    (*_SROS, "in-discards"): ("rx_discards_total", 0),
+    (*_SROS, "out-discards"): ("tx_discards_total", 0),
+    (*_SROS, "in-errors"): ("rx_errors_total", 0),
+    (*_SROS, "out-errors"): ("tx_errors_total", 0),
+})
 # a list element whose key becomes a sample label: element → (label, key of that list)
 LABEL_ELEMENTS: dict[str, tuple[str, str]] = {"queue": ("queue", "name"), "switch-priority": ("priority", "priority")}
 INTERFACE_KEYS = ("name", "interface-id")  # the interface list's key: openconfig-interfaces, openconfig-qos
+# list element -> its keys that name an interface: OpenConfig and SR Linux ``interface``, SR OS ``port``
+INTERFACE_ELEMENTS: dict[str, tuple[str, ...]] = {"interface": INTERFACE_KEYS, "port": ("port-id",)}
 
 OPER_STATUS = (*_IF, "state", "oper-status")
+OPER_STATES = (OPER_STATUS, ("interface", "oper-state"), ("state", "port", "oper-state"))  # OC, SR Linux, SR OS
 LAST_CLEAR = (*_C, "last-clear")
 NAME_LEAF = (*_C, "name")  # Ciena puts the interface name as a leaf next to the counters
 PORT_SPEED = (*_IF, "ethernet", "state", "port-speed")
+# leaves read above or on purpose not turned into samples (their keys, names, the neighbour table):
+# every other leaf is listed in ``unmapped`` with how often it came
+KNOWN_LEAVES = frozenset({NAME_LEAF, (*_IF, "name"), (*_IF, "state", "name"), (*_IF, "config", "name"),
+                          ("interface", "name"), ("state", "port", "port-id")})
 
 # (path, mode) pairs the collector subscribes to; SAMPLE for counters, ON_CHANGE for state
 SUBSCRIPTIONS: tuple[tuple[str, str], ...] = (

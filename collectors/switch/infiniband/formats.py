@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.rdma import PERFQUERY_NAMES, PERFQUERY_SKIP, parse_perfquery
+from fabricscope.core.values import counter, shown
 
 from .counters import SWITCH_PORT_COUNTERS, port_samples
 from .topology import parse_ibnetdiscover
@@ -14,6 +15,7 @@ from .topology import parse_ibnetdiscover
 _PERFQUERY_HEAD = re.compile(r"^# Port (extended )?counters: Lid \d+ port \d+", re.MULTILINE)
 _IBND_HEAD = re.compile(r"^(# Topology file: generated|(Switch|Ca)\s+\d+\s+\"[SH]-|(CA|SW)\s+\d+\s+\d+\s+0x)",
                         re.MULTILINE)  # fmt: skip
+_FIELD = re.compile(r"^\s*(\w+):\.+(.*)$", re.MULTILINE)
 _MAPPED = {k for k, v in PERFQUERY_NAMES.items() if v in SWITCH_PORT_COUNTERS}
 
 
@@ -24,7 +26,18 @@ def _read_perfquery(path: Path, device: str, ts: float) -> Reading:
         out.samples += port_samples(counters, f"{device}:{port}", ts)
     seen = {m[1] for m in re.finditer(r"^(\w+):\.", text, re.MULTILINE)}
     out.unmapped = sorted(seen - _MAPPED - PERFQUERY_SKIP)
+    for m in _FIELD.finditer(text):  # a value the parser could not take is named, never dropped silently
+        if m[1] not in PERFQUERY_SKIP and not _is_counter(m[2]):
+            out.problems.append(f"{device}: {m[1]}={shown(m[2].strip())} is not a 64-bit counter, skipped")
     return out
+
+
+def _is_counter(text: str) -> bool:
+    try:
+        counter(int(text.strip(), 0))
+    except ValueError:
+        return False
+    return True
 
 
 def _read_ibnetdiscover(path: Path, device: str, ts: float) -> Reading:

@@ -26,17 +26,21 @@ LANE_RATE: dict[str, float] = {
 }  # fmt: skip
 _KIND = {"Switch": "SW", "Ca": "CA", "Rt": "RT", "S": "SW", "H": "CA", "R": "RT"}
 
-_NODE = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([SHR])-([0-9a-fA-F]+)"\s*#\s*"(.*?)"(.*)$')
+# GUIDs are matched loosely (anything up to the quote or space) and checked after: a redacted or
+# mangled GUID ("S-xxxxxxxxxxxxxxxx") then costs its own node and cables, named in one problem line,
+# and never lets its port lines fall to the node above it.
+_NODE = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([SHR])-([^"]*)"\s*#\s*"(.*?)"(.*)$')
 _PORT = re.compile(
-    r'^\[(\d+)\](?:\([0-9a-fA-F]+\))?\s+"([SHR])-([0-9a-fA-F]+)"\[(\d+)\](?:\([0-9a-fA-F]+\))?\s*#\s*(.*)$'
+    r'^\[(\d+)\](?:\([^)]*\))?\s+"([SHR])-([^"]*)"\[(\d+)\](?:\([^)]*\))?\s*#\s*(.*)$'
 )
+_HEX_GUID = re.compile(r"^(?:0x)?[0-9a-fA-F]{1,16}$")
 _LID = re.compile(r"\blid (\d+)")
 _RATE = re.compile(r"\b(\d+)x(SDR|DDR|QDR|FDR10|FDR|EDR|HDR|NDR|XDR)\s*$")
 _PLINK = re.compile(
-    r"^(CA|SW|RT)\s+(\d+)\s+(\d+)\s+0x([0-9a-fA-F]+)\s+(\d+)x\s+(\S+)\s+-\s+(CA|SW|RT)\s+(\d+)\s+(\d+)\s+"
-    r"0x([0-9a-fA-F]+)\s+\(\s*'(.*)'\s+-\s+'(.*)'\s*\)\s*$"
+    r"^(CA|SW|RT)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\d+)x\s+(\S+)\s+-\s+(CA|SW|RT)\s+(\d+)\s+(\d+)\s+"
+    r"(\S+)\s+\(\s*'(.*)'\s+-\s+'(.*)'\s*\)\s*$"
 )
-_PDOWN = re.compile(r"^(CA|SW|RT)\s+(\d+)\s+(\d+)\s+0x([0-9a-fA-F]+)\s+(\d+)x\s+(\S+)\s+(.*)$")
+_PDOWN = re.compile(r"^(CA|SW|RT)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\d+)x\s+(\S+)\s+(.*)$")
 _MELLANOX_DESC = re.compile(r"^MF0;([^:]+):")  # NVIDIA/Mellanox switch NodeDescription
 
 
@@ -115,7 +119,24 @@ def _rate(width: str, speed: str) -> float | None:
 
 
 def _guid(text: str) -> str:
-    return text.lower().rjust(16, "0")
+    return text.lower().removeprefix("0x").rjust(16, "0")
+
+
+class _BadGuids:
+    """GUIDs that are not 16 hex digits, with what was skipped for each: one problem line apiece."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[int]] = {}  # guid text -> [nodes, cables] skipped
+
+    def ok(self, text: str, what: int) -> bool:
+        if _HEX_GUID.match(text):
+            return True
+        self.seen.setdefault(text, [0, 0])[what] += 1
+        return False
+
+    def problems(self) -> list[str]:
+        return [f"GUID {text!r} is not hexadecimal (redacted?): {n} node and {c} cable lines naming it skipped"
+                for text, (n, c) in self.seen.items()]
 
 
 def _cable(a: str, ap: int, b: str, bp: int, speed: float | None) -> Cable:
@@ -133,9 +154,12 @@ def _note(fabric: Fabric, guid: str, kind: str, desc: str, lid: int | None) -> N
 
 
 def parse_ibnetdiscover(text: str) -> Fabric:
-    """Either ibnetdiscover layout → :class:`Fabric`. Lines that fit neither are reported, not fatal."""
+    """Either ibnetdiscover layout → :class:`Fabric`. Lines that fit neither are reported, not fatal;
+    a node or cable whose GUID is not hexadecimal is skipped, one problem line per such GUID."""
     fabric = Fabric()
+    bad = _BadGuids()
     current: Node | None = None
+    skipping: str | None = None  # the bad GUID of the node whose port lines are being skipped
     seen = False
     for raw in text.splitlines():
         line = raw.strip()
@@ -143,18 +167,35 @@ def parse_ibnetdiscover(text: str) -> Fabric:
             continue
         if m := _PLINK.match(line):
             seen = True
-            _note(fabric, _guid(m[4]), m[1], m[11], int(m[2]))
-            _note(fabric, _guid(m[10]), m[7], m[12], int(m[8]))
-            fabric.add_cable(_cable(_guid(m[4]), int(m[3]), _guid(m[10]), int(m[9]), _rate(m[5], m[6])))
+            a_ok, b_ok = bad.ok(m[4], 1), bad.ok(m[10], 1)
+            if a_ok:
+                _note(fabric, _guid(m[4]), m[1], m[11], int(m[2]))
+            if b_ok:
+                _note(fabric, _guid(m[10]), m[7], m[12], int(m[8]))
+            if a_ok and b_ok:
+                fabric.add_cable(_cable(_guid(m[4]), int(m[3]), _guid(m[10]), int(m[9]), _rate(m[5], m[6])))
         elif m := _PDOWN.match(line):
             seen = True  # a port with nothing behind it: the node is known, no cable
-            _note(fabric, _guid(m[4]), m[1], m[7].strip().strip("'"), int(m[2]))
+            if bad.ok(m[4], 0):
+                _note(fabric, _guid(m[4]), m[1], m[7].strip().strip("'"), int(m[2]))
         elif m := _NODE.match(line):
             seen = True
-            lid = _LID.search(m[6]) if m[1] == "Switch" else None
-            _note(fabric, _guid(m[4]), _KIND[m[1]], m[5], int(lid[1]) if lid else None)
-            current = fabric.nodes[_guid(m[4])]
-        elif (m := _PORT.match(line)) and current is not None:
+            current, skipping = None, m[4]  # a node whose GUID is bad owns the port lines below it: they go too
+            if bad.ok(m[4], 0):
+                skipping = None
+                lid = _LID.search(m[6]) if m[1] == "Switch" else None
+                _note(fabric, _guid(m[4]), _KIND[m[1]], m[5], int(lid[1]) if lid else None)
+                current = fabric.nodes[_guid(m[4])]
+        elif m := _PORT.match(line):
+            if current is None:
+                if skipping is not None:
+                    bad.seen[skipping][1] += 1
+                    bad.ok(m[3], 1)  # a bad peer is named too, though the line is already lost
+                else:
+                    fabric.problems.append(f"port line before any node line: {line[:120]}")
+                continue
+            if not bad.ok(m[3], 1):
+                continue
             comment = m[5]
             peer_desc = re.findall(r'"(.*?)"', comment)
             peer_lid = _LID.findall(comment)
@@ -167,6 +208,7 @@ def parse_ibnetdiscover(text: str) -> Fabric:
             fabric.add_cable(_cable(current.guid, int(m[1]), _guid(m[3]), int(m[4]), speed))
         elif not re.match(r"^(vendid|devid|sysimgguid|switchguid|caguid|rtguid|Non-Chassis|Chassis)\b", line):
             fabric.problems.append(f"unrecognised line: {line[:120]}")
+    fabric.problems.extend(bad.problems())
     if not seen:
         raise ParseError("no node or port line: not ibnetdiscover output")
     return fabric

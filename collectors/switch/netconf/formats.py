@@ -36,7 +36,10 @@ def read_netconf_reply(path: Path, device: str, ts: float) -> Reading:
     return best
 
 
+# a reply, or the body of one saved without its envelope (Junos CLI `| display xml` output included)
+_BODY_TAGS = ("<rpc-reply", "<interface-information")
+
 FORMATS = (
     Format("netconf-reply", "NETCONF <rpc-reply> (openconfig-interfaces/-qos, IOS-XR, Junos native, ietf)",
-           sniff=lambda _p, head: "<rpc-reply" in head, read=read_netconf_reply, priority=50),
+           sniff=lambda _p, head: any(tag in head for tag in _BODY_TAGS), read=read_netconf_reply, priority=50),
 )

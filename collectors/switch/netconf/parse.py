@@ -10,6 +10,7 @@ from xml.etree import ElementTree as ET
 
 from fabricscope.core.errors import ParseError
 from fabricscope.core.model import Sample
+from fabricscope.core.values import counter, shown
 
 from .models import OC_ETH, OC_SPEEDS, Leaf, Model, SubList
 
@@ -40,10 +41,25 @@ def _value(leaf: Leaf, raw: str) -> float | None:
     if leaf.transform == "junos_speed":  # "Unlimited", "Auto" and the like: no speed
         m = _JUNOS_SPEED.fullmatch(raw)
         return float(m[1]) * _SCALE[m[2].lower()] if m else None
-    value = float(int(raw))  # counters are uint64: a float or text here is a malformed reply
+    value = counter(raw)  # counters are uint64: a fraction, text or 21 digits here is a bad value
     if leaf.transform == "speed_bps" and value > _MAX_SPEED:
         return None
     return value
+
+
+def _body(root: ET.Element, model: Model) -> ET.Element | None:
+    """The element the model's entry path starts from. A vendor RPC's reply holds its entries
+    directly and a <get> reply holds them in <data>; a reply body saved without its <rpc-reply>
+    envelope (a Junos ``<interface-information>``, a bare ``<data>`` or ``<interfaces>``) is read the
+    same, as if the envelope were there."""
+    local = root.tag.rpartition("}")[2]
+    if local == "rpc-reply":
+        return root if model.rpcs else root.find(f"{{{_NC}}}data")
+    if local == "data":
+        return root
+    holder = ET.Element("data")
+    holder.append(root)
+    return holder
 
 
 def parse(
@@ -53,8 +69,7 @@ def parse(
         root = ET.fromstring(reply_xml)
     except ET.ParseError as exc:
         raise ParseError(f"{device}: reply is not XML: {exc}") from exc
-    # a vendor RPC's reply holds its entries directly; a <get> reply holds them in <data>
-    data = root if model.rpcs else root.find(f"{{{_NC}}}data")
+    data = _body(root, model)
     if data is None:
         raise ParseError(f"{device}: rpc-reply without <data>")
     out = NetconfPoll()
@@ -78,7 +93,7 @@ def parse(
             try:
                 value = _value(leaf, raw)
             except ValueError:
-                out.problems.append(f"{name}: {leaf.path.rpartition('}')[2]}={raw!r} is not a number")
+                out.problems.append(f"{device}:{name}: {leaf.path.rpartition('}')[2]}={shown(raw)} is not a counter")
                 continue
             if value is None:
                 continue
@@ -115,7 +130,8 @@ def _sublist(out: NetconfPoll, entry: ET.Element, sub: SubList, model: Model, so
             try:
                 value = _value(leaf, raw)
             except ValueError:
-                out.problems.append(f"{name} {sub.label} {key}: {leaf.path.rpartition('}')[2]}={raw!r} is not a number")
+                out.problems.append(f"{source} {sub.label} {key}: {leaf.path.rpartition('}')[2]}={shown(raw)} "
+                                    "is not a counter")
                 continue
             if value is not None:
                 out.samples.append(Sample(ts, source, leaf.metric, value, {sub.label: key}))

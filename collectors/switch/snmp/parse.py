@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fabricscope.core.model import Sample
+from fabricscope.core.values import U64_MAX, counter
 
 from . import oids
 from .oids import Column
@@ -54,6 +55,7 @@ def _column_index(oid: str, table: Mapping[str, Column]) -> tuple[Column, list[s
 def _value(col: Column, raw: Value) -> float | None:
     if not isinstance(raw, int) or isinstance(raw, bool):
         raise TypeError(f"expected a number, got {type(raw).__name__}")
+    counter(raw)  # validates: no SNMP counter or gauge we read is negative or past 64 bits
     if col.transform == "oper_up":
         return 1.0 if raw == 1 else 0.0  # ifOperStatus up(1); everything else is not forwarding
     if col.transform == "speed32" and raw >= _WRAP32_SATURATED:
@@ -89,7 +91,8 @@ def parse(
         col = table.get(head)
         try:
             if col is not None and col.index == "if":  # the bulk of a poll: one ifIndex-indexed counter
-                value = raw * col.scale if col.transform is None and type(raw) is int else _value(col, raw)
+                value = (raw * col.scale if col.transform is None and type(raw) is int and 0 <= raw <= U64_MAX
+                         else _value(col, raw))
                 if value is not None:
                     parts[(int(last), col.metric, col.labels, col.labels, col.rank)].append(value)
                 continue
@@ -121,7 +124,7 @@ def parse(
             else:
                 parts[part].append(value)
         except (TypeError, ValueError) as exc:
-            out.problems.append(f"{oid}: {exc}")
+            out.problems.append(f"{oid}: {exc}")  # the scheduler logs it with the device
 
     for (part, _), total in summed.items():
         parts[part].append(total)

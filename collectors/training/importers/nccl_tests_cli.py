@@ -3,7 +3,8 @@
 Every file is read first; a file that cannot be read or holds no nccl-tests output is reported
 and the others still go. One progress line per run on stderr (stdout carries only the JSON lines
 of ``--dry-run``). Exit status: 2 if a file or an option was unusable, 1 if a run was not sent
-(no rows, no op, no rank count, or the service refused it), else 0.
+(no rows, no op, no rank count, or the service refused it; with ``--dry-run``, if it would not be
+sent), else 0.
 """
 
 from __future__ import annotations
@@ -142,6 +143,9 @@ def nccl_tests_cmd(files: FilesArg, fabric: FabricOpt, label: LabelOpt = None, u
                 body["started_at"] = mtime
             if dry_run:
                 typer.echo(json.dumps(body))
+                if why := _unsendable(run):  # a dry run fails where the real one would
+                    typer.echo(f"{name}: would not be sent: {why}", err=True)
+                    unsent += 1
                 continue
             why = _unsendable(run) or (_post(transport, body) if transport else "no --url")
             if why:

@@ -117,6 +117,8 @@ class RunBuilder:
     started_at: float | None = None
     hints: str = ""  # device names and version lines, for telling NCCL from RCCL
     ranks_per_device: int = 1  # JSON lists each process's first device only
+    nccl_ranks: int | None = None  # "nranks N" of NCCL_DEBUG=INFO init lines: NCCL's own count
+    launch_ranks: int | None = None  # the launcher's process count x the binary's -t x -g
     problems: list[str] = field(default_factory=list)
 
     def recognised(self) -> bool:
@@ -140,11 +142,19 @@ class RunBuilder:
             if len(listed) * self.ranks_per_device != ranks:
                 problems.append(f"device lines list {len(listed)} of ranks 0..{ranks - 1} (lines elided or cut); "
                                 f"ranks taken as {ranks}")
+        elif self.nccl_ranks is not None:
+            ranks = self.nccl_ranks
+            problems.append(f"no device lines: ranks taken from NCCL's init lines (nranks {ranks})")
+        elif self.launch_ranks is not None:
+            ranks = self.launch_ranks
+            problems.append(f"no device lines: ranks taken from the command line (processes x -t x -g = {ranks}); "
+                            "a guess, confirm with the run's device lines")
         elif self.threads is not None and self.gpus is not None:
             ranks = self.threads * self.gpus
-            problems.append(f"no device lines: ranks taken as nThread*nGpus = {ranks} (one process)")
+            problems.append(f"no device lines: ranks taken as nThread*nGpus = {ranks} (one process); a guess, "
+                            "confirm with the run's device lines")
         else:
-            problems.append("rank count unknown: no device lines and no nThread/nGpus header")
+            problems.append("rank count unknown: no device lines, no nThread/nGpus header and no command line")
         if not self.rows:
             problems.append("no result rows")
         elif not self.footer:

@@ -20,6 +20,7 @@ tests/fixtures/nccl-tests/):
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
@@ -47,6 +48,9 @@ _NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)(?:\+cuda(\d+\.\d+))?
 _RCCL_VERSION = re.compile(r"\bRCCL version\s*:?\s*(\d+\.\d+\.\d+)(?:\+hip(\d+\.\d+))?")
 _RCCL_TESTS = re.compile(r"^rccl-tests: Version (\S+)")
 _KEYED = re.compile(r"^(HIP|ROCm) version\s*:\s*(\S+)")
+_NRANKS = re.compile(r"\bnranks (\d+)\b")  # NCCL INFO "comm 0x.. rank 0 nranks 16 cudaDev 0 ..."
+_PROCS = re.compile(r"(?:^|\s)(?:-np|-n|--np|--ntasks)[\s=]+(\d+)\b")  # mpirun -np, srun -n/--ntasks
+_PER_PROC = re.compile(r"(?:^|\s)(?:-g|--ngpus|-t|--nthreads)[\s=]+(\d+)\b")  # nccl-tests -g/-t
 _OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\S+)")
 _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)")
 _FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure|Test timeout")
@@ -55,6 +59,7 @@ _STAMP = re.compile(r"^\d{4}-\d{2}-\d{2}$"), re.compile(r"^\d{2}:\d{2}:\d{2}$")
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _INT = re.compile(r"^-?\d+$")
 _TIME_COLUMNS = ("time", "cputime")
+_COLUMN_NAME = re.compile(r"^#?[A-Za-z][A-Za-z0-9_.()/-]*%?$")  # what a column a version adds can be named
 _LEAD_COLUMNS = {"size", "count", "type", "redop", "root"}
 _CHECKS = ("#wrong", "error")
 _GROUP_EXTRAS = {*_CHECKS, "i_min", "i_max", "i_p99", "i_cv%"}  # -I per-iteration columns
@@ -62,30 +67,43 @@ _GROUP_EXTRAS = {*_CHECKS, "i_min", "i_max", "i_p99", "i_cv%"}  # -I per-iterati
 
 @dataclass(frozen=True)
 class Layout:
-    lead: tuple[str, ...]  # of "size", "count", "type", "redop", "root"
-    groups: tuple[tuple[str, int, str | None], ...]  # (placement, columns, "#wrong" | "error" | None)
+    lead: tuple[str, ...]  # of "size", "count", "type", "redop", "root", and any column a version adds
+    groups: tuple[tuple[str, tuple[str, ...]], ...]  # (placement, its column names in order)
     timestamp: bool = False
+    guessed: bool = False  # no header line: the columns were placed by their count
+
+    @property
+    def width(self) -> int:
+        return len(self.lead) + sum(len(names) for _, names in self.groups)
+
+    def unknown(self) -> list[str]:
+        """Columns the header names that are not read (a version's extras: algorithm, protocol...)."""
+        seen = [c for c in self.lead if c not in _LEAD_COLUMNS]
+        seen += [c for _, names in self.groups for c in names[3:] if c not in _GROUP_EXTRAS]
+        return list(dict.fromkeys(seen))
 
 
 def header_layout(tokens: list[str], placement_line: str) -> Layout | None:
-    """The layout a ``#  size  count  type ...`` line declares (tokens without the ``#``)."""
+    """The layout a ``#  size  count  type ...`` line declares (tokens without the ``#``). Columns are
+    placed by the header's names: a column a version adds (before the groups or inside one) is
+    carried as a name, skipped when rows are read and listed by :meth:`Layout.unknown`."""
     starts = [i for i, t in enumerate(tokens) if t in _TIME_COLUMNS]
     lead = tokens[:starts[0]] if starts else []
-    if lead[:3] != ["size", "count", "type"] or not set(lead) <= _LEAD_COLUMNS or len(set(lead)) != len(lead):
+    if lead[:3] != ["size", "count", "type"] or len(set(lead)) != len(lead):
         return None
+    if not all(t in _LEAD_COLUMNS or t in _GROUP_EXTRAS or _COLUMN_NAME.match(t) for t in tokens):
+        return None  # a token no version prints as a column name: a damaged header, not a new column
     timestamp = tokens[-1] == "timestamp"
     body = tokens[:-1] if timestamp else tokens
     groups = [body[s:e] for s, e in zip(starts, [*starts[1:], len(body)], strict=True)]
-    if any(g[1:3] != ["algbw", "busbw"] or not set(g[3:]) <= _GROUP_EXTRAS or (g[3:] and g[3] not in _CHECKS)
-           for g in groups):
+    if any(g[1:3] != ["algbw", "busbw"] for g in groups):
         return None
     named = [p.replace("-", "_") for p in re.findall(r"out-of-place|in-place", placement_line)]
     if len(named) != len(groups):
         named = ["out_of_place", "in_place"][:len(groups)] if len(groups) <= 2 else []
     if not named:
         return None
-    check = [g[3] if len(g) > 3 else None for g in groups]
-    return Layout(tuple(lead), tuple(zip(named, map(len, groups), check, strict=True)), timestamp)
+    return Layout(tuple(lead), tuple(zip(named, map(tuple, groups), strict=True)), timestamp)
 
 
 def _guess_layout(n: int) -> Layout | None:
@@ -93,13 +111,16 @@ def _guess_layout(n: int) -> Layout | None:
     for g in (2, 1):
         lead = n - 4 * g
         if 3 <= lead <= 5:
-            groups = (("out_of_place", 4, "#wrong"), ("in_place", 4, "#wrong"))[:g]
-            return Layout(("size", "count", "type", "redop", "root")[:lead], groups)
+            group = ("time", "algbw", "busbw", "#wrong")
+            groups = (("out_of_place", group), ("in_place", group))[:g]
+            return Layout(("size", "count", "type", "redop", "root")[:lead], groups, guessed=True)
     return None
 
 
 def parse_row(tokens: list[str], layout: Layout | None, tz: tzinfo) -> tuple[list[Row], float | None]:
-    """The rows of one table line (one per placement) and its timestamp; ValueError if it is not one."""
+    """The rows of one table line (one per placement) and its timestamp; ValueError if it is not one.
+    A line whose column count is not the header's is refused whole: a value is never placed under
+    another column's name."""
     stamp: float | None = None
     if layout is not None and layout.timestamp:
         if len(tokens) < 2 or not (_STAMP[0].match(tokens[-2]) and _STAMP[1].match(tokens[-1])):
@@ -109,17 +130,15 @@ def parse_row(tokens: list[str], layout: Layout | None, tz: tzinfo) -> tuple[lis
     layout = layout or _guess_layout(len(tokens))
     if layout is None:
         raise ValueError(f"{len(tokens)} columns")
-    width = sum(g[1] for g in layout.groups)
-    if len(tokens) < width + 3:
-        raise ValueError(f"{len(tokens)} columns, expected {len(layout.lead) + width}")
-    lead, perf = tokens[:len(tokens) - width], tokens[len(tokens) - width:]
     names = list(layout.lead)
-    if len(lead) == len(names) - 1 and "redop" in names:
+    width = layout.width
+    if len(tokens) == width - 1 and "redop" in names:
         names.remove("redop")  # alltoall of some versions prints an empty redop
-    if len(lead) != len(names) or not lead:
-        raise ValueError(f"{len(tokens)} columns, expected {len(layout.lead) + width}")
+    elif len(tokens) != width:
+        raise ValueError(f"{len(tokens)} columns, the header has {width}")
+    lead, perf = tokens[:len(names)], tokens[len(names):]
     cols = dict(zip(names, lead, strict=True))
-    if len(names) == 4 and "redop" in names and "root" not in names and _INT.match(cols["redop"]):
+    if layout.guessed and len(names) == 4 and "redop" in names and _INT.match(cols["redop"]):
         cols["root"] = cols.pop("redop")  # headerless pre-2.13 broadcast: the 4th column is root
     for key in ("size", "count"):
         if not cols.get(key, "").isdigit():
@@ -131,19 +150,19 @@ def parse_row(tokens: list[str], layout: Layout | None, tz: tzinfo) -> tuple[lis
         raise ValueError(f"root {cols['root']!r}")
     rows: list[Row] = []
     at = 0
-    for placement, columns, check in layout.groups:
-        group = perf[at:at + columns]
-        at += columns
-        values = [finite(v) for v in group[:3]]
+    for placement, group_names in layout.groups:
+        group = dict(zip(group_names, perf[at:at + len(group_names)], strict=True))
+        at += len(group_names)
+        values = [finite(group[c]) for c in (group_names[0], "algbw", "busbw")]
         if min(values) < 0:
             raise ValueError("negative time or bandwidth")
-        extra = group[3:] if check is None else group[4:]
-        for v in extra:
-            if v != "N/A":
-                finite(v)
+        for c in _GROUP_EXTRAS - set(_CHECKS):
+            if c in group and group[c] != "N/A":
+                finite(group[c])
+        check = next((c for c in _CHECKS if c in group), None)
         wrong: int | None = None
         if check is not None:
-            text = group[3].rstrip("*")  # rccl-tests marks counts over its threshold with '*'
+            text = group[check].rstrip("*")  # rccl-tests marks counts over its threshold with '*'
             if text != "N/A":
                 value = finite(text)
                 if value < 0 or (check == "#wrong" and not value.is_integer()):
@@ -162,6 +181,7 @@ def parse_text(text: str, source: str, tz: tzinfo) -> list[RunBuilder]:
     layout: Layout | None = None
     placement_line = ""
     in_table = False
+    guessed: set[int] = set()  # runs whose rows were placed without a header (said once per run)
     lines = text.split("\n")
     complete = text.endswith("\n")
     for no, raw in enumerate(lines, 1):
@@ -187,6 +207,9 @@ def parse_text(text: str, source: str, tz: tzinfo) -> list[RunBuilder]:
                 in_table = True
                 if layout is None:
                     cur.problems.append(f"line {no}: table header not understood; rows read by column count")
+                elif layout.unknown():
+                    cur.problems.append(f"line {no}: columns not read (not known to fabricscope): "
+                                        + ", ".join(layout.unknown()))
             elif "out-of-place" in stripped or "in-place" in stripped:
                 placement_line = stripped
             elif _OOB.match(stripped) or _AVG.match(stripped) or _COLLECTIVE.search(stripped):
@@ -210,6 +233,10 @@ def parse_text(text: str, source: str, tz: tzinfo) -> list[RunBuilder]:
             cur.problems.append(f"line {no}: not a result row ({e}): {stripped[:120]}")
             continue
         in_table = True
+        if layout is None and id(cur) not in guessed:
+            guessed.add(id(cur))
+            cur.problems.append(f"line {no}: no table header: columns placed by their count ({len(tokens)}); "
+                                "a guess, confirm with the header line")
         cur.rows.extend(rows)
         if cur.started_at is None:
             cur.started_at = stamp
@@ -272,7 +299,13 @@ def _other(cur: RunBuilder, line: str) -> None:
         cur.versions["rccl_tests"] = m.group(1)[:MAX_VERSION]
     if m := _KEYED.match(line):
         cur.versions[m.group(1).lower()] = m.group(2)[:MAX_VERSION]
+    if m := _NRANKS.search(line):
+        cur.nccl_ranks = max(cur.nccl_ranks or 0, int(m.group(1)))
     if cur.command is None and (op := op_from_binary(line)) is not None and not _NOISE.search(line):
         start = line.find(f"{op}_perf")
         cur.command = line[start:].rstrip(" \\")[:MAX_COMMAND]
         cur.op = cur.op or op
+        procs = [int(n) for n in _PROCS.findall(line[:start])]
+        per_proc = [int(n) for n in _PER_PROC.findall(line[start:])]
+        if procs or per_proc:
+            cur.launch_ranks = (procs[-1] if procs else 1) * math.prod(per_proc)
