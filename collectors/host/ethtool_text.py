@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from fabricscope.collectors.host.ethtool_maps import DRIVERS, stat_key
 from fabricscope.core.errors import ParseError
+from fabricscope.core.values import BadValue, counter
 
 
 def read_ethtool_text(text: str) -> tuple[dict[str, float], list[str]]:
@@ -28,15 +29,20 @@ def read_ethtool_text(text: str) -> tuple[dict[str, float], list[str]]:
             continue  # header, blank, or a shell prompt/comment line of a paste
         key, sep, value = line.rpartition(":")
         key, value = key.strip(), value.strip()
-        if not sep or not key or not value.isdigit():  # counters are unsigned: "-1", "N/A" are not values
-            bad.append(line[:80])
+        if not sep or not key or not value:
+            bad.append(f"line not 'key: count', skipped: {line[:80]!r}")
+            continue
+        try:  # counters are unsigned 64-bit: "-1", "N/A" and a count past 2**64 - 1 are not values
+            number = counter(value)
+        except BadValue as exc:
+            bad.append(f"{key} skipped: {exc}")
             continue
         numbered = stat_key(key, out)
         repeated += numbered != key
-        out[numbered] = float(int(value))
-    problems = [f"line not 'key: count', skipped: {b!r}" for b in bad[:20]]
+        out[numbered] = number
+    problems = bad[:20]
     if len(bad) > 20:
-        problems.append(f"... and {len(bad) - 20} more lines not 'key: count', skipped")
+        problems.append(f"... and {len(bad) - 20} more lines not 'key: count' or bad values, skipped")
     if repeated:
         problems.append(f"{repeated} keys printed more than once (per-queue blocks): kept as key#1, key#2, ...")
     return out, problems

@@ -162,7 +162,9 @@ def test_ethtool_one_bad_value_is_named_and_every_interface_read(tmp_path, caplo
     assert _values(samples, "tx_pause_frames_total") == {"e1": 5.0, "e2": 5.0, "e3": 5.0}
     logged = caplog.text
     assert "gpu7:e2" in logged and HUGE in logged and "gpu7:e3" in logged and "'garbage" in logged
-    assert "ethtool -S e2" in logged and "ethtool -S e3" in logged and "'n/a'" in logged
+    # the parser's problem line, logged once with the device and interface named (selfmetrics.report_problems)
+    assert "gpu7:e2: ethtool-S: rx_pause_ctrl_phy skipped" in logged
+    assert "gpu7:e3: ethtool-S: rx_pause_ctrl_phy skipped" in logged and "'n/a'" in logged
 
 
 # ---- fabricscope parse: a problem line, never a traceback ----
@@ -185,5 +187,6 @@ def test_parse_names_one_bad_value_and_keeps_the_rest(tmp_path):
         lines = [json.loads(line) for line in r.stdout.splitlines()]
         got = {line["source"].rpartition(":")[2]: line["value"] for line in lines}
         assert got == want
-        summary = json.loads(r.stderr.strip().splitlines()[-1].partition(" ")[2])
+        (head,) = [line for line in r.stderr.splitlines() if line.startswith("summary ")]
+        summary = json.loads(head.partition(" ")[2])
         assert any("leaf9" in p and "e2" in p for p in summary["problems"]), summary
