@@ -1,6 +1,7 @@
 """A bounded soak of `fabricscope serve` on its embedded PostgreSQL, with a database restart midway.
 
     python bench/soak.py [--duration 600] [--clients 8] [--readers 20] [--idle 50] [--json OUT]
+    python bench/soak.py --hostile [--compare] ...   # #46: the hostile clients beside the same load
 
 Load: ``--clients`` ingest clients (the real HttpSender with a spool: samples, steps, an event now and
 then), ``--readers`` dashboard-like readers over the read endpoints, ``--idle`` sockets that say
@@ -11,6 +12,11 @@ Pass/fail: no 5xx outside the restart window (its start to ``--grace`` s after t
 back); nothing lost (per client: samples counted and their values summed, steps and events counted,
 in the database against what was submitted); p99 ingest latency outside the window under ``--p99-ms``;
 the service process's RSS ceiling under ``--rss-mb``. Exit status 0 only when all four pass.
+
+``--hostile`` adds bench/soak_hostile.py's clients, each from loopback addresses of its own: an idle
+flood (``--idle-flood`` sockets), slow readers and wide series reads (over ``--wide-series`` series) and
+scope-less big bodies. ``--compare`` first runs the same soak without them, then with them, and
+checks the legitimate ingest p99 with them within ``--p99-ratio`` times the p99 without.
 """
 
 from __future__ import annotations
@@ -36,6 +42,15 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.soak_hostile import (  # noqa: E402
+    WIDE_METRIC,
+    IdleFlood,
+    ScopelessBodies,
+    SlowReaders,
+    WideReads,
+    busy_counts,
+    seed_wide_source,
+)
 from bench.soak_load import IdleSockets, IngestClient, Log, Reader, RssSampler, TimedTransport  # noqa: E402
 from fabricscope.collectors.sinks.http import HttpTransport  # noqa: E402
 from fabricscope.core.transport import Batch  # noqa: E402
@@ -136,12 +151,42 @@ def checksums(dsn: str, clients: list[IngestClient]) -> list[dict[str, Any]]:
     return out
 
 
-def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def hostile_load(args: argparse.Namespace, url: str, port: int, ingest_tok: str, read_tok: str,
+                 stop: threading.Event) -> list[threading.Thread]:
+    """#46's hostile clients, the wide source seeded first (outside the measured time)."""
+    wide = "soak-wide:e0"
+    t = time.monotonic()
+    seed_wide_source(url, ingest_tok, wide, series=args.wide_series, points=args.wide_points)
+    print(f"  seeded {args.wide_series} series x {args.wide_points} points for the wide reads in "
+          f"{time.monotonic() - t:.0f} s", flush=True)
+    path = f"/v1/sources/{wide}/metrics/{WIDE_METRIC}"
+    return [IdleFlood(port, args.idle_flood, stop), SlowReaders(port, path, read_tok, args.slow_readers, stop),
+            WideReads(url, path, read_tok, args.wide_readers, stop), ScopelessBodies(port, read_tok, 4, stop)]
+
+
+def hostile_summary(threads: list[threading.Thread], url: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for th in threads:
+        if isinstance(th, IdleFlood):
+            out["idle_flood"] = {"opened": th.opened, "closed_by_server": th.closed_by_server,
+                                 "open_failures": th.open_failures}
+        elif isinstance(th, SlowReaders):
+            out["slow_readers"] = {"asked": th.asked, "closed_by_server": th.closed_by_server}
+        elif isinstance(th, WideReads):
+            out["wide_reads"] = dict(th.statuses)
+        elif isinstance(th, ScopelessBodies):
+            out["scopeless_bodies"] = dict(th.statuses)
+    out["busy_rejected"] = busy_counts(url)
+    return out
+
+
+def run(args: argparse.Namespace, work: Path, *, hostile: bool = False) -> dict[str, Any]:
     port, pg_port = free_port(), free_port()
     ingest_tok, read_tok = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
     proc = start_serve(work, port, pg_port, f"{ingest_tok}:ingest;{read_tok}:read")
     emb = EmbeddedPostgres(work / "data", pg_port)
     url = f"http://127.0.0.1:{port}"
+    bad: list[threading.Thread] = []
     try:
         base = idle_baseline(url, ingest_tok)
         print(f"  idle baseline (1 client alone): ingest p50 {base['p50_ms']:.1f} ms, p99 {base['p99_ms']:.1f} ms",
@@ -157,8 +202,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                           report=args.report_reads)
                    for i in range(args.readers)]
         idle = IdleSockets(port, args.idle, stop)
+        if hostile:
+            bad = hostile_load(args, url, port, ingest_tok, read_tok, stop)
         t0 = time.monotonic()
-        for th in [*clients, *readers, idle]:
+        for th in [*clients, *readers, idle, *bad]:
             th.start()
         time.sleep(max(0.0, t0 + args.duration / 2 - time.monotonic()))
         print(f"  {time.monotonic() - t0:.0f} s: stopping the database for {args.outage:.0f} s", flush=True)
@@ -170,9 +217,16 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         print(f"  {up - t0:.0f} s: database back (down {up - w0:.1f} s)", flush=True)
         time.sleep(max(0.0, t0 + args.duration - time.monotonic()))
         stop.set()
-        for th in [*clients, *readers, idle]:
+        for th in [*clients, *readers, idle, *bad]:
             th.join(60)
+        hostile_figures = hostile_summary(bad, url) if hostile else None
         flushed = [c.sender.flush(timeout_s=120) for c in clients]
+        if not all(flushed):  # what holds the database, for the report
+            with psycopg.connect(emb.dsn(), autocommit=True) as conn:
+                for row in conn.execute("SELECT state, wait_event_type, wait_event, now() - query_start,"
+                                        " left(query, 100) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                                        " AND backend_type = 'client backend'").fetchall():
+                    print(f"  held: {row}", flush=True)
         for c in clients:
             c.sender.close(timeout_s=30)
         stop_rss.set()
@@ -195,7 +249,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                        "end": round(rss.samples[-1][1] / MB, 1) if rss.samples else 0,
                        "by_tenth": tenths(rss.samples, t0, args.duration)},
             "checksums": sums, "flushed": all(flushed),
-            "idle_closed_by_server": idle.closed_by_server, "idle_open_failures": idle.open_failures}
+            "idle_closed_by_server": idle.closed_by_server, "idle_open_failures": idle.open_failures,
+            "hostile": hostile_figures}
 
 
 def verdict(r: dict[str, Any], args: argparse.Namespace) -> dict[str, bool]:
@@ -221,6 +276,8 @@ def report(r: dict[str, Any], checks: dict[str, bool], args: argparse.Namespace)
     print(f"  RSS of the service: {r['rss_mb']['start']} MB at start, ceiling {r['rss_mb']['ceiling']} MB, "
           f"end {r['rss_mb']['end']} MB; by tenth of the run {r['rss_mb']['by_tenth']}")
     print(f"  idle/slow sockets closed by the server: {r['idle_closed_by_server']}")
+    if r.get("hostile"):
+        print(f"  hostile clients: {json.dumps(r['hostile'])}")
     print(f"  {ok[checks['no_5xx_outside_restart']]}  no 5xx outside the restart window "
           f"(ingest {r['ingest']['5xx_outside_window']}, read {r['read']['5xx_outside_window']})")
     print(f"  {ok[checks['nothing_lost']]}  nothing lost (counts and sums per client, database vs submitted)")
@@ -242,25 +299,52 @@ def main() -> None:
     ap.add_argument("--p99-ms", type=float, default=1000.0)
     ap.add_argument("--rss-mb", type=float, default=500.0)
     ap.add_argument("--json", type=Path, default=None, help="write the figures and checks here")
+    ap.add_argument("--hostile", action="store_true", help="add #46's hostile clients (bench/soak_hostile.py)")
+    ap.add_argument("--compare", action="store_true", help="with --hostile: the soak without them first, then "
+                    "with them; their legitimate ingest p99s compared")
+    ap.add_argument("--p99-ratio", type=float, default=2.0)
+    ap.add_argument("--idle-flood", type=int, default=520)
+    ap.add_argument("--slow-readers", type=int, default=4)
+    ap.add_argument("--wide-readers", type=int, default=4)
+    ap.add_argument("--wide-series", type=int, default=5000)
+    ap.add_argument("--wide-points", type=int, default=20)
     args = ap.parse_args()
 
     # SIGTERM (a test's timeout) unwinds like Ctrl-C: the finally blocks stop the service and the database.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    work = Path(tempfile.mkdtemp(prefix="fabricscope-soak-"))
-    print(f"soak: {args.duration:.0f} s, {args.clients} ingest clients, {args.readers} readers, {args.idle} idle/slow "
-          f"sockets, `fabricscope serve` on its embedded PostgreSQL (restarted halfway)", flush=True)
-    try:
-        r = run(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    checks = verdict(r, args)
-    report(r, checks, args)
-    r["checks"] = checks
-    r["limits"] = {"p99_ms": args.p99_ms, "rss_mb": args.rss_mb}
+    runs = [False, True] if args.hostile and args.compare else [args.hostile]
+    results: dict[str, Any] = {}
+    for hostile in runs:
+        name = "hostile" if hostile else "plain"
+        work = Path(tempfile.mkdtemp(prefix="fabricscope-soak-"))
+        print(f"soak ({name}): {args.duration:.0f} s, {args.clients} ingest clients, {args.readers} readers, "
+              f"{args.idle} idle/slow sockets, `fabricscope serve` on its embedded PostgreSQL (restarted halfway)"
+              + (f"; hostile: {args.idle_flood} idle flood, {args.slow_readers} slow readers, {args.wide_readers} "
+                 f"wide readers ({args.wide_series} series), 4 scope-less big bodies" if hostile else ""), flush=True)
+        try:
+            r = run(args, work, hostile=hostile)
+            checks = verdict(r, args)
+            if not all(checks.values()):  # what the service said, before its folder goes
+                lines = (work / "service.log").read_text(errors="replace").splitlines()
+                print("  service.log (last 30 lines):\n    " + "\n    ".join(lines[-30:]), flush=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        report(r, checks, args)
+        r["checks"] = checks
+        r["limits"] = {"p99_ms": args.p99_ms, "rss_mb": args.rss_mb}
+        results[name] = r
+    if len(runs) == 2:
+        ratio = results["hostile"]["ingest"]["p99_ms"] / max(results["plain"]["ingest"]["p99_ms"], 0.001)
+        results["hostile"]["checks"]["p99_ratio"] = ratio <= args.p99_ratio
+        results["p99_ratio"] = round(ratio, 2)
+        print(f"  {'PASS' if ratio <= args.p99_ratio else 'FAIL'}  legitimate ingest p99 with the hostile clients "
+              f"{results['hostile']['ingest']['p99_ms']:.1f} ms = {ratio:.2f}x the soak without them "
+              f"({results['plain']['ingest']['p99_ms']:.1f} ms), limit {args.p99_ratio:g}x")
+    ok = all(all(r["checks"].values()) for k, r in results.items() if k != "p99_ratio")
     if args.json:
-        args.json.write_text(json.dumps(r, indent=2))
-    print(f"result: {'PASS' if all(checks.values()) else 'FAIL'}")
-    sys.exit(0 if all(checks.values()) else 1)
+        args.json.write_text(json.dumps(results if len(runs) == 2 else results[name], indent=2))
+    print(f"result: {'PASS' if ok else 'FAIL'}")
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":

@@ -61,7 +61,11 @@ def make_pool(url: str, settings: Settings) -> ConnectionPool:
         timeout=settings.db_timeout_s,
         open=False,
         check=ConnectionPool.check_connection,
-        reconnect_timeout=0,  # keep trying forever in the background
+        # How long the pool keeps re-opening a connection it lost (psycopg_pool's backoff: 1, 2, 4 s...).
+        # 0 is not "forever": it gives up after the second failed attempt, and after a database restart
+        # under load the pool then stayed empty for good, every request 429 "40 requests waiting"
+        # (bench/soak.py: 0 connections in pg_stat_activity, the senders' spools never replayed).
+        reconnect_timeout=3600,
         kwargs={"connect_timeout": max(1, int(settings.db_timeout_s))},
     )
     pool.open(wait=False)

@@ -174,15 +174,24 @@ def test_expensive_reads_cannot_starve_ingest(guarded: ServiceProcess, database_
 
 def test_too_many_connections_is_429_not_503(guarded: ServiceProcess) -> None:
     # Connections at work (a request begun), not idle ones: idle ones are closed to make room (#46).
-    idle = [_connect(guarded) for _ in range(MAX_CONNECTIONS)]
-    for sock in idle:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-    try:
-        r = httpx.get(f"{guarded.url}/healthz", timeout=5)  # well within the 1.5 s they may idle
-    finally:
-        for sock in idle:
-            sock.close()
-    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1, r.text
+    # They have DEADLINE_S from their start to finish their headers: on a loaded machine the first may
+    # be gone before the last is open, so up to three tries, and never a 503.
+    codes = []
+    for _ in range(3):
+        busy = []
+        try:
+            for _ in range(MAX_CONNECTIONS):
+                busy.append(_connect(guarded))
+                busy[-1].sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            r = httpx.get(f"{guarded.url}/healthz", timeout=5)
+        finally:
+            for sock in busy:
+                sock.close()
+        codes.append(r.status_code)
+        if r.status_code == 429:
+            assert int(r.headers["Retry-After"]) >= 1, r.text
+            break
+    assert codes[-1] == 429 and 503 not in codes, codes
     deadline = time.monotonic() + 5  # closed connections count out again
     while httpx.get(f"{guarded.url}/healthz").status_code != 200:
         assert time.monotonic() < deadline

@@ -326,3 +326,23 @@ def test_every_route_with_a_body_has_its_scope_found_before_the_body() -> None:
     assert len(ops) >= 8, ops
     missing = [op for op in ops if not route_scopes(routes, {"type": "http", "method": op[0], "path": op[1]})]
     assert missing == []
+
+
+@pytest.mark.parametrize(("step", "limit"), [(None, 10_000), (None, 7), (60.0, 10_000), (60.0, 3)])
+def test_one_query_for_many_series_answers_what_one_query_each_did(fair: ServiceProcess, wide_source: str,
+                                                                   database_url: str, step: float | None,
+                                                                   limit: int) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from fabricscope.service.db import series as series_db
+
+    end = datetime.now(UTC)
+    start = end - timedelta(hours=1)
+    with psycopg.connect(database_url) as conn:
+        found = series_db.series_of(conn, source=wide_source, metric="wide_bytes_total") or []
+        ids = [sid for sid, _ in found][:40]
+        many = series_db.points_of_many(conn, series_ids=ids, start=start, end=end, step=step, limit=limit)
+        each = {sid: [(p["ts"], p["value"], p["rate"]) for p in series_db.points(
+            conn, series_id=sid, start=start, end=end, step=step, limit=limit)] for sid in ids}
+    assert len(ids) == 40 and all(each[sid] for sid in ids)
+    assert many == each
