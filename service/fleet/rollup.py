@@ -143,6 +143,21 @@ JOIN fleet_span f ON f.level = %(level)s - 1 AND f.start >= s.start
 GROUP BY s.start, f.layer, f.component
 """
 
+# The same spans per job (fleet_span_jobs): level 0 from the days' ledger rows, level n from level n-1.
+SPAN_JOBS0_SQL = """
+INSERT INTO fleet_span_jobs (level, start, layer, component, job, kind, gpu_s, slow_steps)
+SELECT 0, day, layer, component, job, kind, gpu_s, slow_steps FROM fleet_ledger
+WHERE day = ANY(%(starts)s::timestamptz[])
+"""
+SPAN_JOBS_SQL = """
+INSERT INTO fleet_span_jobs (level, start, layer, component, job, kind, gpu_s, slow_steps)
+SELECT %(level)s, s.start, f.layer, f.component, f.job, min(f.kind), sum(f.gpu_s), sum(f.slow_steps)
+FROM unnest(%(starts)s::timestamptz[]) AS s(start)
+JOIN fleet_span_jobs f ON f.level = %(level)s - 1 AND f.start >= s.start
+                      AND f.start < s.start + make_interval(days => 1 << %(level)s)
+GROUP BY s.start, f.layer, f.component, f.job
+"""
+
 CHANGED_SQL = """
 SELECT DISTINCT job, date_bin(INTERVAL '1 day', coalesce(step_start, computed_at), TIMESTAMPTZ '2000-01-01 00:00:00+00')
 FROM attributions WHERE %s::timestamptz IS NULL OR computed_at > %s::timestamptz ORDER BY 2, 1
@@ -192,8 +207,10 @@ def roll(conn: psycopg.Connection, *, pairs: list[tuple[str, datetime]]) -> int:
         conn.execute(sql, {"days": touched})
     for level in range(SPAN_LEVELS + 1):
         starts = sorted({span_start(d, level) for d in touched})
-        conn.execute("DELETE FROM fleet_span WHERE level = %s AND start = ANY(%s::timestamptz[])", (level, starts))
-        conn.execute(SPAN0_SQL if level == 0 else SPAN_SQL, {"level": level, "starts": starts})
+        for table, first, next_ in (("fleet_span", SPAN0_SQL, SPAN_SQL),
+                                    ("fleet_span_jobs", SPAN_JOBS0_SQL, SPAN_JOBS_SQL)):
+            conn.execute(f"DELETE FROM {table} WHERE level = %s AND start = ANY(%s::timestamptz[])", (level, starts))
+            conn.execute(first if level == 0 else next_, {"level": level, "starts": starts})
     return n
 
 
