@@ -68,7 +68,8 @@ CREATE TABLE fleet_span_jobs (
     kind         text NOT NULL,
     gpu_s        double precision NOT NULL,
     slow_steps   bigint NOT NULL,
-    PRIMARY KEY (level, start, layer, component, job)
+    -- job before component: the roll rebuilds a span's rows of the jobs it rolled, by index
+    PRIMARY KEY (level, start, job, layer, component)
 );
 -- the ranking's read for each of its top N components and each span of the window
 CREATE INDEX fleet_span_jobs_component ON fleet_span_jobs (component, level, start)
