@@ -16,6 +16,9 @@ own function, one connection, no HTTP) over the 30 days, the same with a layer f
 ranking, and one component's incidents. As the baseline measured in the same run: the same top-20
 ranking answered from the raw attributions (their cause lists expanded per step, what a query
 without the ledger must do); the ratio baseline / ledger is printed.
+Where the server runs on this machine, each figure also gives the backend's server CPU per query
+(from /proc: what the machine's load does not inflate), and the per-job part of the top 20 is timed
+both ways (the previous day arrays and fleet_span_jobs).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Answers from the fleet ledger: components or layers ranked by GPU-hours lost, and one component's
-incidents. The ranking is one statement over the ledger's daily rows (top-N in SQL, the covering
-index `fleet_ledger_day`); only the N rows returned get their worst jobs and evidence, through the
-index `fleet_ledger_component`.
+incidents. The ranking is one unprepared statement: top-N in SQL over the aligned spans of
+`fleet_span`; only the N rows returned get their jobs and worst jobs (`fleet_span_jobs`), previous
+window and evidence, by index on the component.
 
 Windows are whole UTC days (the ledger's rows): `from` is rounded down to its day, and the previous
 window is the one of the same length just before it.
