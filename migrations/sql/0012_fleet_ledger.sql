@@ -55,9 +55,29 @@ CREATE TABLE fleet_span (
 -- the ranking's scan, index-only: (level, start) of each span of the window, what it sums in the index
 CREATE INDEX fleet_span_scan ON fleet_span (level, start) INCLUDE (component, layer, kind, gpu_s);
 
+-- Per component and job, fleet_ledger's GPU-seconds and slow steps summed over the same aligned spans
+-- (levels 0 to 5, rebuilt with fleet_span): a ranked component's jobs affected and worst jobs in a
+-- window are an index-only range read of ~1 row per job and span (a job of 1-3 days sits in one or
+-- two spans), where the day arrays of fleet_daily_jobs gave one element per job and day to unpack.
+CREATE TABLE fleet_span_jobs (
+    level        smallint NOT NULL,
+    start        timestamptz NOT NULL,
+    layer        text NOT NULL,
+    component    text NOT NULL,
+    job          text NOT NULL,
+    kind         text NOT NULL,
+    gpu_s        double precision NOT NULL,
+    slow_steps   bigint NOT NULL,
+    -- job before component: the roll rebuilds a span's rows of the jobs it rolled, by index
+    PRIMARY KEY (level, start, job, layer, component)
+);
+-- the ranking's read for each of its top N components and each span of the window
+CREATE INDEX fleet_span_jobs_component ON fleet_span_jobs (component, level, start)
+    INCLUDE (layer, kind, job, gpu_s, slow_steps);
+
 -- The same rows' detail, apart so that fleet_daily stays narrow for the ranking's scan: the day's jobs
 -- with their GPU-seconds and slow steps (aligned arrays, by job), and the evidence labels with their
--- step counts. The ranking's jobs, worst jobs and evidence come from here, never from fleet_ledger.
+-- step counts. The ranking's evidence comes from here, never from fleet_ledger.
 CREATE TABLE fleet_daily_jobs (
     component    text NOT NULL,
     day          timestamptz NOT NULL,

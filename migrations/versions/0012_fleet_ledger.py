@@ -24,5 +24,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("DROP INDEX IF EXISTS attributions_computed")
-    for table in ("fleet_digest_sent", "fleet_watermark", "fleet_layer", "fleet_daily_jobs", "fleet_span", "fleet_daily", "fleet_ledger"):
+    for table in ("fleet_digest_sent", "fleet_watermark", "fleet_layer", "fleet_daily_jobs", "fleet_span_jobs",
+                  "fleet_span", "fleet_daily", "fleet_ledger"):
         op.execute(f"DROP TABLE IF EXISTS {table}")

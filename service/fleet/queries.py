@@ -1,7 +1,7 @@
 """Answers from the fleet ledger: components or layers ranked by GPU-hours lost, and one component's
-incidents. The ranking is one statement over the ledger's daily rows (top-N in SQL, the covering
-index `fleet_ledger_day`); only the N rows returned get their worst jobs and evidence, through the
-index `fleet_ledger_component`.
+incidents. The ranking is one unprepared statement: top-N in SQL over the aligned spans of
+`fleet_span`; only the N rows returned get their jobs and worst jobs (`fleet_span_jobs`), previous
+window and evidence, by index on the component.
 
 Windows are whole UTC days (the ledger's rows): `from` is rounded down to its day, and the previous
 window is the one of the same length just before it.
@@ -24,14 +24,15 @@ WORST_JOBS = 3
 _F = """AND (%(layer)s::text IS NULL OR {t}layer = %(layer)s) AND (%(kind)s::text IS NULL OR {t}kind = %(kind)s)"""
 FILTERS = _F.format(t="")
 FILTERS_F = _F.format(t="f.")
+FILTERS_S = _F.format(t="s.")
 
 # Top-N by the window's sum over fleet_span (narrow rows, one per component and aligned span of days
 # covering the window, ~8 for 30 days, all jobs summed: a hash aggregate of one sum, nothing else);
-# the rest only for the N rows, from their own daily rows by index on the component: the previous
-# window, and jobs, worst jobs and evidence from fleet_daily_jobs' arrays, never from fleet_ledger's
-# one row per job.
+# the rest only for the N rows, by index on the component: the previous window and first/last seen
+# from their daily rows, jobs and worst jobs from fleet_span_jobs (the same spans, per job), evidence
+# from fleet_daily_jobs; never from fleet_ledger's one row per job and day.
 COMPONENT_SQL = f"""
-WITH g AS (
+WITH g AS MATERIALIZED (
     SELECT component, sum(gpu_s) AS gpu_s
     FROM unnest(%(levels)s::smallint[], %(starts)s::timestamptz[]) AS b(level, start)
     JOIN fleet_span USING (level, start)
@@ -39,20 +40,27 @@ WITH g AS (
     GROUP BY component HAVING sum(gpu_s) > 0
     ORDER BY 2 DESC, component LIMIT %(limit)s
 ),
--- the N components' jobs in the window, in one hash aggregate over their daily job arrays
+-- the N components by number (grouping and sorting on an int, not on the names under the collation)
+gn AS MATERIALIZED (SELECT component, row_number() OVER () AS rn FROM g),
+-- the N components' jobs in the window: one index-only range read per component and span
 pj AS (
-    SELECT f.component, u.job, sum(u.gs) AS gs, sum(u.n) AS n
-    FROM g JOIN fleet_daily_jobs f ON f.component = g.component AND f.day >= %(lo)s AND f.day < %(hi)s {FILTERS_F}
-    CROSS JOIN LATERAL unnest(f.job_names, f.job_gpu_s, f.job_steps) AS u(job, gs, n)
-    GROUP BY f.component, u.job
+    SELECT gn.rn, s.job, sum(s.gpu_s) AS gs, sum(s.slow_steps) AS n
+    FROM gn CROSS JOIN unnest(%(levels)s::smallint[], %(starts)s::timestamptz[]) AS b(level, start)
+    JOIN fleet_span_jobs s ON s.component = gn.component AND s.level = b.level AND s.start = b.start
+    WHERE true {FILTERS_S}
+    GROUP BY gn.rn, s.job
 ),
+-- jobs affected, and the worst {WORST_JOBS} ("C": a byte order tie-break, as before)
 j AS (
-    SELECT component, count(*) AS jobs,
-           jsonb_agg(jsonb_build_object('job', job, 'gpu_hours', gs / 3600.0, 'slow_steps', n) ORDER BY rn)
-               FILTER (WHERE rn <= {WORST_JOBS}) AS worst
-    -- "C": a byte order tie-break; the collation's sort of ~14,000 names cost ~50 ms under load
-    FROM (SELECT *, row_number() OVER (PARTITION BY component ORDER BY gs DESC, job COLLATE "C") AS rn FROM pj) x
-    GROUP BY component
+    SELECT gn.component, x.jobs, x.worst FROM gn JOIN (
+        SELECT rn, count(*) AS jobs,
+               (SELECT jsonb_agg(jsonb_build_object('job', t.job, 'gpu_hours', t.gs / 3600.0, 'slow_steps', t.n)
+                                 ORDER BY t.o)
+                FROM unnest((array_agg(job ORDER BY gs DESC, job COLLATE "C"))[1:{WORST_JOBS}],
+                            (array_agg(gs ORDER BY gs DESC, job COLLATE "C"))[1:{WORST_JOBS}],
+                            (array_agg(n ORDER BY gs DESC, job COLLATE "C"))[1:{WORST_JOBS}])
+                     WITH ORDINALITY AS t(job, gs, n, o)) AS worst
+        FROM pj GROUP BY rn) x USING (rn)
 )
 SELECT g.component AS key, g.gpu_s, p.prev_s, d.layer, d.kind, d.slow_steps, d.first_seen, d.last_seen, j.jobs,
        j.worst, ev.evidence, ev.evidence_n
@@ -151,10 +159,14 @@ def ranking(conn: psycopg.Connection, *, by: Literal["component", "layer"], wind
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         # JIT compiles these small plans for longer (~200 ms) than they run
         cur.execute("SET LOCAL jit = off")
+        # Never prepared: psycopg prepares a statement on its 5th run on a connection, and PostgreSQL
+        # then tends to a generic plan, blind to the window's spans and the limit: on the 1,000-job
+        # bench 147 ms of server CPU per ranking where the plan made for the values takes 26 ms.
         rows = cur.execute(COMPONENT_SQL if by == "component" else LAYER_SQL,
                            {"lo": window.lo, "hi": window.hi, "prev": window.prev, "layer": layer,
                             "kind": kind if by == "component" else None, "limit": limit, "only": only,
-                            "levels": [lv for lv, _ in days], "starts": [st for _, st in days]}).fetchall()
+                            "levels": [lv for lv, _ in days], "starts": [st for _, st in days]},
+                           prepare=False).fetchall()
     return [_row(r, by) for r in rows]
 
 

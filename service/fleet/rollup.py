@@ -143,6 +143,28 @@ JOIN fleet_span f ON f.level = %(level)s - 1 AND f.start >= s.start
 GROUP BY s.start, f.layer, f.component
 """
 
+# The same spans per job (fleet_span_jobs), rebuilt only for the rolled jobs, in the spans over their
+# rolled days (a roll of one job's day never re-reads the other jobs' rows of a 32-day span): level 0
+# from their ledger rows, level n from their rows in its two halves at level n-1.
+SPAN_JOBS0_SQL = """
+INSERT INTO fleet_span_jobs (level, start, layer, component, job, kind, gpu_s, slow_steps)
+SELECT 0, f.day, f.layer, f.component, f.job, f.kind, f.gpu_s, f.slow_steps
+FROM (SELECT DISTINCT * FROM unnest(%(jobs)s::text[], %(starts)s::timestamptz[]) AS p(job, start)) p
+JOIN fleet_ledger f ON f.job = p.job AND f.day = p.start
+"""
+SPAN_JOBS_SQL = """
+INSERT INTO fleet_span_jobs (level, start, layer, component, job, kind, gpu_s, slow_steps)
+SELECT %(level)s, p.start, f.layer, f.component, f.job, min(f.kind), sum(f.gpu_s), sum(f.slow_steps)
+FROM (SELECT DISTINCT * FROM unnest(%(jobs)s::text[], %(starts)s::timestamptz[]) AS p(job, start)) p
+JOIN fleet_span_jobs f ON f.level = %(level)s - 1 AND f.job = p.job
+                      AND f.start = ANY(ARRAY[p.start, p.start + make_interval(days => 1 << (%(level)s - 1))])
+GROUP BY p.start, f.layer, f.component, f.job
+"""
+SPAN_JOBS_DELETE_SQL = """
+DELETE FROM fleet_span_jobs f USING unnest(%(jobs)s::text[], %(starts)s::timestamptz[]) AS p(job, start)
+WHERE f.level = %(level)s AND f.start = p.start AND f.job = p.job
+"""
+
 CHANGED_SQL = """
 SELECT DISTINCT job, date_bin(INTERVAL '1 day', coalesce(step_start, computed_at), TIMESTAMPTZ '2000-01-01 00:00:00+00')
 FROM attributions WHERE %s::timestamptz IS NULL OR computed_at > %s::timestamptz ORDER BY 2, 1
@@ -194,6 +216,10 @@ def roll(conn: psycopg.Connection, *, pairs: list[tuple[str, datetime]]) -> int:
         starts = sorted({span_start(d, level) for d in touched})
         conn.execute("DELETE FROM fleet_span WHERE level = %s AND start = ANY(%s::timestamptz[])", (level, starts))
         conn.execute(SPAN0_SQL if level == 0 else SPAN_SQL, {"level": level, "starts": starts})
+        job_spans = sorted({(j, span_start(d, level)) for j, d in pairs})
+        args = {"level": level, "jobs": [j for j, _ in job_spans], "starts": [st for _, st in job_spans]}
+        conn.execute(SPAN_JOBS_DELETE_SQL, args)
+        conn.execute(SPAN_JOBS0_SQL if level == 0 else SPAN_JOBS_SQL, args)
     return n
 
 

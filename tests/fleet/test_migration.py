@@ -12,8 +12,8 @@ from fabricscope.service.db.database import _alembic_config
 from fabricscope.service.fleet.rollup import refresh
 from tests.support import TestDatabase
 
-TABLES = ("fleet_ledger", "fleet_daily", "fleet_span", "fleet_daily_jobs", "fleet_layer", "fleet_watermark",
-          "fleet_digest_sent")
+TABLES = ("fleet_ledger", "fleet_daily", "fleet_span", "fleet_span_jobs", "fleet_daily_jobs", "fleet_layer",
+          "fleet_watermark", "fleet_digest_sent")
 
 
 def _tables(conn: psycopg.Connection) -> set[str]:
