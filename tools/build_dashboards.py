@@ -308,6 +308,7 @@ ORDER BY step DESC LIMIT 500""", w=24, h=10,
                          by_name("lost_s", ("unit", "s")), by_name("confidence", ("unit", "percentunit")),
                          by_name("device", ("custom.hidden", True)), by_name("interface", ("custom.hidden", True))]),
         *_placement_panels(lay),  # #17: GPU-to-NIC locality flags (tools/dashboard_placement.py)
+        *_hang_panels(lay),  # #45: job_hang suspects (tools/dashboard_hang.py)
     ]
     variables = [JOB_VAR, textbox("api", "API URL", "http://localhost:8000",
                                   "fabricscope API base URL as the browser reaches it (attribution links)")]
@@ -535,6 +536,14 @@ def _placement_panels(lay: Layout) -> list[dict[str, Any]]:
     from tools.dashboard_placement import placement_panels
 
     return placement_panels(lay)
+
+
+def _hang_panels(lay: Layout) -> list[dict[str, Any]]:
+    """#45: in tools/dashboard_hang.py (imported here, as it imports the constructors above)."""
+    sys.path.insert(0, str(OUT.parent.parent))
+    from tools.dashboard_hang import hang_panels
+
+    return hang_panels(lay)
 
 
 def capacity() -> dict[str, Any]:

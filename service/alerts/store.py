@@ -47,6 +47,9 @@ def alert_out(row: dict[str, Any]) -> dict[str, Any]:
     if row["kind"] == payloads.BUSBW_KIND:  # #19: its summary is the bus bandwidth, not an attribution
         out["attribution"] = {"available": False}
         out["efficiency"] = row["summary"] or {}
+    elif row["kind"] == payloads.HANG_KIND:  # #45: the hang answer (suspects, waiting ranks)
+        out["attribution"] = {"available": False}
+        out["hang"] = row["summary"] or {}
     else:
         out["attribution"] = row["summary"] or {"available": False}
     return out

@@ -30,6 +30,7 @@ from fabricscope.service.api.routes import (
     steps,
     topology,
 )
+from fabricscope.service.api.routes import hang as hang_routes  # (#45 item 4)
 from fabricscope.service.api.routes import placement as placement_routes  # (#17 item 4)
 from fabricscope.service.api.routes import trends as trends_routes  # (#19)
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
     app.include_router(efficiency.router)  # #19: GET /v1/jobs/{job}/efficiency
     app.include_router(trends_routes.router)  # (#19)
     app.include_router(placement_routes.router)  # #17: GET /v1/jobs/{job}/placement
+    app.include_router(hang_routes.router)  # #45: GET /v1/jobs/{job}/hang
 
     app.add_middleware(RequestGuard, settings=settings, tokens=app.state.token_scopes)
     app.add_middleware(AccessLog)  # added before request_id below, so it runs inside it and logs the id
