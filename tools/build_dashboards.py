@@ -28,6 +28,9 @@ SCHEMA_VERSION = 39
 LAYER_COLORS = {"compute": "purple", "host": "orange", "nic": "yellow", "link": "red", "fabric": "blue",
                 "storage": "green", "unknown": "gray"}
 JOB = "${job:sqlstring}"
+# The training hook's in-flight notices (#45, collectors/training/lastwords.py): one or two per rank
+# and run, shown by the "Hang: suspects" panel, never as annotations (they would crowd out the rest).
+HOOK_NOTICES = "('hang_watch', 'rank_exit', 'collective_entered', 'checkpoint_in_progress')"
 DEVICES = "${device:sqlstring}"
 IFACES = "${interface:sqlstring}"
 NET_METRICS = "('rx_bytes_total', 'tx_bytes_total')"
@@ -315,7 +318,7 @@ ORDER BY step DESC LIMIT 500""", w=24, h=10,
     annotations = [
         annotation("Job events", f"""
 SELECT start_ts AS "time", end_ts AS timeend, kind || ' ' || source AS text, concat_ws(',', 'event', kind) AS tags
-FROM events WHERE (job = {JOB} OR job IS NULL) AND kind <> 'checkpoint'
+FROM events WHERE (job = {JOB} OR job IS NULL) AND kind <> 'checkpoint' AND kind NOT IN {HOOK_NOTICES}
   AND start_ts <= $__timeTo() AND coalesce(end_ts, start_ts) >= $__timeFrom()
 ORDER BY 1 LIMIT 500""", "orange"),
         annotation("Alerts", ALERTS_ANNOTATION_SQL, "red"),
@@ -472,7 +475,7 @@ GROUP BY 1, 2 ORDER BY 1""")], unit="percentunit",
     variables = [DEVICE_VAR, INTERFACE_VAR]
     annotations = [annotation("Fabric events", f"""
 SELECT start_ts AS "time", end_ts AS timeend, kind || ' ' || source AS text, concat_ws(',', 'event', kind) AS tags
-FROM events WHERE kind <> 'checkpoint' AND split_part(source, ':', 1) IN ({DEVICES})
+FROM events WHERE kind <> 'checkpoint' AND kind NOT IN {HOOK_NOTICES} AND split_part(source, ':', 1) IN ({DEVICES})
   AND start_ts <= $__timeTo() AND coalesce(end_ts, start_ts) >= $__timeFrom()
 ORDER BY 1 LIMIT 500""", "orange")]
     return dashboard("fabricscope-fabric", "fabricscope / Fabric",

@@ -39,8 +39,14 @@ class LastWords:
         self.errors = 0
 
     def start(self) -> LastWords:
+        self._announce()  # at once when the rank is known (torchrun's RANK): a short run says it too
         self._thread.start()
         return self
+
+    def _announce(self) -> None:
+        if not self._announced and self.rec._rank_known():
+            self._announced = True
+            self._post("hang_watch", time.time(), {"rank": self.rec.rank})
 
     def stop(self) -> None:
         """At the recorder's close: the thread ends, and a rank that announced itself says it exits."""
@@ -63,9 +69,7 @@ class LastWords:
 
     def look(self, now: float) -> None:
         rec = self.rec
-        if not self._announced and rec._rank_known():
-            self._announced = True
-            self._post("hang_watch", time.time(), {"rank": rec.rank})
+        self._announce()
         timer = rec._timer_obj
         call = timer.inflight if timer is not None else None
         if call is not None and call is not self._posted_call and now - call[3] >= self.interval:
