@@ -90,8 +90,9 @@ def test_the_rank_that_never_enters_the_all_reduce_is_named(make_service: Callab
             assert "rank 3" in doc["summary"] and "seq 9" in doc["summary"]
             threshold = hang["threshold_s"]
             assert threshold == FLOOR_S  # 5 x a ~50 ms median step is below the floor
-            detected = until(lambda: [a for a in api.get("/v1/alerts", params={"job": job}).json()],
-                             timeout=5, what="alert")[0]["detected_at"]
+            (listed,) = api.get("/v1/alerts", params={"job": job}).json()
+            assert listed["kind"] == "job_hang" and listed["hang"]["suspects"][0]["rank"] == 3
+            detected = listed["detected_at"]
             lag = datetime.fromisoformat(detected).timestamp() - blocked_at
             print(f"job_hang detected {lag:.2f} s after the rank blocked; threshold {threshold} s")
             assert 0 < lag <= 2 * threshold, lag

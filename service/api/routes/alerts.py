@@ -36,7 +36,7 @@ class AttributionSummary(BaseModel):
 class AlertOut(BaseModel):
     id: int
     job: str
-    kind: str = Field(description="step_regression | busbw_below_acceptance")
+    kind: str = Field(description="step_regression | busbw_below_acceptance | job_hang")
     state: Literal["firing", "resolved"]
     started_at: datetime = Field(description="start of the first regressed step (since when)")
     since_step: int | None = Field(description="first regressed step")
@@ -55,6 +55,9 @@ class AlertOut(BaseModel):
     efficiency: dict[str, Any] | None = Field(
         default=None, description="busbw_below_acceptance only: fabric, fraction (median of the last steps), "
                                   "min_fraction, threshold, steps_required")
+    hang: dict[str, Any] | None = Field(
+        default=None, description="job_hang only: GET /v1/jobs/{job}/hang's answer at firing (suspects, waiting, "
+                                  "threshold_s; suspects filled in when they arrive after the firing)")
     updated_at: datetime
 
 
