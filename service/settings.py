@@ -130,6 +130,12 @@ class Settings(BaseSettings):
     # after as many consecutive steps at or above it. The job report warns below the same fraction.
     alert_busbw_fraction: float = Field(default=0.8, gt=0, le=10)
     alert_busbw_steps: int = Field(default=20, ge=1)
+    # --- hangs (#45 item 4, service/hang): a job is hung when no step ends for longer than
+    # max(hang_floor_s, hang_factor x its median step time); an announced checkpoint in progress
+    # holds that off for up to hang_checkpoint_s (a long checkpoint is a long step, not a hang).
+    hang_factor: float = Field(default=5.0, gt=1, le=1000)
+    hang_floor_s: float = Field(default=120.0, gt=0)
+    hang_checkpoint_s: float = Field(default=3600.0, ge=0)
     # --- GPU-to-NIC placement audit (#17): GPUs a NIC is meant to serve before the audit flags
     # shared_nic (a job label gpus_per_nic overrides it per job).
     placement_gpus_per_nic: int = Field(default=1, ge=1, le=1024)

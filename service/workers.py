@@ -157,6 +157,11 @@ def start_background(pool: ConnectionPool, settings: Settings, *, engine: Attrib
         sched.add_job(_guarded(pool, "busbw alerts", lambda c: busbw_once(c, settings=settings), running),
                       "interval",
                       seconds=settings.alert_interval_s, id="busbw_alerts", jitter=1)
+    if settings.alert_interval_s > 0:  # #45: job_hang
+        from fabricscope.service.hang.alert import run_once as hang_once
+
+        sched.add_job(_guarded(pool, "hang alerts", lambda c: hang_once(c, settings=settings)), "interval",
+                      seconds=settings.alert_interval_s, id="hang_alerts", jitter=1)
     if settings.delivery_interval_s > 0:
         from fabricscope.service.alerts.delivery import deliver_due
 

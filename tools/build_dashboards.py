@@ -28,6 +28,9 @@ SCHEMA_VERSION = 39
 LAYER_COLORS = {"compute": "purple", "host": "orange", "nic": "yellow", "link": "red", "fabric": "blue",
                 "storage": "green", "unknown": "gray"}
 JOB = "${job:sqlstring}"
+# The training hook's in-flight notices (#45, collectors/training/lastwords.py): one or two per rank
+# and run, shown by the "Hang: suspects" panel, never as annotations (they would crowd out the rest).
+HOOK_NOTICES = "('hang_watch', 'rank_exit', 'collective_entered', 'checkpoint_in_progress')"
 DEVICES = "${device:sqlstring}"
 IFACES = "${interface:sqlstring}"
 NET_METRICS = "('rx_bytes_total', 'tx_bytes_total')"
@@ -308,13 +311,14 @@ ORDER BY step DESC LIMIT 500""", w=24, h=10,
                          by_name("lost_s", ("unit", "s")), by_name("confidence", ("unit", "percentunit")),
                          by_name("device", ("custom.hidden", True)), by_name("interface", ("custom.hidden", True))]),
         *_placement_panels(lay),  # #17: GPU-to-NIC locality flags (tools/dashboard_placement.py)
+        *_hang_panels(lay),  # #45: job_hang suspects (tools/dashboard_hang.py)
     ]
     variables = [JOB_VAR, textbox("api", "API URL", "http://localhost:8000",
                                   "fabricscope API base URL as the browser reaches it (attribution links)")]
     annotations = [
         annotation("Job events", f"""
 SELECT start_ts AS "time", end_ts AS timeend, kind || ' ' || source AS text, concat_ws(',', 'event', kind) AS tags
-FROM events WHERE (job = {JOB} OR job IS NULL) AND kind <> 'checkpoint'
+FROM events WHERE (job = {JOB} OR job IS NULL) AND kind <> 'checkpoint' AND kind NOT IN {HOOK_NOTICES}
   AND start_ts <= $__timeTo() AND coalesce(end_ts, start_ts) >= $__timeFrom()
 ORDER BY 1 LIMIT 500""", "orange"),
         annotation("Alerts", ALERTS_ANNOTATION_SQL, "red"),
@@ -471,7 +475,7 @@ GROUP BY 1, 2 ORDER BY 1""")], unit="percentunit",
     variables = [DEVICE_VAR, INTERFACE_VAR]
     annotations = [annotation("Fabric events", f"""
 SELECT start_ts AS "time", end_ts AS timeend, kind || ' ' || source AS text, concat_ws(',', 'event', kind) AS tags
-FROM events WHERE kind <> 'checkpoint' AND split_part(source, ':', 1) IN ({DEVICES})
+FROM events WHERE kind <> 'checkpoint' AND kind NOT IN {HOOK_NOTICES} AND split_part(source, ':', 1) IN ({DEVICES})
   AND start_ts <= $__timeTo() AND coalesce(end_ts, start_ts) >= $__timeFrom()
 ORDER BY 1 LIMIT 500""", "orange")]
     return dashboard("fabricscope-fabric", "fabricscope / Fabric",
@@ -535,6 +539,14 @@ def _placement_panels(lay: Layout) -> list[dict[str, Any]]:
     from tools.dashboard_placement import placement_panels
 
     return placement_panels(lay)
+
+
+def _hang_panels(lay: Layout) -> list[dict[str, Any]]:
+    """#45: in tools/dashboard_hang.py (imported here, as it imports the constructors above)."""
+    sys.path.insert(0, str(OUT.parent.parent))
+    from tools.dashboard_hang import hang_panels
+
+    return hang_panels(lay)
 
 
 def capacity() -> dict[str, Any]:

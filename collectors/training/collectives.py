@@ -141,6 +141,7 @@ class CollectiveTimer:
         self._resolver: threading.Thread | None = None
         self._anchor: tuple[Any, float] | None = None  # (CUDA event, wall time it completed)
         self._stop = threading.Event()
+        self.inflight: tuple[Any, ...] | None = None  # (spec, args, kwargs, t0) of the call in progress
 
     # -- install / uninstall -----------------------------------------------------------------------
     def install(self) -> bool:
@@ -185,7 +186,12 @@ class CollectiveTimer:
                 return fn(*args, **kwargs)
             cuda = self._cuda_start(args, kwargs, t_pos) if rec.cuda_on else None
             t0 = perf()
-            res = fn(*args, **kwargs)
+            # one slot, read by collectors/training/lastwords.py: a rank blocked in here sends nothing else
+            self.inflight = (spec, args, kwargs, t0)
+            try:
+                res = fn(*args, **kwargs)
+            finally:
+                self.inflight = None
             t1 = perf()
             try:
                 return done(spec, args, kwargs, t0, t1, res, cuda)

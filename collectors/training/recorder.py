@@ -28,8 +28,9 @@ from typing import Any
 
 from fabricscope.collectors.sinks.http import HttpSender
 from fabricscope.collectors.sinks.sender import Sender
-from fabricscope.collectors.training import joblabels, placement
+from fabricscope.collectors.training import joblabels, lastwords, placement
 from fabricscope.collectors.training.collectives import CollectiveTimer, ddp_comm_hook
+from fabricscope.collectors.training.lastwords import LastWords
 from fabricscope.core.redact import redact_url
 
 log = logging.getLogger("fabricscope.training")
@@ -93,6 +94,13 @@ class _Checkpoint:
 
 def _unreachable_job(job: str) -> bool:
     return job in (".", "..") or any(ch == "/" or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in job)
+
+
+def _env_float(env: Any, name: str, default: float) -> float:
+    try:
+        return float(env.get(name, "") or default)
+    except ValueError:
+        return default
 
 
 def _env_int(env: Any, *names: str) -> int | None:
@@ -174,6 +182,7 @@ class Recorder:
         self._phase_t0 = 0.0
         self._phase_end = _PhaseEnd(self)
         self._ckpt: tuple[float, str | None, int | None] | None = None
+        self._lastwords: LastWords | None = None
 
     def __repr__(self) -> str:  # the token never appears
         url = redact_url(self.url) if self.url else None
@@ -187,6 +196,9 @@ class Recorder:
         self._started = True
         try:
             self._maybe_hook()
+            if self._env.get("FABRICSCOPE_INFLIGHT_S", "") != "0":  # in-flight notices for hangs (#45)
+                self._lastwords = LastWords(self, interval_s=_env_float(
+                    self._env, "FABRICSCOPE_INFLIGHT_S", lastwords.DEFAULT_INTERVAL_S)).start()
             if self._rank_known():
                 self._register()
             atexit.register(self.close)
@@ -206,6 +218,8 @@ class Recorder:
         self._closed = True
         self.collectives_on = False
         try:
+            if self._lastwords is not None:
+                self._lastwords.stop()
             if not self._registered and self._started:
                 self._register()
             t = self._timer_obj

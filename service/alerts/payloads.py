@@ -20,8 +20,9 @@ BUSBW_KIND = "busbw_below_acceptance"  # #19: service/alerts/busbw.py
 FLEET_KIND = "component_degraded"  # #48: service/fleet/alerts.py (the alert's `job` is the component)
 DIGEST_KIND = "fleet_digest"  # #48: the optional daily digest of the top components
 FLEET_KINDS = (FLEET_KIND, DIGEST_KIND)
+HANG_KIND = "job_hang"  # #45 item 4: service/hang/alert.py
 # an alert's kind is the event its notifications carry
-EVENTS = ("step_regression", BUSBW_KIND, FLEET_KIND, DIGEST_KIND)
+EVENTS = ("step_regression", BUSBW_KIND, FLEET_KIND, DIGEST_KIND, HANG_KIND)
 SIGNATURE_HEADER = "X-Fabricscope-Signature"
 
 
@@ -65,11 +66,22 @@ def _fleet_headline(alert: dict[str, Any], status: str) -> str:
     return f"[{status}] {what}"
 
 
+def _hang_headline(alert: dict[str, Any], status: str) -> str:
+    if status == "resolved":
+        return f"[resolved] job {alert['job']}: steps arriving again"
+    hang = alert.get("hang") or {}
+    names = "; ".join(f"rank {s['rank']} ({s.get('host') or '?'}) {s['state']} {s['op']} group {s['group']} "
+                      f"seq {s['seq']}" for s in hang.get("suspects") or []) or "suspects not known yet"
+    return f"[firing] job {alert['job']}: hung, no step since {alert.get('started_at')}; {names}"
+
+
 def _headline(alert: dict[str, Any], status: str) -> str:
     if alert.get("kind") == BUSBW_KIND:
         return _busbw_headline(alert, status)
     if alert.get("kind") in FLEET_KINDS:
         return _fleet_headline(alert, status)
+    if alert.get("kind") == HANG_KIND:
+        return _hang_headline(alert, status)
     job = alert["job"]
     if status == "resolved":
         return (f"[resolved] job {job}: step time back to baseline ({alert['baseline_s']:.3f}s) at step "
@@ -83,6 +95,8 @@ def _cause(alert: dict[str, Any]) -> str:
         return f"incidents: GET /v1/fleet/components/{alert['job']}"
     if alert.get("kind") == BUSBW_KIND:
         return f"per op and size: GET /v1/jobs/{alert['job']}/efficiency"
+    if alert.get("kind") == HANG_KIND:
+        return f"waiting ranks: {(alert.get('hang') or {}).get('waiting')}; GET /v1/jobs/{alert['job']}/hang"
     att = alert.get("attribution") or {}
     comps = att.get("components") or []
     if not att.get("available") or not comps:
@@ -111,6 +125,8 @@ def slack(alert: dict[str, Any], *, status: str, key: str, now: datetime,
 def _severity(alert: dict[str, Any]) -> str:
     if alert.get("kind") in FLEET_KINDS:
         return "warning"
+    if alert.get("kind") == HANG_KIND:
+        return "critical"  # the whole job makes no progress
     if alert.get("kind") == BUSBW_KIND:  # at half the threshold or less the fabric is badly degraded
         eff = alert.get("efficiency") or {}
         frac, thr = eff.get("fraction"), eff.get("threshold")

@@ -50,6 +50,9 @@ def alert_out(row: dict[str, Any]) -> dict[str, Any]:
     elif row["kind"] in payloads.FLEET_KINDS:  # #48: its summary is the fleet ledger's, the job is the component
         out["attribution"] = {"available": False}
         out["fleet"] = row["summary"] or {}
+    elif row["kind"] == payloads.HANG_KIND:  # #45: the hang answer (suspects, waiting ranks)
+        out["attribution"] = {"available": False}
+        out["hang"] = row["summary"] or {}
     else:
         out["attribution"] = row["summary"] or {"available": False}
     return out

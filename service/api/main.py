@@ -32,6 +32,7 @@ from fabricscope.service.api.routes import (
 )
 from fabricscope.service.api.routes import compare as compare_routes  # (#48)
 from fabricscope.service.api.routes import fleet as fleet_routes  # (#48)
+from fabricscope.service.api.routes import hang as hang_routes  # (#45 item 4)
 from fabricscope.service.api.routes import placement as placement_routes  # (#17 item 4)
 from fabricscope.service.api.routes import trends as trends_routes  # (#19)
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
@@ -114,7 +115,8 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
                trends_routes.router,  # (#19)
                placement_routes.router,  # #17: GET /v1/jobs/{job}/placement
                fleet_routes.router,  # #48: GET /v1/fleet/...
-               compare_routes.router)  # #48: GET /v1/jobs/{a}/compare/{b}
+               compare_routes.router,  # #48: GET /v1/jobs/{a}/compare/{b}
+               hang_routes.router)  # #45: GET /v1/jobs/{job}/hang
     for r in routers:
         app.include_router(r)
     # The routes as their routers declare them (FastAPI wraps included routers in private types):

@@ -173,7 +173,8 @@ def test_service_down_for_the_whole_run_then_replayed(database_url: str, db_conn
     for o in outs:
         st = o["stats"]
         assert st["sent"] == 0 and st["dropped"] == 0
-        assert st["spooled"] == steps + len(o["issued"]) + 1 + 1  # steps, collectives, barrier, placement
+        # steps, collectives, barrier, placement, and the hook's hang_watch and rank_exit notices (#45)
+        assert st["spooled"] == steps + len(o["issued"]) + 1 + 1 + 2
     assert db_steps(db_conn, job) == {}
     files = sorted(spool.glob(f"{job}.rank*.jsonl"))
     assert [f.name for f in files] == [f"{job}.rank0.jsonl", f"{job}.rank1.jsonl"]

@@ -108,7 +108,7 @@ def test_checkpoint_event_with_bytes_of_a_sharded_directory(recv: Receiver, tmp_
     rec.checkpoint_begin("/x")
     rec.checkpoint_end(bytes=5)
     rec.flush(5)
-    ev = recv.items("events")
+    ev = [e for e in recv.items("events") if e["kind"] != "hang_watch"]  # the hook says it sends hang notices (#45)
     assert [e["kind"] for e in ev] == ["checkpoint"] * 3
     assert ev[0]["attrs"] == {"rank": 0, "bytes": 1234, "path": str(ck), "step": 3}
     assert ev[0]["source"].startswith("node07:/") and ev[0]["job"] == "unit"

@@ -36,7 +36,7 @@ class AttributionSummary(BaseModel):
 class AlertOut(BaseModel):
     id: int
     job: str
-    kind: str = Field(description="step_regression | busbw_below_acceptance | component_degraded | fleet_digest "
+    kind: str = Field(description="step_regression | busbw_below_acceptance | component_degraded | fleet_digest | job_hang "
                                   "(the fleet kinds' `job` is the component, or `fleet` for the digest)")
     state: Literal["firing", "resolved"]
     started_at: datetime = Field(description="start of the first regressed step (since when)")
@@ -59,6 +59,9 @@ class AlertOut(BaseModel):
     fleet: dict[str, Any] | None = Field(
         default=None, description="component_degraded: component, layer, kind, gpu_hours_lost, jobs_affected, jobs, "
                                   "evidence, window, thresholds; fleet_digest: window, components")
+    hang: dict[str, Any] | None = Field(
+        default=None, description="job_hang only: GET /v1/jobs/{job}/hang's answer at firing (suspects, waiting, "
+                                  "threshold_s; suspects filled in when they arrive after the firing)")
     updated_at: datetime
 
 
