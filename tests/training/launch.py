@@ -20,7 +20,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_job(world: int, workdir: Path, args: list[str], env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
+def start_job(world: int, workdir: Path, args: list[str], env: dict[str, str], script: Path = SCRIPT
+              ) -> list[subprocess.Popen[bytes]]:
     port = free_port()
     procs = []
     for rank in range(world):
@@ -28,7 +29,7 @@ def start_job(world: int, workdir: Path, args: list[str], env: dict[str, str]) -
              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo",
              "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
         log = open(workdir / f"rank{rank}.log", "wb")  # noqa: SIM115 - closed with the process
-        procs.append(subprocess.Popen([sys.executable, str(SCRIPT), *args, "--out", str(workdir / f"rank{rank}.json")],
+        procs.append(subprocess.Popen([sys.executable, str(script), *args, "--out", str(workdir / f"rank{rank}.json")],
                                       env=e, stdout=log, stderr=subprocess.STDOUT, cwd=REPO))
     return procs
 
@@ -48,6 +49,6 @@ def wait_job(procs: list[subprocess.Popen[bytes]], workdir: Path, timeout: float
     return [json.loads((workdir / f"rank{r}.json").read_text()) for r in range(len(procs))]
 
 
-def run_job(world: int, workdir: Path, args: list[str], env: dict[str, str], timeout: float = 300
-            ) -> list[dict[str, Any]]:
-    return wait_job(start_job(world, workdir, args, env), workdir, timeout)
+def run_job(world: int, workdir: Path, args: list[str], env: dict[str, str], timeout: float = 300,
+            script: Path = SCRIPT) -> list[dict[str, Any]]:
+    return wait_job(start_job(world, workdir, args, env, script), workdir, timeout)
