@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fabricscope.collectors.training import flight
 
-DUMP = json.loads((Path(__file__).resolve().parents[1] / "fixtures/training/flight-gloo-torch2.13/dump.json")
+DUMP = json.loads((Path(__file__).resolve().parents[1] / "fixtures/training-flight/gloo-torch2.13.json")
                   .read_text())
 T0 = DUMP["entries"][0]["time_created_ns"] / 1e9
 
