@@ -148,6 +148,7 @@ class FlightReader:
         # training thread (deque.append is atomic), consumed here
         self.timings: deque[list[Any]] = deque(maxlen=100_000)
         self._ring_len = 0
+        self._snap: list[list[Any]] = []
         self._held: dict[int, tuple[dict[str, Any], int]] = {}  # record_id -> (entry, polls held)
         self._group_sizes: dict[str, int] = {}
         self._warned: set[str] = set()
@@ -226,6 +227,8 @@ class FlightReader:
                 if not e.get("is_p2p"):  # point-to-point: the wrapper's, numbered per peer
                     self._held[e["record_id"]] = (e, 0)
         posted = 0
+        # the training thread appends while this runs: iterate a copy (list() of a deque is atomic)
+        self._snap = list(self.timings)
         for rid in sorted(self._held):
             e, polls = self._held[rid]
             slot = self._join(e)
@@ -238,6 +241,7 @@ class FlightReader:
             timed = None
             if slot is not None:
                 self.timings.remove(slot)
+                self._snap.remove(slot)
                 timed = (slot[2], slot[4], slot[5])
             rec = self._record(e, now, timed)
             del self._held[rid]
@@ -254,11 +258,11 @@ class FlightReader:
         """The wrapper's timing slot for this entry: same thread and group, created within the call."""
         created = _ns(e.get("time_created_ns"))
         pg = e.get("process_group") or ["", ""]
-        if created is None or not self.timings:
+        if created is None or not self._snap:
             return None
         raw, tid = str(pg[0]), str(e.get("thread_id", ""))
         fam = family(op_name(e.get("profiling_name"))[0])  # DDP issues its own ops inside a wrapped call
-        for slot in self.timings:  # in issue order: stop at the first call issued after this entry
+        for slot in self._snap:  # in issue order: stop at the first call issued after this entry
             if slot[2] - _JOIN_TOL_S > created:
                 break
             if slot[0] == raw and slot[1] == tid and created <= slot[3] + _JOIN_TOL_S and family(slot[5]) == fam:
