@@ -193,10 +193,18 @@ class CollectiveTimer:
             if flight is not None and peer is None and not flight.disabled:
                 if rec.cuda_on:  # the ring has NCCL's own timing: nothing to do on this thread
                     return fn(*args, **kwargs)
-                t0 = perf()
-                res = fn(*args, **kwargs)
+                try:  # the slot is listed before the call: the reader may see the entry retire first
+                    slot = self._flight_slot(flight, spec, args, kwargs, perf())
+                except Exception:
+                    self.errors += 1
+                    return fn(*args, **kwargs)
                 try:
-                    return self._flight_slot(flight, spec, args, kwargs, t0, perf(), res)
+                    res = fn(*args, **kwargs)
+                except BaseException:
+                    slot[3] = slot[4] = perf() + rec.wall_offset
+                    raise
+                try:
+                    return self._flight_end(slot, spec, args, kwargs, perf(), res)
                 except Exception:
                     self.errors += 1
                     return res
@@ -245,19 +253,26 @@ class CollectiveTimer:
         return res
 
     def _flight_slot(self, flight: Any, spec: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
-                     t0: float, t1: float, res: Any) -> Any:
+                     t0: float) -> list[Any]:
         """Flight Recorder path on CPU: only this call's clock, one list, joined by the reader thread
         with the ring's entry (which carries seq, op, bytes and group)."""
-        op, _t_pos, g_pos, a_pos, always_async, _peer, _p_pos = spec
+        op, _t_pos, g_pos = spec[0], spec[1], spec[2]
         group = kwargs["group"] if "group" in kwargs else (args[g_pos] if 0 <= g_pos < len(args) else None)
+        slot: list[Any] = [self.group(group).raw, str(threading.get_ident()), t0 + self.rec.wall_offset, None, None, op]
+        flight.timings.append(slot)
+        return slot
+
+    def _flight_end(self, slot: list[Any], spec: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
+                    t1: float, res: Any) -> Any:
+        a_pos, always_async = spec[3], spec[4]
         off = self.rec.wall_offset
-        slot: list[Any] = [self.group(group).raw, str(threading.get_ident()), t0 + off, t1 + off, None, op]
         is_async = always_async or bool(kwargs["async_op"] if "async_op" in kwargs
                                         else (0 <= a_pos < len(args) and args[a_pos]))
-        flight.timings.append(slot)
         if not is_async or res is None:
             slot[4] = t1 + off
+            slot[3] = t1 + off
             return res
+        slot[3] = t1 + off
         perf = time.perf_counter
 
         def end(*_a: Any) -> None:

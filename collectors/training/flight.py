@@ -249,7 +249,7 @@ class FlightReader:
                 self._emit(rec)
                 posted += 1
         newest = _ns(entries[-1].get("time_created_ns")) if entries else None
-        while newest is not None and self.timings and self.timings[0][3] < newest - 60.0:
+        while newest is not None and self.timings and (self.timings[0][3] or math.inf) < newest - 60.0:
             self.timings.popleft()  # a wrapped call the ring never listed
         self.recorded += posted
         return posted
@@ -265,7 +265,8 @@ class FlightReader:
         for slot in self._snap:  # in issue order: stop at the first call issued after this entry
             if slot[2] - _JOIN_TOL_S > created:
                 break
-            if slot[0] == raw and slot[1] == tid and created <= slot[3] + _JOIN_TOL_S and family(slot[5]) == fam:
+            t1 = slot[3] if slot[3] is not None else math.inf  # None: the call has not returned yet
+            if slot[0] == raw and slot[1] == tid and created <= t1 + _JOIN_TOL_S and family(slot[5]) == fam:
                 return slot
         return None
 
