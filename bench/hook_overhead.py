@@ -113,6 +113,35 @@ def worker(args: argparse.Namespace) -> None:
             res[f"{key}_coll"].append(wall)
             res[f"{key}_coll_cpu"].append(cpu)
 
+    # Per path (#45): 1-float all_reduces with no hook, the wrapper alone (the hook before #45), and the
+    # Flight Recorder path (wrapper's clock only; records built by the reader thread, whose CPU is
+    # added per collective). Alternating blocks, medians of this thread's CPU and wall per op.
+    fr = timer.flight
+    paths: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in ("none", "wrapper", "recorder")}
+    reader_cpu, reader_ops = 0.0, 0
+
+    def reader_clock() -> float:
+        ident = fr._thread.ident if fr is not None and fr._thread is not None else None
+        return time.clock_gettime(time.pthread_getcpuclockid(ident)) if ident is not None else 0.0
+
+    for r in range(args.rounds):
+        for path in ("none", "wrapper", "recorder") if r % 2 == 0 else ("recorder", "wrapper", "none"):
+            if path == "recorder" and fr is None:
+                continue
+            hooked(path != "none")
+            timer.flight = fr if path == "recorder" else None
+            c0 = reader_clock()
+            wall, cpu = small_collectives(args.collectives)
+            if path == "recorder":
+                p0 = time.thread_time()
+                fr.poll()  # the reader's work left for these ops, done here and timed on this thread
+                reader_cpu += time.thread_time() - p0 + reader_clock() - c0
+                reader_ops += args.collectives
+            paths[path]["wall"].append(wall)
+            paths[path]["cpu"].append(cpu)
+    timer.flight = fr
+    hooked(True)
+
     # Bookkeeping alone: the wrapper around a no-op with all_reduce's signature.
     def noop(tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> None:
         return None
@@ -153,6 +182,8 @@ def worker(args: argparse.Namespace) -> None:
     out["sender_cpu_per_record_s"] = sender_cpu / handled
     out["colls_per_step"] = 2 * args.depth
     out["stats"] = rec.stats
+    out["paths"] = paths
+    out["reader_cpu_per_op_s"] = reader_cpu / reader_ops if reader_ops else None
     Path(args.out).write_text(json.dumps(out))
     dist.destroy_process_group()
 
@@ -186,7 +217,8 @@ def run(args: argparse.Namespace, url: str, work: Path) -> list[dict[str, Any]]:
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(args.world), "LOCAL_RANK": str(rank),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo",
                "OMP_NUM_THREADS": "1", "FABRICSCOPE_URL": url, "FABRICSCOPE_JOB": "bench",
-               "FABRICSCOPE_SPOOL": str(work / "spool"), "PYTHONPATH": str(REPO)}
+               "FABRICSCOPE_SPOOL": str(work / "spool"), "PYTHONPATH": str(REPO),
+               "FABRICSCOPE_FLIGHT": "1"}  # the recorder path is opt-in; the bench measures it
         cmd = [sys.executable, __file__, "--worker", "--out", str(work / f"r{rank}.json"),
                *[f"--{k}={getattr(args, k)}" for k in ("rounds", "steps", "collectives", "width", "depth", "batch")]]
         procs.append(subprocess.Popen(cmd, env=env))
@@ -230,6 +262,20 @@ def report(label: str, results: list[dict[str, Any]]) -> tuple[float, float]:
     print(f"  hook CPU per step: step+phase marks {marks * 1e6:.1f} µs, {n_coll} collectives x {per_coll * 1e6:.2f} µs,"
           f" sender thread {per_rec * 1e6:.2f} µs/record x {1 + n_coll}"
           f" = {accounted * 1e6:.1f} µs = {accounted / base_step * 100:.2f} % of the plain step")
+    if results[0].get("paths"):
+        base_cpu = med(x for r in results for x in r["paths"]["none"]["cpu"])
+        base_wall = med(x for r in results for x in r["paths"]["none"]["wall"])
+        print("  per path, all_reduce(1) (median over blocks and ranks; ratio to no hook in this run):")
+        for path in ("none", "wrapper", "recorder"):
+            walls = [x for r in results for x in r["paths"][path]["wall"]]
+            cpus = [x for r in results for x in r["paths"][path]["cpu"]]
+            if not walls:
+                print(f"    {path:9s} not available (torch without the Flight Recorder)")
+                continue
+            extra = med(r["reader_cpu_per_op_s"] for r in results) if path == "recorder" else 0.0
+            print(f"    {path:9s} wall {med(walls) * 1e6:7.1f} µs (x{med(walls) / base_wall:.3f})   "
+                  f"CPU {med(cpus) * 1e6:7.1f} µs (x{med(cpus) / base_cpu:.3f}, {(med(cpus) - base_cpu) * 1e6:+.1f} µs)"
+                  + (f" + reader thread {extra * 1e6:.2f} µs/op" if path == "recorder" else ""))
     st = results[0]["stats"]
     print(f"  rank 0 sender: sent {st.get('sent')}, spooled {st.get('spooled')}, dropped {st.get('dropped')}")
     return accounted / base_step * 100, max(book, coll_cpu_us / 1e6) * 1e6

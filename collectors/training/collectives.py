@@ -71,6 +71,7 @@ _ALWAYS_ASYNC = frozenset({"isend", "irecv"})
 # (ranks that are not the peer never see them, and would fall out of step).
 _PEER_PARAM = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
 _PENDING_MAX = 100_000  # CUDA event pairs waiting to be resolved before new ones are dropped
+_POOL_MAX = 4096  # resolved CUDA events kept for reuse: creating one costs ~2.5 µs, reusing ~0.1 µs
 
 
 def nbytes(obj: Any) -> int:
@@ -84,10 +85,11 @@ def nbytes(obj: Any) -> int:
 
 
 class _Group:
-    __slots__ = ("name", "p2p", "pg", "seq", "size")
+    __slots__ = ("name", "p2p", "pg", "raw", "seq", "size")
 
     def __init__(self, pg: Any, name: str, size: int | None) -> None:
         self.pg, self.name, self.size, self.seq = pg, name, size, 0
+        self.raw = str(getattr(pg, "group_name", "") or "")  # the Flight Recorder's name for it
         self.p2p: dict[tuple[str, Any], int] = {}
 
 
@@ -134,6 +136,8 @@ class CollectiveTimer:
         self.originals: dict[str, Any] = {}
         self.groups: dict[int, _Group] = {}
         self.aliases: dict[int, str] = {}
+        self.aliases_by_name: dict[str, str] = {}  # the same aliases, by group_name (Flight Recorder)
+        self.flight: Any = None  # a FlightReader when the Flight Recorder is the source (flight.py)
         self.tls = threading.local()
         self.errors = 0
         self.recorded = 0
@@ -142,6 +146,8 @@ class CollectiveTimer:
         self._anchor: tuple[Any, float] | None = None  # (CUDA event, wall time it completed)
         self._stop = threading.Event()
         self.inflight: tuple[Any, ...] | None = None  # (spec, args, kwargs, t0) of the call in progress
+        self._pool: list[Any] = []  # resolved timing events, re-recorded instead of created (#45)
+        self.events_created = 0
 
     # -- install / uninstall -----------------------------------------------------------------------
     def install(self) -> bool:
@@ -184,6 +190,28 @@ class CollectiveTimer:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not rec.collectives_on or getattr(tls, "suppress", False):
                 return fn(*args, **kwargs)
+            flight = self.flight
+            if flight is not None and peer is None and not flight.disabled:
+                if rec.cuda_on:  # the ring has NCCL's own timing: nothing to do on this thread
+                    return fn(*args, **kwargs)
+                try:  # the slot is listed before the call: the reader may see the entry retire first
+                    slot = self._flight_slot(flight, spec, args, kwargs, perf())
+                except Exception:
+                    self.errors += 1
+                    return fn(*args, **kwargs)
+                self.inflight = (spec, args, kwargs, perf())  # lastwords.py: a rank blocked in here
+                try:
+                    res = fn(*args, **kwargs)
+                except BaseException:
+                    slot[3] = slot[4] = perf() + rec.wall_offset
+                    raise
+                finally:
+                    self.inflight = None
+                try:
+                    return self._flight_end(slot, spec, args, kwargs, perf(), res)
+                except Exception:
+                    self.errors += 1
+                    return res
             cuda = self._cuda_start(args, kwargs, t_pos) if rec.cuda_on else None
             t0 = perf()
             # one slot, read by collectors/training/lastwords.py: a rank blocked in here sends nothing else
@@ -233,6 +261,38 @@ class CollectiveTimer:
         self.emit(meta, t0, t1)
         return res
 
+    def _flight_slot(self, flight: Any, spec: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
+                     t0: float) -> list[Any]:
+        """Flight Recorder path on CPU: only this call's clock, one list, joined by the reader thread
+        with the ring's entry (which carries seq, op, bytes and group)."""
+        op, _t_pos, g_pos = spec[0], spec[1], spec[2]
+        group = kwargs["group"] if "group" in kwargs else (args[g_pos] if 0 <= g_pos < len(args) else None)
+        slot: list[Any] = [self.group(group).raw, str(threading.get_ident()), t0 + self.rec.wall_offset, None, None, op]
+        flight.timings.append(slot)
+        return slot
+
+    def _flight_end(self, slot: list[Any], spec: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
+                    t1: float, res: Any) -> Any:
+        a_pos, always_async = spec[3], spec[4]
+        off = self.rec.wall_offset
+        is_async = always_async or bool(kwargs["async_op"] if "async_op" in kwargs
+                                        else (0 <= a_pos < len(args) and args[a_pos]))
+        if not is_async or res is None:
+            slot[4] = t1 + off
+            slot[3] = t1 + off
+            return res
+        slot[3] = t1 + off
+        perf = time.perf_counter
+
+        def end(*_a: Any) -> None:
+            slot[4] = perf() + self.rec.wall_offset
+
+        try:
+            res.get_future().add_done_callback(end)
+        except Exception:  # no future (some gloo works): the end is when it is waited on
+            return TimedWork(res, end)
+        return res
+
     def track_async(self, work: Any, meta: dict[str, Any], t0: float) -> Any:
         """End the record when the work completes (future callback), else when it is waited on."""
         perf = time.perf_counter
@@ -271,6 +331,9 @@ class CollectiveTimer:
 
     def name_group(self, pg: Any, name: str) -> None:
         self.aliases[id(pg)] = name
+        raw = str(getattr(pg, "group_name", "") or "")
+        if raw:
+            self.aliases_by_name[raw] = name
         g = self.groups.get(id(pg))
         if g is not None:
             g.name = name
@@ -286,15 +349,26 @@ class CollectiveTimer:
                     t = t[0] if t else None
             if t is None or not getattr(t, "is_cuda", False):
                 return None
-            ev = self.torch.cuda.Event(enable_timing=True)
+            ev = self._event()
             ev.record()
             return ev
         except Exception:
             self.errors += 1
             return None
 
+    def _event(self) -> Any:
+        try:
+            return self._pool.pop()  # list.pop/append are atomic: the resolver thread refills it
+        except IndexError:
+            self.events_created += 1
+            return self.torch.cuda.Event(enable_timing=True)
+
+    def _release(self, *events: Any) -> None:
+        if len(self._pool) < _POOL_MAX:
+            self._pool.extend(events)
+
     def _cuda_end(self, start: Any, meta: dict[str, Any]) -> None:
-        end = self.torch.cuda.Event(enable_timing=True)
+        end = self._event()
         end.record()
         if len(self._pending) >= _PENDING_MAX:
             self.rec._count_drop(1)
@@ -338,6 +412,7 @@ class CollectiveTimer:
                 meta["end"] = meta["start"] + dur
                 self.recorded += 1
                 self.rec._submit("collectives", meta)
+                self._release(start, end)  # both completed: safe to record again
             except Exception:
                 self.errors += 1
             self._pending.popleft()
@@ -383,6 +458,8 @@ def ddp_comm_hook(rec: Recorder, inner: Any = None) -> Any:
     def hook(state, bucket):
         if not rec.collectives_on or timer is None:
             return inner(state, bucket)
+        if timer.flight is not None and not timer.flight.disabled:
+            return inner(state, bucket)  # the Flight Recorder lists the bucket's all-reduce itself
         g = None
         meta = None
         t0 = time.perf_counter()

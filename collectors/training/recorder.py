@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import re
 import socket
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from fabricscope.collectors.sinks.http import HttpSender
 from fabricscope.collectors.sinks.sender import Sender
 from fabricscope.collectors.training import joblabels, lastwords, placement
 from fabricscope.collectors.training.collectives import CollectiveTimer, ddp_comm_hook
+from fabricscope.collectors.training.flight import DEFAULT_BUFFER, FlightReader
 from fabricscope.collectors.training.lastwords import LastWords
 from fabricscope.core.redact import redact_url
 
@@ -165,6 +168,14 @@ class Recorder:
         self._exit_timeout = exit_timeout_s
         want = collectives if collectives is not None else env.get("FABRICSCOPE_COLLECTIVES", "1") != "0"
         self._want_collectives = want
+        # The Flight Recorder as the collective source where torch has it (flight.py), opt-in with
+        # FABRICSCOPE_FLIGHT=1: on CPU/gloo its reader thread costs ~93 us of CPU per collective (torch
+        # dumps the whole ring each read) and nothing is saved on the training thread, and the GPU
+        # figures are not measured yet (docs/training-hook.md)
+        self._want_flight = want and env.get("FABRICSCOPE_FLIGHT", "0") == "1"
+        self._flight_interval = _env_float(env, "FABRICSCOPE_FLIGHT_INTERVAL_S", 2.0)
+        self._flight: FlightReader | None = None
+        self._bounds: deque[tuple[int, float, float]] = deque(maxlen=512)  # (step, wall start, wall end)
         self.collectives_on = False
         self.cuda_on = False
         self.wall_offset = time.time() - time.perf_counter()
@@ -195,6 +206,11 @@ class Recorder:
             return self
         self._started = True
         try:
+            if self._want_flight and self._env is os.environ:
+                # Read by torch when a process group is created: the ring's size, and NCCL's own
+                # collective timing (docs/training-hook.md: its cost). A value the user set stays.
+                os.environ.setdefault("TORCH_FR_BUFFER_SIZE", DEFAULT_BUFFER)
+                os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
             self._maybe_hook()
             if self._env.get("FABRICSCOPE_INFLIGHT_S", "") != "0":  # in-flight notices for hangs (#45)
                 self._lastwords = LastWords(self, interval_s=_env_float(
@@ -222,6 +238,8 @@ class Recorder:
                 self._lastwords.stop()
             if not self._registered and self._started:
                 self._register()
+            if self._flight is not None:
+                self._flight.stop(final=True)
             t = self._timer_obj
             if t is not None:
                 if t._pending and self.cuda_on:
@@ -238,6 +256,8 @@ class Recorder:
         try:
             if self._timer_obj is not None:
                 self._timer_obj.resolve()
+            if self._flight is not None:
+                self._flight.poll()
             return self._sender.flush(timeout_s) if self._sender is not None else True
         except Exception:
             return False
@@ -246,8 +266,11 @@ class Recorder:
     def stats(self) -> dict[str, int]:
         out = dict(self._sender.stats) if self._sender is not None else {}
         t = self._timer_obj
-        out["collectives_recorded"] = t.recorded if t else 0
-        out["errors"] = self._errors + (t.errors if t else 0)
+        fr = self._flight
+        out["collectives_recorded"] = (t.recorded if t else 0) + (fr.recorded if fr else 0)
+        out["errors"] = self._errors + (t.errors if t else 0) + (fr.errors if fr else 0)
+        if fr is not None:  # entries lost to the ring wrapping, ops posted under the ring's own name
+            out["flight_missed"], out["flight_unmapped"] = fr.missed, fr.unmapped
         out["dropped"] = out.get("dropped", 0) + self._drops
         return out
 
@@ -268,6 +291,7 @@ class Recorder:
             if not self._registered:
                 self._register()
             self._step = int(n)
+            self._bounds.append((self._step, now + self.wall_offset, math.inf))
             self._phases = {}
             self._phase = None
             self._step_t0 = time.perf_counter()
@@ -287,6 +311,8 @@ class Recorder:
             if self._phases:
                 rec["phases"] = self._phases
             self._step = None
+            if self._bounds and self._bounds[-1][0] == rec["step"]:
+                self._bounds[-1] = (rec["step"], rec["start"], rec["end"])
             if completed:
                 self._submit("steps", rec)
         except Exception:
@@ -417,7 +443,31 @@ class Recorder:
                         t.anchor_cuda()
                 except Exception:
                     self.cuda_on = False
+                if self._want_flight:
+                    self._start_flight(t)
         return self._timer_obj
+
+    def _start_flight(self, t: CollectiveTimer) -> None:
+        dump = getattr(getattr(t.torch._C, "_distributed_c10d", None), "_dump_fr_trace_json", None)
+        if dump is None:
+            return  # a torch without the Flight Recorder: the wrapper times everything
+        try:
+            fr = FlightReader(lambda: dump(includeCollectives=True), lambda r: self._submit("collectives", r),
+                              rank=lambda: self.rank, step_of=self._step_of, alias=t.aliases_by_name.get,
+                              sizes=_group_sizes, interval_s=self._flight_interval)
+            fr.start()
+            self._flight = t.flight = fr
+        except Exception as e:
+            self._errors += 1
+            log.warning("fabricscope: flight recorder not read: %s", e)
+
+    def _step_of(self, wall: float) -> int | None:
+        for n, start, end in reversed(list(self._bounds)):
+            if start <= wall <= end:
+                return n
+            if end < wall:
+                return None  # between steps
+        return None
 
     # -- rank, placement, sending -------------------------------------------------------------------
     @property
@@ -481,6 +531,27 @@ class Recorder:
 
     def _count_drop(self, n: int) -> None:
         self._drops += n
+
+
+def _env_float(env: Any, name: str, default: float) -> float:
+    try:
+        return float(env.get(name, default))
+    except ValueError:
+        log.warning("fabricscope: %s=%r is not a number; %s used", name, env.get(name), default)
+        return default
+
+
+def _group_sizes() -> dict[str, int]:
+    """group_name -> size of every process group this process knows (the ring names groups only)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    out = {}
+    for pg, name in dict(c10d._world.pg_names).items():
+        try:
+            out[str(name)] = int(pg.size())
+        except Exception:
+            continue
+    return out
 
 
 def _size_of(path: str) -> int | None:

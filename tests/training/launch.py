@@ -49,6 +49,6 @@ def wait_job(procs: list[subprocess.Popen[bytes]], workdir: Path, timeout: float
     return [json.loads((workdir / f"rank{r}.json").read_text()) for r in range(len(procs))]
 
 
-def run_job(world: int, workdir: Path, args: list[str], env: dict[str, str], timeout: float = 300
-            ) -> list[dict[str, Any]]:
-    return wait_job(start_job(world, workdir, args, env), workdir, timeout)
+def run_job(world: int, workdir: Path, args: list[str], env: dict[str, str], timeout: float = 300,
+            script: Path = SCRIPT) -> list[dict[str, Any]]:
+    return wait_job(start_job(world, workdir, args, env, script=script), workdir, timeout)

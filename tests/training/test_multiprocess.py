@@ -115,6 +115,11 @@ def test_ddp_comm_hook_times_every_bucket(service_url: str, db_conn: psycopg.Con
     for o in outs:
         assert o["stats"]["dropped"] == 0
         got = [(step, op, nbytes) for step, _seq, op, nbytes, *_ in colls[o["rank"]]]
+        # The Flight Recorder path also lists DDP's own broadcasts when it rebuilds its buckets after
+        # the first step (the comm hook never saw them); nothing else is added.
+        own = [g for g in got if g[:2] == (1, "broadcast")]
+        assert len(own) in (0, 2)
+        got = [g for g in got if g not in own]
         assert got == [(i["step"], i["op"], i["bytes"]) for i in o["issued"]]
         assert len(got) == steps  # one bucket per step for this model, none counted twice
     assert [c[1] for c in colls[0]] == [c[1] for c in colls[1]]

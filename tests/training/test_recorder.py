@@ -221,6 +221,7 @@ def test_hook_errors_never_reach_the_training_loop(gloo: Any, recv: Receiver, tm
         raise RuntimeError("bug in the hook")
 
     rec._collective_meta = boom  # type: ignore[method-assign]
+    rec._timer_obj.group = boom  # type: ignore[method-assign,union-attr]  # both paths: wrapper and flight
     t = torch.ones(4)
     w = dist.all_reduce(t, async_op=True)
     w.wait()
@@ -233,18 +234,23 @@ def test_hook_errors_never_reach_the_training_loop(gloo: Any, recv: Receiver, tm
     rec._timer_obj.uninstall()  # type: ignore[union-attr]
 
 
-def test_ddp_comm_hook_counts_each_bucket_once(gloo: Any, recv: Receiver, tmp_path: Path) -> None:
+@pytest.mark.parametrize("flight", ["0", "1"])
+def test_ddp_comm_hook_counts_each_bucket_once(gloo: Any, recv: Receiver, tmp_path: Path, flight: str) -> None:
+    """The wrapper path times the bucket in the comm hook; the Flight Recorder path lists it itself
+    and the comm hook then adds nothing: one record per bucket either way."""
     torch, dist = gloo
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    rec = make(recv, tmp_path, collectives=True).start()
+    rec = Recorder(recv.url, "unit", rank=0, spool=tmp_path / "spool", env={"FABRICSCOPE_FLIGHT": flight},
+                   flush_interval_s=0.05, collectives=True).start()
+    assert (rec._flight is not None) == (flight == "1")
     model = DDP(torch.nn.Linear(8, 4))
     model.register_comm_hook(None, rec.ddp_comm_hook())
     for step in range(3):
         with rec.step(step):
             model(torch.randn(2, 8)).sum().backward()
     rec.flush(5)
-    got = [(c["op"], c["bytes"], c["step"]) for c in recv.items("collectives")]
+    got = [(c["op"], c["bytes"], c["step"]) for c in recv.items("collectives") if c["op"] == "all_reduce"]
     assert got == [("all_reduce", (8 * 4 + 4) * 4, s) for s in range(3)]
     rec.close()
     rec._timer_obj.uninstall()  # type: ignore[union-attr]
