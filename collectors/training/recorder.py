@@ -99,13 +99,6 @@ def _unreachable_job(job: str) -> bool:
     return job in (".", "..") or any(ch == "/" or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in job)
 
 
-def _env_float(env: Any, name: str, default: float) -> float:
-    try:
-        return float(env.get(name, "") or default)
-    except ValueError:
-        return default
-
-
 def _env_int(env: Any, *names: str) -> int | None:
     for n in names:
         v = env.get(n, "")
@@ -535,7 +528,7 @@ class Recorder:
 
 def _env_float(env: Any, name: str, default: float) -> float:
     try:
-        return float(env.get(name, default))
+        return float(env.get(name, "") or default)
     except ValueError:
         log.warning("fabricscope: %s=%r is not a number; %s used", name, env.get(name), default)
         return default

@@ -36,8 +36,8 @@ class AttributionSummary(BaseModel):
 class AlertOut(BaseModel):
     id: int
     job: str
-    kind: str = Field(description="step_regression | busbw_below_acceptance | component_degraded | fleet_digest | job_hang "
-                                  "(the fleet kinds' `job` is the component, or `fleet` for the digest)")
+    kind: str = Field(description="step_regression | busbw_below_acceptance | component_degraded | fleet_digest "
+                                  "| job_hang (the fleet kinds' `job` is the component, or `fleet` for the digest)")
     state: Literal["firing", "resolved"]
     started_at: datetime = Field(description="start of the first regressed step (since when)")
     since_step: int | None = Field(description="first regressed step")
