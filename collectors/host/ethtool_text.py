@@ -35,7 +35,7 @@ def read_ethtool_text(text: str) -> tuple[dict[str, float], list[str]]:
         try:  # counters are unsigned 64-bit: "-1", "N/A" and a count past 2**64 - 1 are not values
             number = counter(value)
         except BadValue as exc:
-            bad.append(f"{key} skipped: {exc}")
+            bad.append(f"line not 'key: count', skipped: {key}: {exc}")
             continue
         numbered = stat_key(key, out)
         repeated += numbered != key

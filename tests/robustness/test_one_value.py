@@ -163,8 +163,8 @@ def test_ethtool_one_bad_value_is_named_and_every_interface_read(tmp_path, caplo
     logged = caplog.text
     assert "gpu7:e2" in logged and HUGE in logged and "gpu7:e3" in logged and "'garbage" in logged
     # the parser's problem line, logged once with the device and interface named (selfmetrics.report_problems)
-    assert "gpu7:e2: ethtool-S: rx_pause_ctrl_phy skipped" in logged
-    assert "gpu7:e3: ethtool-S: rx_pause_ctrl_phy skipped" in logged and "'n/a'" in logged
+    assert "gpu7:e2: ethtool-S: line not 'key: count', skipped: rx_pause_ctrl_phy: " in logged
+    assert "gpu7:e3: ethtool-S: line not 'key: count', skipped: rx_pause_ctrl_phy: " in logged and "'n/a'" in logged
 
 
 # ---- fabricscope parse: a problem line, never a traceback ----
