@@ -99,3 +99,11 @@ def size_bucket(size_bytes: int) -> int:
     if size_bytes < 0:
         raise ValueError(f"size must be >= 0, got {size_bytes}")
     return 1 << max(size_bytes.bit_length() - 1, 0)
+
+
+# The collective's own time, as SQL over a `collectives` row `c`: the shortest record of its (group,
+# seq, op, step), which is the last rank's to arrive, from its arrival to the completion (a record
+# without seq keeps its own duration). The busbw of the efficiency endpoint, the busbw alert and the
+# hourly rollup all use it, so they agree (service/acceptance/efficiency.py's module doc says why).
+OWN_TIME_SQL = ("CASE WHEN c.seq IS NULL THEN c.duration_s "
+                "ELSE min(c.duration_s) OVER (PARTITION BY c.group_name, c.seq, c.op, c.step) END")

@@ -44,7 +44,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from fabricscope.core.busbw import FACTOR_FORM, HOOK_OPS, OUTPUT_SIZED
+from fabricscope.core.busbw import FACTOR_FORM, HOOK_OPS, OUTPUT_SIZED, OWN_TIME_SQL
 from fabricscope.service.acceptance.store import BASELINE_CTES, Stat
 
 _HOOK = sorted(HOOK_OPS)
@@ -66,9 +66,7 @@ job AS (
 @CTES@rec AS (
     SELECT c.step, c.rank, c.start_ts, f.canon AS op, coalesce(c.group_size, job.world) AS n,
            CASE WHEN f.outn THEN c.bytes * coalesce(c.group_size, job.world) ELSE c.bytes END AS size,
-           -- the collective's own time (module doc): the shortest record of its (group, seq, op)
-           CASE WHEN c.seq IS NULL THEN c.duration_s
-                ELSE min(c.duration_s) OVER (PARTITION BY c.group_name, c.seq, c.op, c.step) END AS duration_s, f.k, f.m
+           {OWN_TIME_SQL} AS duration_s, f.k, f.m  -- the collective's own time (module doc)
     FROM @FROM@ JOIN f ON f.op = c.op CROSS JOIN job
     WHERE c.job = %(job)s AND c.bytes > 0 AND c.bytes < 1099511627776 AND c.duration_s > 0
       AND coalesce(c.group_size, job.world) BETWEEN 2 AND 4194304 @WHERE@

@@ -36,7 +36,7 @@ from datetime import datetime
 
 import psycopg
 
-from fabricscope.core.busbw import FACTOR_FORM, HOOK_OPS, OUTPUT_SIZED
+from fabricscope.core.busbw import FACTOR_FORM, HOOK_OPS, OUTPUT_SIZED, OWN_TIME_SQL
 
 _HOOK = sorted(HOOK_OPS)
 FACTORS = {"f_op": _HOOK, "f_canon": [HOOK_OPS[o] for o in _HOOK],
@@ -51,9 +51,7 @@ w AS (SELECT coalesce((SELECT nullif(count(*), 0)::int FROM job_ranks WHERE job 
                               END FROM jobs WHERE name = %(job)s)) AS world),
 rec AS (
     SELECT coalesce(f.canon, c.op) AS op, coalesce(c.group_size, w.world, 0) AS n, c.duration_s,
-           -- the collective's own time for its busbw (service/acceptance/efficiency.py's module doc)
-           CASE WHEN c.seq IS NULL THEN c.duration_s
-                ELSE min(c.duration_s) OVER (PARTITION BY c.group_name, c.seq, c.op, c.step) END AS own_s,
+           """ + OWN_TIME_SQL + """ AS own_s,  -- the collective's own time, for its busbw
            greatest(coalesce(c.bytes, 0), 0) AS bytes, f.k, f.m, coalesce(f.outn, false) AS outn
     FROM collectives c LEFT JOIN f ON f.op = c.op CROSS JOIN w
     WHERE c.job = %(job)s AND c.start_ts >= %(h)s AND c.start_ts < %(h)s + INTERVAL '1 hour'
