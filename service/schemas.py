@@ -243,6 +243,7 @@ class Evidence(BaseModel):
     unit: str | None = None  # "per_second" (counter rate), "value" (gauge) or "seconds" (a timing)
     rank: int | None = None  # the straggling rank, for timing evidence
     kind: str | None = None  # "timing" for a rank's phase time; telemetry rows have none
+    rule: str | None = None  # a "corroborated" row: the promotion rule that made the step slow
 
 
 class Cause(BaseModel):
@@ -250,6 +251,15 @@ class Cause(BaseModel):
     component: str | None
     lost_s: float
     confidence: float
+    rule: str | None = None  # the cause rule that named it (docs/correlation-engine.md, rule catalogue)
+
+
+class Rules(BaseModel):
+    """The rule ids that decided an answer (docs/correlation-engine.md, rule catalogue)."""
+
+    verdict: str
+    cause: str | None
+    adjust: list[str] = []
 
 
 class Attribution(BaseModel):
@@ -265,6 +275,7 @@ class Attribution(BaseModel):
     lost_s: float
     evidence: list[Evidence]
     causes: list[Cause] = []  # every cause of the lost time, worst first; the top one is layer/component
+    rules: Rules | None = None  # which rules decided the verdict and the cause
 
 
 class SeriesPoint(BaseModel):

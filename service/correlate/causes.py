@@ -15,6 +15,8 @@ from fabricscope.service.correlate.decompose import Straggler
 from fabricscope.service.correlate.devices import ERROR_RATE_METRICS, ORIGIN_METRICS
 from fabricscope.service.correlate.localize import Topo, rank_candidates
 from fabricscope.service.correlate.records import Attribution, CauseDraft, EvidenceRow, named
+from fabricscope.service.correlate.rules import ids
+from fabricscope.service.correlate.rules.trace import adjusted, noted
 
 NET_LAYERS = ("nic", "link", "fabric")
 _PHASE_METRIC = {"compute": "compute_seconds", "data": "data_seconds", "checkpoint": "checkpoint_seconds",
@@ -42,7 +44,7 @@ def evidence_rows(ev: pd.DataFrame, *, layer: str, component: str, n: int) -> li
 
 
 def unknown_cause(confidence: float) -> CauseDraft:
-    return {"layer": "unknown", "component": None, "confidence": confidence, "evidence": []}
+    return {"layer": "unknown", "component": None, "confidence": confidence, "evidence": [], "rule": ids.CAUSE_UNKNOWN}
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
         if len(shared) and reading:
             comp = shared.iloc[0]["component"]
             return {"layer": "storage", "component": comp, "confidence": storage_confidence(shared, cfg),
-                    "evidence": evidence_rows(ev, layer="storage", component=comp, n=n)}
+                    "evidence": evidence_rows(ev, layer="storage", component=comp, n=n),
+                    "rule": ids.CAUSE_SHARED_STORAGE}
         unseen = _unobserved_shared(loaders, topo, cfg) if loaders is not None else None
         if unseen is not None:
             return unseen
@@ -93,7 +96,8 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
         if len(pool):
             comp = pool.iloc[0]["component"]
             return {"layer": "storage", "component": comp, "confidence": storage_confidence(pool, cfg),
-                    "evidence": evidence_rows(ev, layer="storage", component=comp, n=n)}
+                    "evidence": evidence_rows(ev, layer="storage", component=comp, n=n),
+                    "rule": ids.CAUSE_VOLUME_SIGNAL}
         if loaders is not None:
             return _unobserved_shared(loaders, topo, cfg) or unknown_cause(cfg.unknown_confidence)
         return unknown_cause(cfg.unknown_confidence)
@@ -114,17 +118,22 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
                 comp = written.iloc[0]["component"] if len(written) else (vols[0] if len(vols) == 1 else comp)
                 shown = comp if len(written) else shown
             return {"layer": "storage", "component": comp, "confidence": conf,
-                    "evidence": [timing] + evidence_rows(ev, layer="storage", component=shown, n=n)}
+                    "evidence": [timing] + evidence_rows(ev, layer="storage", component=shown, n=n),
+                    "rule": ids.CAUSE_STRAGGLER_VOLUME}
         if st.phase == "checkpoint":
             vols = sorted(s for s, h in topo.host_of.items() if h == st.host and topo.role.get(s) == "volume")
             written = [v for v in vols if v in topo.checkpoint_volumes]
             comp = written[0] if written else (vols[0] if len(vols) == 1 else st.host)
             unobserved = cfg.checkpoint_without_telemetry_factor * strength * conf_t
-            return {"layer": "storage", "component": comp, "confidence": unobserved, "evidence": [timing]}
-        return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing]}
+            return {"layer": "storage", "component": comp, "confidence": unobserved, "evidence": [timing],
+                    "rule": ids.CAUSE_CHECKPOINT_UNOBSERVED}
+        return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing],
+                "rule": ids.CAUSE_HOST_STRAGGLER}
     if st.host_level:
-        return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing]}
-    return {"layer": "compute", "component": source, "confidence": conf, "evidence": [timing]}
+        return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing],
+                "rule": ids.CAUSE_HOST_STRAGGLER}
+    return {"layer": "compute", "component": source, "confidence": conf, "evidence": [timing],
+            "rule": ids.CAUSE_STRAGGLER}
 
 
 def straggler_timing(st: Straggler, cfg: EngineConfig = DEFAULT_CONFIG) -> tuple[str, EvidenceRow]:
@@ -164,7 +173,8 @@ def _unobserved_shared(loaders: LoaderLoss, topo: Topo, cfg: EngineConfig) -> Ca
                            "baseline": round(loaders.base_s, 6), "score": round(min(z, cfg.max_evidence_score), 2),
                            "unit": "seconds", "kind": "timing"}
     conf = cfg.checkpoint_without_telemetry_factor * cfg.storage_without_straggler_confidence
-    return {"layer": "storage", "component": comp, "confidence": conf, "evidence": [timing]}
+    return {"layer": "storage", "component": comp, "confidence": conf, "evidence": [timing],
+            "rule": ids.CAUSE_SHARED_UNOBSERVED}
 
 
 def storage_confidence(storage: pd.DataFrame, cfg: EngineConfig = DEFAULT_CONFIG) -> float:
@@ -188,8 +198,11 @@ def net_cause(ev: pd.DataFrame, coverage: float, cfg: EngineConfig = DEFAULT_CON
     conf = ((cfg.net_margin_base + cfg.net_margin_span * margin)
             * (1 - math.exp(-float(top["total"]) / cfg.net_total_scale))
             * (cfg.net_origin_base + cfg.net_origin_span * float(top["origin"])))
+    mine = ev[(ev["layer"] == top["layer"]) & (ev["component"] == top["component"])]
+    moved = "moved" in mine and bool(mine["moved"].fillna(False).astype(bool).any())
     return {"layer": top["layer"], "component": top["component"], "confidence": conf * coverage,
-            "evidence": evidence_rows(ev, layer=top["layer"], component=top["component"], n=cfg.evidence_per_cause)}
+            "evidence": evidence_rows(ev, layer=top["layer"], component=top["component"], n=cfg.evidence_per_cause),
+            "rule": ids.CAUSE_BACKPRESSURE if moved else ids.CAUSE_NETWORK_SIGNAL}
 
 
 def combine_causes(lost: float, w_share: float, n_share: float, work_cause: Callable[[], CauseDraft],
@@ -201,8 +214,10 @@ def combine_causes(lost: float, w_share: float, n_share: float, work_cause: Call
     instead of becoming a second, unexplained one."""
     work = work_cause() if w_share >= cfg.min_share else None
     net = net_cause() if n_share >= cfg.min_share or work is not None else None
-    if work is not None and work["layer"] == "unknown" and net is not None and net["layer"] != "unknown":
+    if (work is not None and work["layer"] == "unknown" and net is not None and net["layer"] != "unknown"
+            and not cfg.off(ids.ADJUST_SHARES)):
         work, n_share = None, n_share + w_share
+        noted(net, ids.ADJUST_SHARES)
     causes = []
     for share, c in ((w_share, work), (n_share, net)):
         if c is not None and share >= cfg.min_share:
@@ -270,11 +285,12 @@ def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:
     for c in causes[1:]:
         own = has_origin_state(c["evidence"], c["component"])
         if c["layer"] == "compute" and own and c["confidence"] > causes[0]["confidence"]:
-            return [c] + [x for x in causes if x is not c]
+            return [noted(c, ids.ADJUST_GPU_STATE_FIRST)] + [x for x in causes if x is not c]
     return causes
 
 
-def first_timed(out: Attribution, untimed_of: Callable[[Attribution], EvidenceRow | None]) -> EvidenceRow | None:
+def first_timed(out: Attribution, untimed_of: Callable[[Attribution], EvidenceRow | None], *,
+                yield_to_next: bool = True) -> EvidenceRow | None:
     """Of a slow step's causes, the first whose phase shows it heads `out`: a cause that
     `untimed_of` finds did not slow the phase it slows by its nature (an `untimed` row) yields to
     the next named cause, whose answer `out` then gives, with the yielded cause's `untimed` row
@@ -283,10 +299,12 @@ def first_timed(out: Attribution, untimed_of: Callable[[Attribution], EvidenceRo
     Returns the `untimed` row of the last cause tried when none shows (the step is then not slow),
     None when one does."""
     untimed = untimed_of(out)
-    while untimed is not None and len(out["causes"]) > 1 and named(out["causes"][1]["layer"]):
+    while yield_to_next and untimed is not None and len(out["causes"]) > 1 and named(out["causes"][1]["layer"]):
         nxt = out["causes"][1]
         out.update({"layer": nxt["layer"], "component": nxt["component"], "confidence": nxt["confidence"],
                     "causes": out["causes"][1:], "evidence": [*out["evidence"], untimed]})
+        adjusted(out, ids.ADJUST_NEXT_TIMED)
+        out["rules"]["cause"] = nxt.get("rule")
         untimed = untimed_of(out)
     return untimed
 
@@ -299,8 +317,9 @@ def add_device_rows(cause: CauseDraft, rows: list[EvidenceRow], cfg: EngineConfi
     if not rows:
         return cause
     conf = cause["confidence"]
-    return {**cause, "confidence": conf + (1.0 - conf) * cfg.device_evidence_boost,
-            "evidence": cause["evidence"] + rows[:cfg.evidence_per_cause]}
+    return noted({**cause, "confidence": conf + (1.0 - conf) * cfg.device_evidence_boost,
+                  "evidence": cause["evidence"] + rows[:cfg.evidence_per_cause],
+                  "adjust": list(cause.get("adjust", []))}, ids.ADJUST_DEVICE_EVIDENCE)
 
 
 def gpu_cause(findings: dict[str, list[EvidenceRow]], cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft | None:
@@ -313,7 +332,7 @@ def gpu_cause(findings: dict[str, list[EvidenceRow]], cfg: EngineConfig = DEFAUL
     total, src = strength[0]
     second = strength[1][0] if len(strength) > 1 else 0.0
     conf = cfg.gpu_scan_confidence * (cfg.net_margin_base + cfg.net_margin_span * (1.0 - second / total))
-    return {"layer": "compute", "component": src, "confidence": conf,
+    return {"layer": "compute", "component": src, "confidence": conf, "rule": ids.CAUSE_RING_GPU,
             "evidence": findings[src][:cfg.evidence_per_cause]}
 
 
@@ -331,5 +350,6 @@ def merge_same(causes: list[CauseDraft]) -> list[CauseDraft]:
         extra = [e for e in c["evidence"]
                  if (e["source"], e["metric"], json.dumps(e.get("labels"), sort_keys=True)) not in seen]
         out[key] = {**m, "confidence": max(m["confidence"], c["confidence"]), "evidence": m["evidence"] + extra,
-                    "lost_s": m.get("lost_s", 0.0) + c.get("lost_s", 0.0)}
+                    "lost_s": m.get("lost_s", 0.0) + c.get("lost_s", 0.0),
+                    "adjust": [*m.get("adjust", []), *(a for a in c.get("adjust", []) if a not in m.get("adjust", []))]}
     return list(out.values())

@@ -506,5 +506,13 @@ class EngineConfig:
     # step): the ones the per-step test flagged, worst first; a few show the cause if any does.
     episode_max_donors: int = 3
 
+    # Rule ids (rules/ids.py) the engine skips: how bench/ablation.py measures what each rule adds.
+    # Not a tunable: the service runs with every rule on.
+    disabled: frozenset[str] = frozenset()
+
+    def off(self, rule: str) -> bool:
+        """Whether rule `rule` is switched off (an ablation)."""
+        return rule in self.disabled
+
 
 DEFAULT_CONFIG = EngineConfig()

@@ -26,6 +26,7 @@ from fabricscope.service.correlate.causes import (
 from fabricscope.service.correlate.constants import FAINT_REL, EngineConfig
 from fabricscope.service.correlate.decompose import Straggler
 from fabricscope.service.correlate.records import Attribution, EvidenceRow
+from fabricscope.service.correlate.rules import ids
 
 STORAGE_ONLY = ("storage",)
 CauseKey = tuple[str, str | None]  # an answer's (layer, component)
@@ -71,9 +72,10 @@ class Probes:
 
 
 def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, cfg: EngineConfig,
-                host_of: dict[str, str], probes: Probes, borrow: bool) -> bool:
-    """Whether step `i` of `summ`, under the slow bar, was slowed all the same; `out` is then its
-    attribution. `borrow`: the step may ask its neighbours (not when it is itself a neighbour asked)."""
+                host_of: dict[str, str], probes: Probes, borrow: bool) -> str | None:
+    """The promotion rule (rules/ids.py) by which step `i` of `summ`, under the slow bar, was slowed
+    all the same, None when none holds; `out` is then its attribution. `borrow`: the step may ask its
+    neighbours (not when it is itself a neighbour asked)."""
     row = summ.iloc[i]
     d, start = float(row["dur"]), float(row["start"])
     base, sigma = float(bl.base[i]), float(bl.sigma[i])
@@ -90,11 +92,13 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
     # a faint or near-slow step between two slow steps that name one cause: inside that fault (it
     # spans steps), so its telemetry need only name the same cause (the neighbours' answers are
     # computed without this rule: no chain of them)
-    ok = bool(bl.borderline[i]) and judge(
+    ok = bool(bl.borderline[i]) and not cfg.off(ids.PROMOTE_BORDERLINE) and judge(
         out, need=need, own_timing=own or ck_faint, own_device=ck_faint,
         between=named_by() if borrow and (faint or own) else None, net_timing=bool(bl.net_timing[i]),
         data_timing=bool(bl.data_timing[i]), only_layers=only_layers(bl, i),
         net_lost=bl.transfer_lost(i, row["transfer"]))
+    if ok:
+        return ids.PROMOTE_BORDERLINE
 
     def straggler(share: float, ring: bool = False) -> Straggler | None:
         # what a fault can slow at a checkpoint step is the step less its write: the same loss is a
@@ -119,11 +123,14 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
                 and judge(out, need=cfg.corroborate_min_confidence, own_timing=True, own_span=True, **state))
 
     over_centre = d > float(bl.centre[i])
-    if not ok and over_centre and not checkpoint:
+    if not ok and over_centre and not checkpoint and not cfg.off(ids.PROMOTE_STRAGGLER):
         # its timing alone decided nothing: the ranks' own clocks may still show what it hid
         ok = (straggler(cfg.corroborate_straggler_loss) is not None
               and judge(out, need=cfg.corroborate_min_confidence, own_timing=True))
-    if not ok and (bool(bl.borderline[i]) or over_centre) and not checkpoint and cfg.origin_state_straggler:
+        if ok:
+            return ids.PROMOTE_STRAGGLER
+    if (not ok and (bool(bl.borderline[i]) or over_centre) and not checkpoint and cfg.origin_state_straggler
+            and not cfg.off(ids.PROMOTE_ORIGIN_STATE)):
         # a borderline step whose ranks waited for one GPU that reports, in the step's own span, a
         # state that alone slows it (a throttle flag, a PCIe link trained down): the device's own
         # signal names the cause and the ranks' clocks its cost, as a faint step's telemetry and a
@@ -134,7 +141,10 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # whose ring lost 3.4 % more (the next step, the fault's tail, not slow: no neighbour rule)
         share = cfg.beside_straggler_loss if bl.borderline[i] else cfg.corroborate_straggler_loss
         ok = gpu_judged(straggler(share, ring=cfg.beside_ring_loss), origin_state=True)
-    if not ok and bool(bl.borderline[i]) and not checkpoint and cfg.error_rate_straggler:
+        if ok:
+            return ids.PROMOTE_ORIGIN_STATE
+    if (not ok and bool(bl.borderline[i]) and not checkpoint and cfg.error_rate_straggler
+            and not cfg.off(ids.PROMOTE_ERROR_RATE)):
         # ...or whose ranks waited for one GPU, and whose ring lost time too, a slow step's cost
         # together (corroborate_straggler_loss), while that GPU's error counters ran in the step's
         # own span (PCIe replays): a link retrying slows both its GPU's work and its ring hop, which
@@ -142,7 +152,9 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # is missed by a state read every 2-10 s; its replays are counted (881 runs 0 and 13,
         # held back at stop 44's first run: one-step downtrains at +3.7-3.8 %, the GPU 8 sigmas out)
         ok = gpu_judged(straggler(cfg.corroborate_straggler_loss, ring=True), error_rate=True)
-    near = slow_near(bl, summ, i, 1) if borrow and not ok else None
+        if ok:
+            return ids.PROMOTE_ERROR_RATE
+    near = slow_near(bl, summ, i, 1) if borrow and not ok and not cfg.off(ids.PROMOTE_BESIDE_SLOW) else None
     if near is not None:
         # beside a slow step, or between two: the step's noise can hide the fault's loss whole (a
         # step at its baseline, the fault's first or last step, a checkpoint step), but the ranks'
@@ -151,6 +163,8 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         st = straggler(cfg.beside_straggler_loss, ring=cfg.beside_ring_loss)
         ok = st is not None and judge(out, need=cfg.corroborate_min_confidence, between=named_by(near),
                                       require_between=True, straggler_host=st.host)
+        if ok:
+            return ids.PROMOTE_BESIDE_SLOW
     # the rules below fill in a fault that spans steps; not at a checkpoint step (ckpt_faint above)
     spans = borrow and not checkpoint
     tried: list[Sides] = []
@@ -163,7 +177,9 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # for a GPU's own state that alone slows it, read in the step's own span: not the next step's
         # first second, where a fault may begin); a step far under their level is between two
         # faults, not inside one.
-        around = slow_around(bl, summ, i, reach) if spans and cfg.fill_gap_steps > 0 and not ok else None
+        rule = ids.PROMOTE_INSIDE_FAULT_ORIGIN if far else ids.PROMOTE_INSIDE_FAULT
+        around = (slow_around(bl, summ, i, reach) if spans and cfg.fill_gap_steps > 0 and not ok and not cfg.off(rule)
+                  else None)
         if around is None or around in tried or not at_their_level(bl, summ, i, around):
             continue
         tried.append(around)
@@ -174,7 +190,9 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
                    or _state_throughout(probes, summ, i, around, str(gap["component"]))))
         if ok:
             out.update(gap)
-    edge = slow_beside(bl, summ, i, cfg.fill_edge_steps) if spans and not ok else None
+            return rule
+    edge = (slow_beside(bl, summ, i, cfg.fill_edge_steps) if spans and not ok and not cfg.off(ids.PROMOTE_FAULT_EDGE)
+            else None)
     if edge is not None and at_their_level(bl, summ, i, edge, over_centre=True):
         # the first or last step of a GPU's fault whose own state says it is slowed (its PCIe link
         # trained down, a throttle flag) in the step's own span (not the next step's first second,
@@ -190,7 +208,8 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
               and probes.cover(str(trial["component"]), (start, start + d)) >= cfg.fill_edge_share * d)
         if ok:
             out.update(trial)
-    return ok
+            return ids.PROMOTE_FAULT_EDGE
+    return None
 
 
 def _state_throughout(probes: Probes, summ: pd.DataFrame, i: int, around: Sides, component: str) -> bool:

@@ -25,6 +25,8 @@ from fabricscope.service.correlate.devices import (
 )
 from fabricscope.service.correlate.localize import Topo
 from fabricscope.service.correlate.records import CauseDraft, EvidenceRow
+from fabricscope.service.correlate.rules import ids
+from fabricscope.service.correlate.rules.trace import tagged
 
 Window = tuple[float, float]
 
@@ -95,7 +97,8 @@ def unreported_gpu(conn: Any, cause: CauseDraft, gpus: list[str], win: Window,
     gpu_or_network does for a ring's loss. Only their GPUs are read: the others' timings are there
     and show no straggler (881 run 2 step 19, held back at stop 44's first run: a throttled GPU's
     rank record lost, the step +25.8 % and `unknown`)."""
-    return _origin_scan(conn, cause, gpus, win, cfg)
+    found = _origin_scan(conn, cause, gpus, win, cfg)
+    return found if found is cause else tagged(found, ids.CAUSE_UNREPORTED_GPU)
 
 
 def _origin_scan(conn: Any, cause: CauseDraft, gpus: list[str], win: Window, cfg: EngineConfig) -> CauseDraft:

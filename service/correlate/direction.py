@@ -120,5 +120,6 @@ def follow_backpressure(ev: pd.DataFrame, topo: Topo) -> pd.DataFrame:
             comps[i] = ch.wait_culprit(topo.peer.get(src, src), comp)
         elif metric == TX_PAUSE or metric in PAUSED_BY or (metric in QUEUE_BUILDUP and src in ch.paused):
             comps[i], layers[i] = ch.pause_culprit(comp)
+    ev["moved"] = [c != o for c, o in zip(comps, ev["component"], strict=True)]
     ev["component"], ev["layer"] = comps, layers
     return ev

@@ -10,6 +10,7 @@ slow it in untimed.py.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -39,7 +40,13 @@ from fabricscope.service.correlate.causes import (
     with_straggler_timing,
     work_cause,
 )
-from fabricscope.service.correlate.constants import DEFAULT_CONFIG, FAINT_REL, SEQ_LOOKAHEAD_STEPS, EngineConfig
+from fabricscope.service.correlate.constants import (
+    DEFAULT_CONFIG,
+    DEFAULT_SEQ,
+    FAINT_REL,
+    SEQ_LOOKAHEAD_STEPS,
+    EngineConfig,
+)
 from fabricscope.service.correlate.corroborate import CauseKey, Probes, Sides, hidden_slow, step_row
 from fabricscope.service.correlate.decompose import (
     RankRows,
@@ -57,6 +64,7 @@ from fabricscope.service.correlate.device_probe import (
 )
 from fabricscope.service.correlate.direction import follow_backpressure
 from fabricscope.service.correlate.episode import from_episode, restate_unknown
+from fabricscope.service.correlate.invariants import violations, with_kind_layer
 from fabricscope.service.correlate.localize import (
     FLOORS,
     WRITE_SIGNALS,
@@ -68,10 +76,13 @@ from fabricscope.service.correlate.localize import (
 )
 from fabricscope.service.correlate.records import Attribution, StepRow
 from fabricscope.service.correlate.report import summarize
+from fabricscope.service.correlate.rules import ids
+from fabricscope.service.correlate.rules.trace import decide, noted
 from fabricscope.service.correlate.untimed import untimed_row
 from fabricscope.service.correlate.window import Scoring
-from fabricscope.service.observability.metrics import attribution_timer
+from fabricscope.service.observability.metrics import ENGINE_INVARIANT_VIOLATIONS, attribution_timer
 
+log = logging.getLogger(__name__)
 ONSET_KIND = "onset"  # the evidence row of an onset step that showed nothing of its own
 _SUMMARY_COLS = ["step", "n", "dur", "start", "ckpt_max", "ckpt_med", "transfer", "data"]
 JobTopo = tuple[pd.DataFrame, Topo, pd.DataFrame]  # the job's ranks, its topology, its series' peer groups
@@ -152,9 +163,11 @@ def _straggler(ranked: RankRows) -> tuple[Straggler, float] | None:
     return None if st is None else (st, straggler_loss(per_rank, st))
 
 
-def _baselines_for(df: pd.DataFrame) -> Baselines:
+def _baselines_for(df: pd.DataFrame, cfg: EngineConfig) -> Baselines:
+    seq = replace(DEFAULT_SEQ, enabled=False) if cfg.off(ids.VERDICT_SEQUENTIAL) else DEFAULT_SEQ
     return compute_baselines(df["dur"].to_numpy(float), df["transfer"].to_numpy(float),
                              (df["ckpt_max"].fillna(0) > 0).to_numpy(), df["ckpt_med"].fillna(0).to_numpy(float),
+                             seq=seq,
                              data=df["data"].to_numpy(float), ckpt_max=df["ckpt_max"].fillna(0).to_numpy(float))
 
 
@@ -271,7 +284,18 @@ class AttributionEngine:
             out = self._attribute(conn, job=job, step=step, store=store, borrow=True)
             if out is not None:
                 timing["layer"] = out["layer"]
+        if out is not None:
+            self._check(conn, job=job, answer=out)
         return out
+
+    def _check(self, conn: Any, *, job: str, answer: Attribution) -> None:
+        """Log and count the invariants `answer` breaks (invariants.py): an engine bug, reported with
+        the rules that decided the answer; the answer is still returned (a 500 would hide it)."""
+        _, topo, _ = self._job_topo(conn, job)
+        for invariant, how in violations(answer, topo.role):
+            ENGINE_INVARIANT_VIOLATIONS.labels(invariant).inc()
+            log.error("engine invariant %s broken: job %s step %s: %s (rules %s)", invariant, job,
+                      answer["step"], how, answer.get("rules"))
 
     def _attribute(self, conn: Any, *, job: str, step: int, store: bool, borrow: bool) -> Attribution | None:
         cfg = self.config
@@ -282,7 +306,7 @@ class AttributionEngine:
         at = summ.index[summ["step"] == step]
         if len(at) == 0:
             return None
-        bl = _baselines_for(summ)
+        bl = _baselines_for(summ, self.config)
         i = int(at[0])
         row = summ.iloc[i]
         d, start = float(row["dur"]), float(row["start"])
@@ -311,6 +335,7 @@ class AttributionEngine:
 
         if math.isnan(base):
             out["confidence"] = 0.0  # not enough history to judge
+            decide(out, ids.VERDICT_HISTORY)
         elif not out["slow"]:
             # a neighbour's answer is asked by several rules (and by each step of a long gap): once
             seen: dict[int, Attribution | None] = {}
@@ -335,20 +360,29 @@ class AttributionEngine:
                 straggler=cache(lambda: _straggler(ranked)),
                 cover=lambda gpu, span: origin_cover(conn, gpu, span, cfg),
                 state_at=state_at)
-            if not hidden_slow(out, bl=bl, summ=summ, i=i, cfg=cfg, host_of=topo.host_of, probes=probes,
-                               borrow=borrow):
+            promoted = hidden_slow(out, bl=bl, summ=summ, i=i, cfg=cfg, host_of=topo.host_of, probes=probes,
+                                   borrow=borrow)
+            if promoted is None:
                 self._healthy(out, d=d, base=base, thr=thr)
+                decide(out, ids.VERDICT_UNDER_BAR)
+            else:
+                decide(out, promoted)
+                for e in out["evidence"]:
+                    if e.get("kind") == "corroborated":
+                        e["rule"] = promoted
         else:
             # an onset only the sequential test found is the least sure step of its shift: only what
             # its own span shows counts, not the next step's first second (the pad) where the fault
             # may have begun, nor a signal's aftermath from before it
             explain(out, own_span=bool(bl.onset[i]))
+            decide(out, (ids.VERDICT_CHECKPOINT_BAR if row["ckpt_max"] > 0 else ids.VERDICT_BAR) if bl.step_slow[i]
+                   else ids.VERDICT_SEQUENTIAL)
             weak = out["layer"] == "unknown" or out["confidence"] < cfg.episode_weak_confidence
             # only the sequential test put this step in the shift, and its onset is the least sure
             # step of it (Baselines.onset): with nothing of its own to show (or only a weak
             # candidate), it is not slow, and it does not borrow its episode's cause
-            unsure_onset = bool(bl.onset[i]) and weak
-            if not unsure_onset and borrow and weak and bl.episode[i] >= 0:
+            unsure_onset = bool(bl.onset[i]) and weak and not cfg.off(ids.DEMOTE_UNSURE_ONSET)
+            if not unsure_onset and borrow and weak and bl.episode[i] >= 0 and not cfg.off(ids.CAUSE_EPISODE):
                 from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
                              attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
@@ -356,18 +390,23 @@ class AttributionEngine:
             # neither it nor its episode names a cause: nothing says it lost time (859 run 7 step 52,
             # +0.3 %: the second step of a shift whose onset, a noisy step before a NIC's fault, was
             # healthy by the rule above)
-            unnamed_level = (cfg.unnamed_level_healthy and bool(bl.unproven[i]) and out["layer"] == "unknown"
+            unnamed_level = (cfg.unnamed_level_healthy and not cfg.off(ids.DEMOTE_UNNAMED_LEVEL)
+                             and bool(bl.unproven[i]) and out["layer"] == "unknown"
                              and d - float(bl.centre[i]) < FAINT_REL * base)
             if unsure_onset or unnamed_level:
                 self._healthy(out, d=d, base=base, thr=thr)
                 out["evidence"] = [step_row("", d, base, float(bl.sigma[i]), ONSET_KIND)]
-            untimed = first_timed(out, lambda o: untimed_row(ranked, o, bl, i, row=row, topo=topo, cfg=cfg))
+                decide(out, ids.DEMOTE_UNSURE_ONSET if unsure_onset else ids.DEMOTE_UNNAMED_LEVEL)
+            untimed = None if cfg.off(ids.DEMOTE_UNTIMED) else first_timed(
+                out, lambda o: untimed_row(ranked, o, bl, i, row=row, topo=topo, cfg=cfg),
+                yield_to_next=not cfg.off(ids.ADJUST_NEXT_TIMED))
             if untimed is not None:
                 # only the sequential test put this step in the shift (a noisy step beside a fault,
                 # whose coarse samples cover the fault's first or last seconds too), and the loss its
                 # cause would have cost is not in the phase that cause slows: not slow
                 self._healthy(out, d=d, base=base, thr=thr)
                 out["evidence"] = [untimed]
+                decide(out, ids.DEMOTE_UNTIMED)
         if store:
             q.store_attribution(conn, job=job, attribution=out)
         return out
@@ -413,7 +452,10 @@ class AttributionEngine:
                 ev = ev[~ev["aftermath"].fillna(False).astype(bool)]
             if not checkpoint and len(ev):
                 ev = ev[~ev["metric"].isin(WRITE_SIGNALS)]
-            return follow_backpressure(candidates(ev, topo), topo) if len(ev) else ev
+            if not len(ev):
+                return ev
+            found = candidates(ev, topo)
+            return found if cfg.off(ids.CAUSE_BACKPRESSURE) else follow_backpressure(found, topo)
 
         ev = telemetry(True)
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
@@ -426,9 +468,10 @@ class AttributionEngine:
         ckpt_s = float(row["ckpt_med"]) if checkpoint and pd.notna(row["ckpt_med"]) else None
 
         def work(ev: pd.DataFrame) -> CauseDraft:
-            cause = with_device_evidence(conn, work_cause(st, ev, topo, conf_t, cfg, data_s=data_s, work_s=e_work,
-                                                          loaders=loaders, ckpt_s=ckpt_s), topo, win, cfg)
-            if st is not None or cause["layer"] != "unknown":
+            cause = work_cause(st, ev, topo, conf_t, cfg, data_s=data_s, work_s=e_work, loaders=loaders, ckpt_s=ckpt_s)
+            if not cfg.off(ids.ADJUST_DEVICE_EVIDENCE):
+                cause = with_device_evidence(conn, cause, topo, win, cfg)
+            if st is not None or cause["layer"] != "unknown" or cfg.off(ids.CAUSE_UNREPORTED_GPU):
                 return cause
             return unreported_gpu(conn, cause, _unreported_gpus(ranks, steps_df), win, cfg)
 
@@ -436,26 +479,38 @@ class AttributionEngine:
             return combine_causes(
                 lost, e_work / total, e_comm / total, lambda: work(ev),
                 lambda: gpu_or_network(conn, net_cause(ev, coverage, cfg), topo, win, cfg,
-                                       scan=e_comm / total >= cfg.min_share), cfg)
+                                       scan=e_comm / total >= cfg.min_share and not cfg.off(ids.CAUSE_RING_GPU)),
+                cfg)
 
         causes = causes_of(ev)
-        if all(c["layer"] == "unknown" for c in causes) and not corroborating and cfg.edge_spread_fallback:
+        if (all(c["layer"] == "unknown" for c in causes) and not corroborating and cfg.edge_spread_fallback
+                and not cfg.off(ids.ADJUST_EDGE_SPREAD)):
             # a coarse counter's edge sample read as a change outside the window (edges.py) is the
             # lower estimate, the right one when something else slowed the step; a slow step that
             # nothing else explains is read at what the sample itself says, its even spread (823 run 13
             # step 31: a one-step burst of retransmits in a 10-s host sample whose next sample held a
             # second fault's burst, read as that fault's onset after the step); the window's samples
             # are read once (_window), only their scoring again
-            causes = causes_of(telemetry(False)) or causes
+            spread = causes_of(telemetry(False))
+            if spread and any(c["layer"] != "unknown" for c in spread):
+                spread = [noted(c, ids.ADJUST_EDGE_SPREAD) for c in spread]
+            causes = spread or causes
         if not causes:
             causes = [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}]
-        causes = gpu_state_first(rank_causes(merge_same(with_straggler_timing(causes, st, cfg))))
+        if not cfg.off(ids.ADJUST_LAYER_FROM_KIND):
+            causes = [with_kind_layer(c, topo) for c in causes]
+        causes = rank_causes(merge_same(with_straggler_timing(causes, st, cfg)))
+        if not cfg.off(ids.ADJUST_GPU_STATE_FIRST):
+            causes = gpu_state_first(causes)
         top = causes[0]
         out.update({
             "layer": top["layer"], "component": top["component"], "confidence": self._capped(top["confidence"]),
             "lost_s": round(lost, 6), "evidence": [e for c in causes for e in c["evidence"]],
             "causes": [{"layer": c["layer"], "component": c["component"], "lost_s": round(c.get("lost_s", 0.0), 6),
-                        "confidence": self._capped(c["confidence"])} for c in causes]})
+                        "confidence": self._capped(c["confidence"]), "rule": c.get("rule", ids.CAUSE_UNKNOWN)}
+                       for c in causes],
+            "rules": {"verdict": out.get("rules", {}).get("verdict", ""), "cause": top.get("rule", ids.CAUSE_UNKNOWN),
+                      "adjust": list(top.get("adjust", []))}})
 
     def _healthy(self, out: Attribution, *, d: float, base: float, thr: float) -> None:
         """`out` as a step that is not slow, surer the further under the bar it is."""
@@ -479,7 +534,7 @@ class AttributionEngine:
         ranks, _, _ = self._job_topo(conn, job)
         summ = self._step_summaries(conn, job, rng[0] - self.config.history_steps, rng[1] + SEQ_LOOKAHEAD_STEPS,
                                     len(ranks))
-        bl = _baselines_for(summ)
+        bl = _baselines_for(summ, self.config)
         # a step under the bar is slow when its stored attribution was corroborated by telemetry (a
         # borderline step, or one inside a fault its noise hid: _attribute), and a step only the
         # sequential test flagged is not when its stored attribution found nothing of its own (an
@@ -539,7 +594,7 @@ class AttributionEngine:
         look-ahead already. Returns how many were re-attributed."""
         ranks, _, _ = self._job_topo(conn, job)
         summ = self._step_summaries(conn, job, lo - self.config.history_steps, hi + SEQ_LOOKAHEAD_STEPS, len(ranks))
-        bl = _baselines_for(summ)
+        bl = _baselines_for(summ, self.config)
         steps = summ["step"].astype(int)
         now = dict(zip(steps, bl.slow, strict=True))
         rows = q.stored_attributions(conn, job=job, lo=lo, hi=hi)

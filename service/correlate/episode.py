@@ -26,6 +26,7 @@ from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
 from fabricscope.service.correlate.records import Attribution, Cause, CauseDraft, named
+from fabricscope.service.correlate.rules import ids
 
 
 def best_cause(answers: Iterable[tuple[int, Any]]) -> tuple[int, dict[str, Any]] | None:
@@ -48,7 +49,7 @@ def borrowed(out: Attribution, donor_step: int, donor: dict[str, Any], first_ste
              cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
     """The donor's cause for this step: its lost time, the donor's confidence scaled down (the step's
     own evidence did not confirm it), one evidence row naming the step it came from."""
-    return {"layer": donor["layer"], "component": donor["component"],
+    return {"layer": donor["layer"], "component": donor["component"], "rule": ids.CAUSE_EPISODE,
             "confidence": float(donor.get("confidence", 0.0)) * cfg.episode_confidence_factor,
             "lost_s": float(out["lost_s"]),
             "evidence": [{"source": str(donor["component"]), "metric": "episode_cause",
@@ -85,12 +86,13 @@ def from_episode(conn: Any, out: Attribution, *, job: str, steps: np.ndarray, du
     if named(out["layer"]) and (c["component"] == out["component"] or conf <= out["confidence"]):
         return  # its own answer is the episode's, or stronger than the borrowed one
     first: Cause = {"layer": c["layer"], "component": c["component"], "lost_s": round(c["lost_s"], 6),
-                    "confidence": conf}
+                    "confidence": conf, "rule": ids.CAUSE_EPISODE}
     own = [x for x in out["causes"] if named(x["layer"]) and x["component"] != c["component"]]
     if own:  # a weak own cause: the episode's takes the lost time it claimed, it keeps the rest
         first["lost_s"] = own[0]["lost_s"]
     out.update({"layer": c["layer"], "component": c["component"], "confidence": conf,
                 "evidence": c["evidence"] + out["evidence"], "causes": [first] + own})
+    out.setdefault("rules", {"verdict": "", "cause": None, "adjust": []})["cause"] = ids.CAUSE_EPISODE
 
 
 def restate_unknown(rows: list[tuple[Any, ...]], episode: dict[int, int]) -> list[int]:

@@ -542,14 +542,16 @@ def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) ->
     a = attribution
     conn.execute(
         """INSERT INTO attributions (job, step, step_start, slow, duration_s, baseline_s, layer, component,
-                                     confidence, lost_s, evidence, causes)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                     confidence, lost_s, evidence, causes, rules)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
            ON CONFLICT (job, step) DO UPDATE SET computed_at = now(), step_start = EXCLUDED.step_start,
              slow = EXCLUDED.slow, duration_s = EXCLUDED.duration_s, baseline_s = EXCLUDED.baseline_s,
              layer = EXCLUDED.layer, component = EXCLUDED.component, confidence = EXCLUDED.confidence,
-             lost_s = EXCLUDED.lost_s, evidence = EXCLUDED.evidence, causes = EXCLUDED.causes""",
+             lost_s = EXCLUDED.lost_s, evidence = EXCLUDED.evidence, causes = EXCLUDED.causes,
+             rules = EXCLUDED.rules""",
         (job, a["step"], a["start"], a["slow"], a["duration_s"], a["baseline_s"], a["layer"], a["component"],
-         a["confidence"], a["lost_s"], json.dumps(a["evidence"]), json.dumps(a["causes"])))
+         a["confidence"], a["lost_s"], json.dumps(a["evidence"]), json.dumps(a["causes"]),
+         json.dumps(a["rules"]) if a.get("rules") else None))
 
 
 # -- GPU and host evidence (#17) ------------------------------------------------------------------

@@ -29,6 +29,7 @@ class EvidenceRow(TypedDict):
     # for an episode's first step that showed nothing of its own and is not slow, "untimed" for a step
     # only the sequential test flagged whose network cause its own collectives did not show (not slow)
     kind: NotRequired[str]
+    rule: NotRequired[str]  # a `corroborated` row: the promotion rule that made the step slow (rules/ids.py)
 
 
 class Cause(TypedDict):
@@ -38,6 +39,16 @@ class Cause(TypedDict):
     component: str | None
     lost_s: float
     confidence: float
+    rule: NotRequired[str]  # the cause rule that named it (rules/ids.py)
+
+
+class Rules(TypedDict):
+    """Which rules decided an answer (rules/catalogue.py): the verdict's, the top cause's (None when
+    the step names none) and the adjustments that changed the answer, in the order applied."""
+
+    verdict: str
+    cause: str | None
+    adjust: list[str]
 
 
 class CauseDraft(TypedDict):
@@ -48,6 +59,8 @@ class CauseDraft(TypedDict):
     confidence: float
     evidence: list[EvidenceRow]
     lost_s: NotRequired[float]
+    rule: NotRequired[str]  # the cause rule that built it
+    adjust: NotRequired[list[str]]  # adjustment rules applied to it, in order
 
 
 class Attribution(TypedDict):
@@ -62,6 +75,7 @@ class Attribution(TypedDict):
     lost_s: float
     evidence: list[EvidenceRow]
     causes: list[Cause]
+    rules: NotRequired[Rules]
 
 
 class StepRow(TypedDict):

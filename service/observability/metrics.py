@@ -30,6 +30,9 @@ HTTP_SECONDS = Histogram("fabricscope_http_request_seconds", "HTTP request laten
 # Correlation engine: one observation per attributed step, on demand or in the background.
 ATTRIBUTION_SECONDS = Histogram("fabricscope_attribution_seconds", "Time to attribute one step",
                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+ENGINE_INVARIANT_VIOLATIONS = Counter(
+    "fabricscope_engine_invariant_violations_total",
+    "Answers that broke an engine invariant (service/correlate/invariants.py): an engine bug", ["invariant"])
 ATTRIBUTED_STEPS = Counter("fabricscope_attributed_steps_total", "Steps attributed", ["layer"])
 # Webhook deliveries (result: delivered | retrying | failed | expired).
 WEBHOOK_DELIVERIES = Counter("fabricscope_webhook_deliveries_total", "Webhook delivery attempts", ["result"])

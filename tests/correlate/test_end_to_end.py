@@ -12,6 +12,8 @@ import psycopg
 import pytest
 
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
+from fabricscope.service.correlate.invariants import violations
+from fabricscope.service.correlate.rules import BY_ID, ids
 from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
@@ -71,10 +73,17 @@ def test_fault_kind_is_attributed(service_url: str, db_conn: psycopg.Connection,
                           "lost_s", "evidence"}
         assert all(set(e) >= {"source", "metric", "value", "baseline", "score"} for e in a["evidence"])
         _check_evidence(db_conn, a, sc.t0 + float(sc.timeline.start[t.step].min()) - 0.1)
+        # the answer names the rules that decided it, and keeps the invariants (a kind fixes its layer)
+        rules = a["rules"]
+        assert rules["verdict"] in BY_ID and rules["verdict"].split(".")[0] in ("verdict", "promote"), rules
+        assert rules["cause"] in BY_ID and rules["cause"].startswith("cause."), rules
+        assert all(c["rule"] in BY_ID for c in a["causes"]) and a["causes"][0]["rule"] == rules["cause"]
+        assert violations(a, ENGINE._job_topo(db_conn, sc.job)[1].role) == [], a
     healthy = [t.step for t in sc.truth.values() if t.slow is False and t.step > 8]
     for s in healthy:
         a = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
         assert a is not None and not a["slow"] and a["layer"] == "none", a
+        assert a["rules"] == {"verdict": ids.VERDICT_UNDER_BAR, "cause": None, "adjust": []}, a
 
 
 def test_two_causes_are_ranked(service_url: str, db_conn: psycopg.Connection) -> None:

@@ -19,6 +19,7 @@ from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
 from fabricscope.service.correlate.corroborate import Probes, hidden_slow
 from fabricscope.service.correlate.decompose import Straggler
 from fabricscope.service.correlate.records import Attribution
+from fabricscope.service.correlate.rules import ids
 
 GPU = "h3:gpu2"
 HOST_OF = {GPU: "h3", "h3": "h3"}
@@ -67,7 +68,7 @@ def _judge(loss_share: float, rows: list[dict[str, Any]], cfg: EngineConfig = DE
 
 def test_a_gpu_its_ranks_waited_for_whose_own_state_slows_it_makes_the_step_slow() -> None:
     ok, out = _judge(0.035, [TIMING, THROTTLE])
-    assert ok and out["slow"] and (out["layer"], out["component"]) == ("compute", GPU), out
+    assert ok == ids.PROMOTE_ORIGIN_STATE and out["slow"] and (out["layer"], out["component"]) == ("compute", GPU), out
     assert out["evidence"][-1]["kind"] == "corroborated"
 
 

@@ -1,0 +1,74 @@
+"""The rule catalogue (service/correlate/rules) is the list of the engine's rules: every id the engine
+writes is catalogued and used, every tunable constant has one owner, and the docs print it."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import fields
+from pathlib import Path
+
+from fabricscope.service.correlate import constants
+from fabricscope.service.correlate.constants import EngineConfig, SeqParams
+from fabricscope.service.correlate.rules import BY_ID, PLUMBING, RULES, catalogue_markdown, ids
+
+ENGINE = Path(constants.__file__).resolve().parent
+DOCS = ENGINE.parent.parent / "docs" / "correlation-engine.md"
+ID_NAMES = {k: v for k, v in vars(ids).items() if k.isupper() and isinstance(v, str)}
+
+
+def _all_constants() -> set[str]:
+    tree = ast.parse((ENGINE / "constants.py").read_text())
+    mod = {t.id for n in tree.body for t in ([*n.targets] if isinstance(n, ast.Assign) else
+                                             [n.target] if isinstance(n, ast.AnnAssign) else [])
+           if isinstance(t, ast.Name) and t.id.isupper() and not t.id.startswith("DEFAULT_")}
+    # EngineConfig.disabled names rules to skip (an ablation), it is no constant
+    return mod | {f"EngineConfig.{f.name}" for f in fields(EngineConfig) if f.name != "disabled"} | {
+        f"SeqParams.{f.name}" for f in fields(SeqParams)}
+
+
+def test_every_id_is_catalogued_once_and_every_rule_has_an_id() -> None:
+    assert len(BY_ID) == len(RULES), "two rules share an id"
+    assert set(ID_NAMES.values()) == set(BY_ID)
+    assert all(re.fullmatch(r"[a-z]+\.[a-z_]+", r.id) for r in RULES)
+    assert len({r.precedence for r in RULES}) == len(RULES), "two rules share a precedence"
+
+
+def test_every_rule_states_its_claim_and_inputs() -> None:
+    for r in RULES:
+        assert r.claim.endswith(".") and 40 <= len(r.claim) <= 400, r.id
+        assert r.inputs, r.id
+
+
+def test_every_tunable_constant_has_exactly_one_owner() -> None:
+    owned = [c for r in RULES for c in (*r.constants, *r.switches)] + list(PLUMBING)
+    dupes = sorted({c for c in owned if owned.count(c) > 1})
+    assert not dupes, f"owned twice: {dupes}"
+    known = _all_constants()
+    assert not set(owned) - known, f"not constants of constants.py: {sorted(set(owned) - known)}"
+    assert not known - set(owned), f"no rule owns: {sorted(known - set(owned))}"
+
+
+def test_switches_are_booleans_and_constants_are_not() -> None:
+    kinds = {f"{c.__name__}.{f.name}": f.type for c in (EngineConfig, SeqParams) for f in fields(c)}
+    for r in RULES:
+        assert all(kinds.get(s) in (bool, "bool") for s in r.switches), r.id
+        assert all(kinds.get(c) not in (bool, "bool") for c in r.constants), r.id
+
+
+def test_the_engine_writes_every_catalogued_id() -> None:
+    """An id nobody writes is a rule that does not exist (the evidence and baseline rules shape what
+    every verdict and cause reads, and are named in the catalogue only)."""
+    src = "\n".join(p.read_text() for p in ENGINE.rglob("*.py") if "rules" not in p.parts)
+    unused = [v for k, v in ID_NAMES.items() if f"ids.{k}" not in src and not v.startswith(("evidence.", "baseline."))]
+    assert not unused, f"catalogued but never written: {unused}"
+
+
+def test_docs_hold_the_generated_catalogue() -> None:
+    text = DOCS.read_text()
+    begin, end = "<!-- rule catalogue: generated", "<!-- end rule catalogue -->"
+    assert begin in text and end in text, "docs/correlation-engine.md lacks the catalogue markers"
+    inner = text.split(begin, 1)[1].split("-->", 1)[1].split(end, 1)[0]
+    assert inner.strip() == catalogue_markdown().strip(), (
+        "docs/correlation-engine.md's rule catalogue is stale: regenerate it with "
+        "`python -m fabricscope.service.correlate.rules`")
