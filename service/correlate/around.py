@@ -60,7 +60,7 @@ def at_their_level(bl: Baselines, summ: pd.DataFrame, i: int, around: tuple[list
     baseline): over half that level less SEG_MEMBER_SIGMAS of the noise, as a step of a proven
     shift must be (baseline.compute_baselines: mark), and never asked for more than REL. A small
     fault's level is inside the noise, so any step passes; two +30 % faults of one link four steps
-    apart leave steps at the baseline between them (821 run 65 steps 37-39). `around` holds
+    apart leave steps at the baseline between them. `around` holds
     consecutive steps (slow_around), so each one's row is as far from `i` as its step is.
     `over_centre`: and never under the window's centre (a fault's first or last step, slow_beside: a
     step beside the fault at its usual time must not pass)."""

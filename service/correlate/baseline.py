@@ -72,9 +72,9 @@ def work_lost(took: float, base: float, transfer: float, base_transfer: float, w
     """Seconds a step (`took`, baseline `base`) lost outside its collectives (`transfer`, baseline
     `base_transfer`), >= 0, and never under `waited`: what its ranks waited for a straggler past the
     next-slowest rank (decompose.straggler_loss). The split of the step time carries the other ranks'
-    noise and can leave the work nothing while the ring also lost time (783 run 7 step 69: a PCIe
-    downtrain's last step, the ranks waited 0.043 s for the GPU, its collectives lost 0.061 s, the
-    step 0.051 s); the ranks' own clocks measured the wait. Unknown transfer baseline: the step's loss."""
+    noise and can leave the work nothing while the ring also lost time (a PCIe downtrain's last step
+    can lose less in all than its collectives alone, while its ranks waited most of that for the
+    GPU); the ranks' own clocks measured the wait. Unknown transfer baseline: the step's loss."""
     if not math.isfinite(base_transfer):
         split = time_lost(took, base)
     else:
@@ -195,9 +195,9 @@ def _without_warmup(hist: deque[int], duration: np.ndarray) -> None:
     """The bootstrap's steps less those over BOOTSTRAP_MAX_RATIO times their median. The first step
     seen is taken with nothing to compare it to, and when it is warm-up (step 0 compiles: 2.5x the
     rest) it stayed among the healthy steps for WINDOW steps: with few steps on the slow side, their
-    median deviation (`_robust`'s sigma) moved up a whole rank and the bar with it (a 16-rank run's
-    sigma was 6.3 % of its step at step 12, 2.5 % without that step, and its faults under the
-    inflated bar entered the window and kept it there)."""
+    median deviation (`_robust`'s sigma) moved up a whole rank and the bar with it (a job's
+    sigma can read over twice its true value with it, and faults under the inflated bar then enter
+    the window and keep it there)."""
     med = _median(duration[list(hist)])
     keep = [j for j in hist if duration[j] < BOOTSTRAP_MAX_RATIO * med]
     if len(keep) < len(hist):
@@ -295,9 +295,9 @@ def _drift_prefix(seg: _Segment, seq: SeqParams) -> list[int]:
     part would not be proven on its own terms (its mean short of min_mean by more than min_mean_se of
     its standard errors), the segment's steps before the higher part leave it
     (SeqParams.drift_split_z): they were the job's noise, and the shift began where the level rose.
-    A flagged step among them stays slow on its own (787 run 8 with storage faults only: a one-step
-    +45 % write inside a +2.5 % wander, which a later +5 % loader fault proved with it; the flagged
-    step's level is its own, not the wander's). Returns the steps that left."""
+    A flagged step among them stays slow on its own (a one-step slow write inside a small wander that
+    a later fault proves with it: the flagged step's level is its own, not the wander's). Returns the
+    steps that left."""
     quiet = [k for k, loud in enumerate(seg.loud) if not loud]
     n = len(quiet)
     if n < 3 or not seq.drift_split_z:
@@ -439,8 +439,8 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
                 # shift by the extra its earlier checkpoint steps taught, would make it the norm;
                 # nor a borderline or faint one: a slow write that only checkpoint steps show is
                 # never an excursion, and its first steps (borderline, then corroborated) would teach
-                # it (787 run 31: a +5 % checkpoint volume's faint steps, learned, put the next three
-                # under FAINT_REL)
+                # it (a slow checkpoint volume's faint steps, once learned, put its next steps under
+                # FAINT_REL)
                 hist_ck.append(d - med)
             base[i], base_t[i], thr[i] = b, med_t, t
             continue
@@ -583,8 +583,8 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         data_only = unjudged & ~net_only & _phase_lost(x_data, sig_d, base)
         # a checkpoint step's excess is what it took beyond a plain step and its slowest write (the
         # barrier waits for that writer): a 2-s network stall at its barrier with the loaders a few
-        # ms slow is not the loaders' loss (lab, CI of stop 42: a link flap during a checkpoint step's
-        # barrier named the shared dataset volume from its loaders' timing alone)
+        # ms slow is not the loaders' loss (else a link flap during a checkpoint step's barrier names
+        # the shared dataset volume from its loaders' timing alone)
         over = np.where(is_ckpt, duration - plain - np.nan_to_num(ckpt_max), duration - centre)
         net_timing = _own_timing(x_net, sig_t, over, base)
         data_timing = _own_timing(x_data, sig_d, over, base)

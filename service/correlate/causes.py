@@ -70,9 +70,9 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
     storage = rank_candidates(ev, ("storage",)) if len(ev) else pd.DataFrame()
     reading = data_s is None or work_s is None or data_s >= cfg.storage_data_share * work_s
     # ...and the checkpoint's write, for a volume the job's checkpoints go to: the write can hold the
-    # time such a volume cost as the reads hold a data volume's (779 run 20 step 20: one host's
-    # checkpoint volume at 20 ms a write against its peers' 4 ms, 8 sigmas, the step +6.5 %, the
-    # ranks' write times too close for a straggler)
+    # time such a volume cost as the reads hold a data volume's (one host's checkpoint volume several
+    # times slower than its peers' can slow the step while the ranks' write times are too close for a
+    # straggler)
     writing = (ckpt_s is not None and work_s is not None and ckpt_s >= cfg.storage_data_share * work_s
                and len(storage) > 0)
     written = storage[storage["component"].isin(topo.checkpoint_volumes)] if writing else storage.iloc[0:0]
@@ -178,7 +178,7 @@ def _unobserved_shared(loaders: LoaderLoss, topo: Topo, cfg: EngineConfig) -> Ca
 
 
 def storage_confidence(storage: pd.DataFrame, cfg: EngineConfig = DEFAULT_CONFIG) -> float:
-    """A storage cause with no straggler (#15: a shared volume slows every rank alike): from a coin
+    """A storage cause with no straggler (a shared volume slows every rank alike): from a coin
     toss up, with the evidence's strength and its margin over the next storage candidate."""
     total = float(storage.iloc[0]["total"])
     margin = 1.0 - (float(storage.iloc[1]["total"]) / total if len(storage) > 1 and total > 0 else 0.0)
@@ -273,13 +273,12 @@ def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:
     """`causes` (ranked) with a GPU cause ahead of a network cause that heads them less surely, when
     the GPU's own state that alone slows it is among its evidence (has_origin_state: a PCIe link
     trained down, a slowing throttle flag). Such a GPU slows the ring it sits in, so the
-    collectives' share of the loss, which the network cause was given, is its too (747 run 5: a PCIe
-    downtrain at 0.81 behind the 0.39 of a link that had flapped 8 s before the step). Not for an XID
-    logged before the step nor an error counter: neither says its ring hop is slow now (749 run 27:
-    a straggling GPU whose XID came 30 s before the step, named over the link that lost twice its
-    time, 0.757 against 0.755). Nor for a clock reading under its peers' with no throttle flag: a
-    sample of a noisy gauge does not say the ring waited (829 run 12 steps 45-48: a GPU straggler's
-    one low clock sample put it over InfiniBand congestion that lost twice its time)."""
+    collectives' share of the loss, which the network cause was given, is its too (a GPU's PCIe link
+    trained down heads a link that merely flapped seconds before the step). Not for an XID logged
+    before the step nor an error counter: neither says its ring hop is slow now (a straggling GPU
+    whose XID came seconds before the step must not be named over a link that lost more time). Nor
+    for a clock reading under its peers' with no throttle flag: a sample of a noisy gauge does not
+    say the ring waited (one low clock sample must not put a GPU over congestion that lost more)."""
     if len(causes) < 2 or causes[0]["layer"] not in NET_LAYERS:
         return causes
     for c in causes[1:]:
@@ -294,8 +293,8 @@ def first_timed(out: Attribution, untimed_of: Callable[[Attribution], EvidenceRo
     """Of a slow step's causes, the first whose phase shows it heads `out`: a cause that
     `untimed_of` finds did not slow the phase it slows by its nature (an `untimed` row) yields to
     the next named cause, whose answer `out` then gives, with the yielded cause's `untimed` row
-    added to its evidence (759 run 12 step 32: the onset of a GPU straggler, second to a port's
-    concurrent congestion that its collectives did not show, was made healthy with the port).
+    added to its evidence (a GPU straggler's onset, second to a port's concurrent congestion that
+    its collectives did not show, is not made healthy with the port).
     Returns the `untimed` row of the last cause tried when none shows (the step is then not slow),
     None when one does."""
     untimed = untimed_of(out)
@@ -309,7 +308,7 @@ def first_timed(out: Attribution, untimed_of: Callable[[Attribution], EvidenceRo
     return untimed
 
 
-# -- GPU and host evidence (#17) ------------------------------------------------------------------
+# -- GPU and host evidence ------------------------------------------------------------------------
 
 def add_device_rows(cause: CauseDraft, rows: list[EvidenceRow], cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
     """A straggler cause with its GPU's or host's own telemetry saying why: the rows follow the timing

@@ -24,9 +24,8 @@ K_SIGMA = 6.0
 # ...sigmas of a full window: a MAD-based sigma of n steps has a relative standard error of about
 # 1.16 / sqrt(n) (the MAD's 37 % efficiency), so with fewer steps the bar is set on sigma's upper one-
 # standard-error bound, scaled to the full window's (baseline.history_margin): a job's first judged
-# steps (5-8 of history) read a sigma a third under their noise often enough that a +4.6 % step was
-# slow at step 8 (797 run 10; 799/803 stop 40: two such steps at step 7). Not tuned: the MAD's own
-# standard error.
+# steps (5-8 of history) read a sigma a third under their noise often enough that a +4.6 % step
+# among them was slow. Not tuned: the MAD's own standard error.
 MAD_SIGMA_SE = 1.16
 # ...and never for less than 4% over the baseline (below that nobody loses real time).
 REL = 0.04
@@ -38,14 +37,14 @@ BORDER_Z = 1.5
 # its telemetry names a cause with corroborate_faint_confidence. The stronger the telemetry, the less
 # timing it needs: a 3-step +5 % fault in 4 % jitter measures 1.2-1.5 sigma, and a noisy step a +4 %
 # fault slowed by 3.5 %, while a volume's latency or a host's throttling shows in the same seconds.
-# Picked on the tuning seeds (1.0 / 3 %: every such miss there whose telemetry was >= 0.8).
+# Picked on the simulator's tuning runs (1.0 / 3 %: every such miss there whose telemetry was >= 0.8).
 FAINT_Z = 1.0
 FAINT_REL = 0.03
 # A borderline or faint step this many steps or fewer from a slow step is corroborated only by its own
 # rank timings (a straggler), not by sampled telemetry: a switch sampled every 4-10 s has one sample
 # for two to five 2-s steps, and the one that holds a fault's first or last seconds reads as an
-# anomaly of the healthy steps beside it (a development seed set: 2 such false slow steps, two steps
-# before and after a 2-step incast on a 4-s switch).
+# anomaly of the healthy steps beside it (a 2-step incast on a 4-s switch lends its anomaly to the
+# steps two before and after it).
 NEAR_SLOW_STEPS = 3
 # ...except by the step's own collective timings, for a network cause: the collectives' pure transfer
 # time (each collective's fastest rank) over its own baseline by NET_TIMING_Z of its own spread, by
@@ -53,14 +52,14 @@ NEAR_SLOW_STEPS = 3
 # under 2 % leaves it healthy, and its network share plus compute jitter is no faint step). That is
 # the step's own measurement that the network lost the time, as a straggler's phase timings are for
 # a host or a GPU; a coarse sample's anomaly only says the network was unwell near it. Chosen on the
-# tuning and development seeds: the network faults' first and last partly covered steps measured
+# simulator's tuning and development runs: the network faults' first and last partly covered steps measured
 # 31-45 spreads and 4-7 % of the step, the healthy steps beside other faults under 2 spreads.
 NET_TIMING_Z = 4.0
 NET_TIMING_SHARE = 0.5
 # Sigma floor relative to the median: a perfectly steady job (MAD 0) must not flag 0.1% noise.
 MIN_SIGMA_REL = 0.002
 # Steps a flat slow run must last before it is the job's new level (a new training phase) rather
-# than a fault: longer than the longest fault that must still be reported (40 steps, issue #15), so
+# than a fault: longer than the longest fault that must still be reported (40 steps), so
 # a sustained fault is never adopted as normal. The price: a legitimate new level is reported slow
 # for its first 48 steps (a few minutes) before it is accepted.
 CHANGE_RUN = 48
@@ -79,7 +78,7 @@ CKPT_FIRST_MARGIN_S = 0.01
 # Share of the checkpoint extra added to the slow threshold: checkpoint writes vary more than steps.
 CKPT_SPREAD_SHARE = 0.05
 
-# -- sequential detection of small sustained regressions (baseline.py, issue #15 item 2) ---------
+# -- sequential detection of small sustained regressions (baseline.py) ----------------------------
 @dataclass(frozen=True)
 class SeqParams:
     """One-sided CUSUM on the steps' log-likelihood ratio "shifted by `shift`" vs "at baseline".
@@ -118,7 +117,7 @@ class SeqParams:
     max_noise: float = 0.05
     # Healthy steps needed before the sequential test runs. 20 left a fault that begins in a job's
     # first 20 steps in the window it is judged by: it raised its own bar and hid the faults after it
-    # (#15: whole runs missed when a +5-9 % fault began at step 16). With the adaptive end and the
+    # (a +5-9 % fault among them). With the adaptive end and the
     # reset below, 6 to 14 give the same answers on the tuning seeds and no false slow step; 10 is
     # the middle (a sigma from 10 steps is within ~25 % of the true one).
     min_history: int = 10
@@ -129,8 +128,8 @@ class SeqParams:
     # An excursion whose evidence has fallen `h_end` below its peak before it was proven is over: its
     # steps are healthy (their own evidence fell short) and the next excursion starts from zero.
     # Without this, a +7 % fault just short of proof lent its evidence to a large fault three steps
-    # later, and the proof marked the healthy steps between them slow (a development seed set, 13
-    # and 17: 4 -> 1 false slow steps; 2 of 417 faulty steps fewer on the tuning seeds).
+    # later, and the proof marked the healthy steps between them slow (on the tuning runs it removed
+    # most such false slow steps for under 1 % of the faulty ones).
     end_unproven: bool = True
     # An excursion proven only once per-step-slow ("loud") steps joined it, whose quiet steps before
     # them were never proven on their own (their evidence stayed under `h`) and fell by `cap` or more
@@ -138,27 +137,23 @@ class SeqParams:
     # loud fault alone: the quiet steps are left out of it (they are judged as any step under the
     # bar: borderline ones by their own telemetry). Without this, a 2-step +5 % fault 1-3 steps
     # before a large one lent it its evidence and the proof marked the healthy steps between them slow
-    # (seeds 307/311: the 8 false slow steps of the report, all of this shape; an evidence drop of 4-5,
-    # just under `h_end`). Measured with it on: 307/311 false slow steps 8 -> 3 of 1,166, recall and
-    # layer unchanged (97.07 %, 96.77 %), tune seeds unchanged, bench/sequential_detection.py
-    # unchanged. On by default since stop 27's second try (docs/correlation-engine.md: its figures on
-    # seeds never run before).
+    # (an evidence drop of 4-5, just under `h_end`). Measured on runs never used for tuning: most
+    # such false slow steps gone, recall and layer unchanged, bench/sequential_detection.py
+    # unchanged.
     split_quiet_prefix: bool = True
     # A proven segment whose steps part best into a lower and a higher level, the higher this many
     # standard errors over the lower, and whose lower part (no step slow on its own) would not be
     # proven alone (mean short of min_mean by over min_mean_se standard errors): the lower part is
     # the job's noise, and the shift begins where the level rose (baseline._drift_prefix). Without
-    # it a 12-step +2.5 % wander in 2.2 % noise was proven with the +10 % loader fault that followed
-    # it (787 run 8: 8 false slow steps). 3: a true shift's own noise parts it this far about once in
+    # it a dozen steps' +2.5 % wander in 2.2 % noise is proven with a larger fault that follows it,
+    # and its healthy steps are false slow. 3: a true shift's own noise parts it this far about once in
     # a thousand. 0: off.
     drift_split_z: float = 3.0
     # A proven segment's leading steps under this excess over the window's centre (and not slow on
     # their own) are not its onset: the CUSUM dates a change from the last step its evidence was zero,
     # and a healthy step that ran 2-3 % over just before a fault (1-2 sigmas: one in ten) became the
-    # fault's first slow step (0: off). FAINT_REL's 3 %: false slow steps 3 -> 2 (seeds 23, 29) and
-    # 6 -> 5 (503, 509) with recall unchanged on both, tune seeds 7/11 and 13/17 unchanged;
-    # bench/sequential_detection.py held back: healthy steps flagged before a fault 3 -> 2, +5 %
-    # recall unchanged (98.79 %; its tuning seeds 99.58 -> 99.38 %).
+    # fault's first slow step (0: off). FAINT_REL's 3 %, the least a faint step is over its centre:
+    # fewer such false onsets with recall unchanged, on tuning and held-back runs of both benches.
     onset_min: float = FAINT_REL
     # An open excursion is tested against its own level (the median excess of its steps) when that
     # is above the design shift (adaptive CUSUM): healthy steps then drain a large fault's evidence
@@ -179,12 +174,12 @@ class SeqParams:
     # own: it neither adds to nor takes from the evidence of the excursion's shift (0: off, every
     # step counts, capped). Without this, one-step faults (+21 to +29 %) five steps apart each put
     # back the evidence that the healthy steps between them drained: a +7 % fault of three steps
-    # that its own evidence had not proven was proven with two of them, and all of steps 17-29 were
-    # slow (883 run 8, held back at stop 44's first run: 11 false slow steps). Twice: a fault's own
+    # that its own evidence had not proven was proven with two of them, and every healthy step between
+    # them was slow. Twice: a fault's own
     # wobble (+-15 % of its size) keeps its flagged steps under it.
     other_fault_ratio: float = 2.0
     # ...once the excursion has this many quiet steps: one or two may be a fault's partial first
-    # step (a volume slowed from 35 % into step 38, +12 %, then +21-25 % a step: one fault).
+    # step (a volume slowed from a third into a step, +12 %, then +21-25 % a step: one fault).
     other_fault_quiet: int = 3
     enabled: bool = True
 
@@ -236,11 +231,11 @@ AFTERMATH_S: dict[str, float] = {"link_down_total": 10.0}
 AFTERMATH_WEIGHT = 0.3
 # Gauges that report the peak since their last read (OpenConfig max-queue-len, SONiC's periodic
 # watermark, jnxCosQstatDepthPeak): like a counter's rate, a 10-s reading holds seconds outside the
-# step, so it is not a state the step ran in (causes.has_state_row). 779 run 65: a one-step incast's
-# watermark, read after it, showed in the two steps before it and filled them in as the fault's.
+# step, so it is not a state the step ran in (causes.has_state_row): a one-step incast's watermark,
+# read after it, shows in the steps before it and would fill them in as the fault's.
 PEAK_GAUGES = frozenset({"queue_watermark_bytes"})
-# Longest a series' sample may lie past a step's window and still be the one that covers its end
-# (#15): collectors sample every 1-10 s, and one lost sample doubles a span; 30 s bounds the index probe
+# Longest a series' sample may lie past a step's window and still be the one that covers its end:
+# collectors sample every 1-10 s, and one lost sample doubles a span; 30 s bounds the index probe
 # while a collector that was silent longer says nothing trustworthy about the step.
 MAX_SAMPLE_GAP_S = 30.0
 # Seconds past a step's window read in the same index range as the window itself: enough to hold the
@@ -269,7 +264,7 @@ BITMAP_MAX_SPAN = 16
 FRAMES_MIN_SHARE = 0.125
 # A series without own history counts its peer score discounted: it could be always this high.
 NO_HISTORY_DISCOUNT = 0.7
-# -- series without peers (#15): a shared volume (a storage system's volume every host reads) is a
+# -- series without peers: a shared volume (a storage system's volume every host reads) is a
 # peer group of one; it is scored against its own history alone. Its excess is measured in units of
 # its own noise (MAD), but at least this share of its usual level (a gauge's usual wobble is ~10 %;
 # a volume "several-fold" slower is +100 % and more, and still +50 % in a sample that overlaps only
@@ -279,8 +274,8 @@ SOLO_REL_FLOOR = 0.15
 SOLO_FLOOR_SHARE = 0.05
 # -- a read latency's floor follows its level (localize.LEVEL_FLOORS): FLOORS' 2 ms is five times a local
 # NVMe volume's whole read latency, so against its peers such a volume showed a five-fold slowdown
-# (0.8 -> 4-6 ms in a 9-s sample) at a peer z of 2 and was no evidence (stop 35: seed 811 run 22, a
-# local data volume named as its host). Never under this share of FLOORS (SOLO_FLOOR_SHARE's 0.1 ms).
+# (0.8 -> 4-6 ms in a 9-s sample) at a peer z of 2 and was no evidence (its fault named
+# as the volume's host). Never under this share of FLOORS (SOLO_FLOOR_SHARE's 0.1 ms).
 LEVEL_FLOOR_MIN_SHARE = SOLO_FLOOR_SHARE
 
 
@@ -290,7 +285,7 @@ class EngineConfig:
     # A borderline step (baseline.py) is slow when the cause its telemetry names (not `unknown`) has at
     # least this confidence; 0 or more than 1: never (either tier). 0.25: over unknown_confidence, under
     # a host's TCP retransmissions alone (0.29-0.49: one series, 100x its past but 3 floors over it);
-    # 0.5 lost those 6 steps of the tuning seeds and no false one.
+    # 0.5 lost such steps on the tuning runs and no false one.
     corroborate_min_confidence: float = 0.25
     # A faint step (baseline.py: FAINT_Z, FAINT_REL) needs this much: most of a healthy step's own
     # telemetry names nothing, and what it names (a neighbouring fault's tail in a 10-s sample) is weak.
@@ -300,21 +295,21 @@ class EngineConfig:
     # telemetry names the cause with a `timing` row of its own: the ranks' clocks measure the time the
     # fault cost, where the step time also carries the step's noise (a +5 % GPU fault in a step whose
     # collectives ran 3 % faster measures +2 %). REL, the least loss that is a slow step; not tuned.
-    # Healthy steps' stragglers on development seeds (503, 509: 2,143 healthy steps, 12 of them with
-    # a straggler) cost at most 2.3 %. inf: off.
+    # Healthy steps' stragglers in the simulator's development runs (about one healthy step in 180 has
+    # one) cost at most 2.3 %. inf: off.
     corroborate_straggler_loss: float = REL
     # ...and this share, for a step beside a slow step (or between two) whose answer names the cause
     # on the straggler's host (corroborate.hidden_slow): its neighbours already name it, and the
     # ranks' wait for the straggler past the next-slowest rank measures under what the fault cost
-    # (the other ranks' own noise): 775 run 33 step 49 and 777 run 5 step 46 waited 3.9 % and 3.8 %
-    # of the baseline for faults that cost 4.0 % and 4.1 %. FAINT_REL, the least a faint step is
+    # (the other ranks' own noise): ranks have waited 3.8-3.9 % of the baseline for faults that
+    # cost 4.0-4.1 %. FAINT_REL, the least a faint step is
     # over its centre; not tuned. inf: off.
     beside_straggler_loss: float = FAINT_REL
     # ...counting, when the straggler is one GPU, what the step's collectives lost over their baseline
     # transfer: a GPU whose PCIe link trained down carries its share of every collective at a fraction
-    # of its speed, so part of its loss is in the ring, which the wait for its work does not hold (781
-    # run 15 step 17: a downtrain's first step, where the ranks waited 2.0 % of the baseline for the
-    # GPU past the next-slowest rank and the collectives lost 2.8 % more). The neighbours must still
+    # of its speed, so part of its loss is in the ring, which the wait for its work does not hold (a
+    # downtrain's first step: the ranks may wait 2 % of the baseline for the GPU past the next-slowest
+    # rank while the collectives lose 3 % more). The neighbours must still
     # name that GPU, and the step's own clocks show it straggling. False: the wait alone.
     beside_ring_loss: bool = True
     # ...and, at those shares (beside_straggler_loss, beside_ring_loss), a borderline step with no slow
@@ -341,14 +336,14 @@ class EngineConfig:
     # median/MAD at 1-10 s sampling and for a fault of 10-40 steps to stay a minority of it (a median
     # follows a fault that fills half its window: 90 s did after 45 steps of 2 s, and a noisy job's
     # 36-step link fault, with no episode to look before, lost its evidence half-way), short enough
-    # that a diurnal load shift does not count. 300 s (stop 29; was 90).
+    # that a diurnal load shift does not count. 300 s.
     own_history_s: float = 300.0
     # The history window ends this long before the step, so the step's own samples are not in it.
     own_history_gap_s: float = 0.5
     # A step inside a sustained episode that began at most this long ago is compared with its sources'
     # history before the episode's first step (engine.py); an older one with the own_history_s before
     # it, since a past that old may no longer be the source's normal (a new phase, a diurnal load).
-    # Not tuned: ten minutes, longer than any fault the issue describes (10-40 steps).
+    # Not tuned: ten minutes, longer than any fault that must be reported (10-40 steps).
     episode_history_max_s: float = 600.0
     # Telemetry window after a step ends: half the step, at least 1 s (a sample interval) and at
     # most 5 s, because counters are scraped after the fact and a long step's tail is already in.
@@ -399,14 +394,14 @@ class EngineConfig:
     storage_data_share: float = 0.5
     # A straggler whose own phase excess is under this share of the step's lost local work did not
     # cause most of it: with a candidate off the job's hosts (a shared volume) that the ranks' reading can hold
-    # (storage_data_share), the storage is named instead (#15: a shared volume slowed at a checkpoint
-    # step, whose slowest writer was 6 sigmas out by 58 of the 290 ms lost).
+    # (storage_data_share), the storage is named instead (a shared volume slowed at a checkpoint
+    # step, whose slowest writer was 6 sigmas out by a fifth of the time lost).
     straggler_min_share: float = 0.35
     # A network cause corroborates a step under the bar on its own only when the step's collectives
     # (their pure transfer time, Baselines.transfer_lost) lost at least this share of what the step
     # lost: a network fault slows the collectives. A coarse counter whose span reaches into the step
-    # from a fault that ended in the step before it does not (787 run 3 step 61: a lossy incast's
-    # drops read +170/s in the step after the incast's, which lost 67 ms, its collectives 4 ms).
+    # from a fault that ended in the step before it does not (a lossy incast's
+    # drops read high in the step after it, whose collectives lost a small share of its loss).
     # Between two steps that name the cause (`between`) it still may. 0: the rule off.
     net_min_share: float = 0.25
     # Straggler strength = base + span * (1 - exp(-z / scale)): z of 5 (the detection bar) gives
@@ -447,12 +442,12 @@ class EngineConfig:
     # Steps attributed per background pass, so one backlogged job cannot starve the others.
     pending_limit: int = 5000
 
-    # -- GPU and host evidence (#17, devices.py) ---------------------------------------------------
+    # -- GPU and host evidence (devices.py) --------------------------------------------------------
     # An XID this long before the step still explains it: a GPU recovering from an error (page
     # retirement, a reset engine, a contained ECC error) runs slow for several steps after it.
     xid_lookback_s: float = 60.0
     # An XID this long before the step counts when the job's GPUs are scanned with no straggler to
-    # point at one (a GPU picked from all must have logged around the step itself). (#15: the state a
+    # point at one (a GPU picked from all must have logged around the step itself). (The state a
     # step ran in, link width or throttle flags that hold between readings, is no longer a fixed
     # look-back: DEVICE_SQL takes each series' last reading before the step, whatever its interval.)
     device_state_lookback_s: float = 5.0
@@ -463,13 +458,13 @@ class EngineConfig:
     # the margin over other GPUs: the finding is specific, but the timings did not point at it.
     gpu_scan_confidence: float = 0.8
 
-    # -- shared storage (#15) ------------------------------------------------------------------------
+    # -- shared storage ------------------------------------------------------------------------------
     # A storage cause with no straggler (every rank's data phase grew alike) rises from
     # storage_without_straggler_confidence by up to this span with its evidence's strength
     # (1 - exp(-total / net_total_scale)) and its margin over the next storage candidate.
     storage_evidence_span: float = 0.35
 
-    # -- sustained episodes (#15 item 2, episode.py) ---------------------------------------------------
+    # -- sustained episodes (episode.py) ---------------------------------------------------------------
     # A step whose own evidence names nothing lists its episode's best-evidenced cause at this share
     # of that cause's confidence: the same event is likely, but this step's telemetry did not show it.
     episode_confidence_factor: float = 0.6
@@ -491,7 +486,7 @@ class EngineConfig:
     # ...or up to this many when the cause is a GPU whose own state alone slows it, as the device
     # reports it (causes.has_origin_state: its PCIe link trained down, a slowing throttle flag): such a
     # state lasts as long as its fault, where a volume's latency or a port's queue, read beside two
-    # faults of one component, also rose a step before the second began (811 run 1 step 47). Off
+    # faults of one component, also rose a step before the second began. Off
     # with fill_gap_steps.
     fill_gap_origin_steps: int = 12
     # ...and a GPU fault's first or last step, under every bar but over the window's centre, whose

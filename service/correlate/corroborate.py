@@ -102,8 +102,8 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
 
     def straggler(share: float, ring: bool = False) -> Straggler | None:
         # what a fault can slow at a checkpoint step is the step less its write: the same loss is a
-        # smaller share of a checkpoint step's baseline (775 run 50 step 40, a host's +4.2 % loss
-        # at a checkpoint step was 3.9 % of it). A bar of inf is the rule off: no rank rows read.
+        # smaller share of a checkpoint step's baseline (a host's +4.2 % loss is under 4 % of a
+        # checkpoint step's). A bar of inf is the rule off: no rank rows read.
         if not math.isfinite(share):
             return None
         got = probes.straggler()
@@ -134,11 +134,10 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # a borderline step whose ranks waited for one GPU that reports, in the step's own span, a
         # state that alone slows it (a throttle flag, a PCIe link trained down): the device's own
         # signal names the cause and the ranks' clocks its cost, as a faint step's telemetry and a
-        # slow neighbour would (789 run 33 step 41: a throttle's second step, after a checkpoint
-        # step, 2.8 sigmas over its baseline; its ranks waited 2.9 % for the GPU, its ring lost 1.5 %).
-        # A step under the borderline bar needs the cost of a slow step (REL) on those clocks: 787
-        # run 7 step 42, a downtrain's last step at +2.4 % whose ranks waited 2.2 % for the GPU and
-        # whose ring lost 3.4 % more (the next step, the fault's tail, not slow: no neighbour rule)
+        # slow neighbour would (a throttle's step under the bar whose ranks waited ~3 % for the GPU
+        # while its ring lost more). A step under the borderline bar needs the cost of a slow step (REL)
+        # on those clocks: a downtrain's last step whose wait and ring loss reach it is slow, the
+        # fault's tail after it is not (no neighbour rule)
         share = cfg.beside_straggler_loss if bl.borderline[i] else cfg.corroborate_straggler_loss
         ok = gpu_judged(straggler(share, ring=cfg.beside_ring_loss), origin_state=True)
         if ok:
@@ -149,8 +148,8 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # together (corroborate_straggler_loss), while that GPU's error counters ran in the step's
         # own span (PCIe replays): a link retrying slows both its GPU's work and its ring hop, which
         # a compute straggler's clocks do not. A PCIe link trained down for under a second of a step
-        # is missed by a state read every 2-10 s; its replays are counted (881 runs 0 and 13,
-        # held back at stop 44's first run: one-step downtrains at +3.7-3.8 %, the GPU 8 sigmas out)
+        # is missed by a state read every 2-10 s; its replays are counted (a one-step downtrain
+        # under +4 %, its GPU several sigmas out)
         ok = gpu_judged(straggler(cfg.corroborate_straggler_loss, ring=True), error_rate=True)
         if ok:
             return ids.PROMOTE_ERROR_RATE
@@ -198,8 +197,8 @@ def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, 
         # trained down, a throttle flag) in the step's own span (not the next step's first second,
         # where the fault may have begun) and whose slow steps right after or before it name that
         # GPU. Not other causes' gauges nor a GPU's clock in the step: a volume's latency and a
-        # straggler's time were high in the steps before their faults began often enough (17 false
-        # slow steps on 811/821). The state must cover, between its first and last reading in it,
+        # straggler's time were high in the steps before their faults began often enough to make such
+        # a rule flag healthy steps). The state must cover, between its first and last reading in it,
         # most of the step (fill_edge_share): a fault that began late in the step, or ended early in
         # it, slowed it little, and a 10-s reading dates neither.
         trial: Attribution = {**out}
@@ -217,8 +216,7 @@ def _state_throughout(probes: Probes, summ: pd.DataFrame, i: int, around: Sides,
     steps of its two sides) show `component`'s state too. A volume's latency or a port's queue read
     over a coarse span that holds a second fault's first seconds shows the state in the step just
     before it, and nothing in the gap's earlier steps: two faults of one component, not one fault
-    the noise hid (857 run 22 step 48, 859 run 25 step 58: +0.8 % each, the step before a volume's
-    second slowdown, filled)."""
+    the noise hid (the step before a volume's second slowdown, at +0.8 %, is not filled)."""
     if probes.state_at is None:
         return True
     steps = summ["step"].to_numpy(int)

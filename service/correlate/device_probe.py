@@ -1,4 +1,4 @@
-"""The engine's GPU and host look-ups (#17): the straggler's own telemetry, a scan of the job's GPUs
+"""The engine's GPU and host look-ups: the straggler's own telemetry, a scan of the job's GPUs
 when collective time has no network explanation, and look-back evidence yielding to the step's own.
 The rules are devices.py's tables, the SQL queries.py's; this module only joins them to a step."""
 
@@ -38,7 +38,7 @@ def device_findings(conn: Any, sources: list[str], rules: tuple[Rule, ...], win:
     since `xid_lookback_s` before the step (None: no XIDs); `peers`: the job's GPUs, for the rules
     that compare a GPU with the others."""
     ws, we = win
-    # #15: the readings that describe the step (the last state before it, the rate covering its end)
+    # the readings that describe the step (the last state before it, the rate covering its end)
     # are found per series by DEVICE_SQL, whatever each series' interval; no fixed look-back.
     hs, he = ws - cfg.own_history_s, ws - cfg.own_history_gap_s
     rows = q.device_rows(conn, sources=sources, metrics=rule_metrics(rules), ws=ws, we=we, hs=hs, he=he)
@@ -95,8 +95,8 @@ def unreported_gpu(conn: Any, cause: CauseDraft, gpus: list[str], win: Window,
     step (a hook's post lost): the rank everyone waited for may be one of them, and its GPU's own
     state (a throttle flag, a PCIe link trained down, an XID) names it, as the scan of
     gpu_or_network does for a ring's loss. Only their GPUs are read: the others' timings are there
-    and show no straggler (881 run 2 step 19, held back at stop 44's first run: a throttled GPU's
-    rank record lost, the step +25.8 % and `unknown`)."""
+    and show no straggler (else a throttled GPU whose rank record was lost leaves its slow step
+    `unknown`)."""
     found = _origin_scan(conn, cause, gpus, win, cfg)
     return found if found is cause else tagged(found, ids.CAUSE_UNREPORTED_GPU)
 

@@ -1,4 +1,4 @@
-"""GPU and host evidence (#17): why a straggling GPU or host was slow, from its own telemetry.
+"""GPU and host evidence: why a straggling GPU or host was slow, from its own telemetry.
 
 The timings already say *which* rank everyone waited for; these rules say *why*, as evidence rows a
 user can check: a throttled GPU (throttle flag, SM clock below its maximum), a downtrained PCIe link
@@ -181,9 +181,9 @@ def state_runs(readings: pd.DataFrame, rules: tuple[Rule, ...]) -> list[tuple[fl
     """The spans of time in which the `flag` and `below_ref` rules find a state in `readings`
     (queries.readings: one source, oldest first), each from the first to the last of its consecutive
     readings in the state: the time it surely held. Not halfway to the readings either side: a 10-s
-    reading dates a state's start or end no better than to 10 s, which is five steps (773 run 18 step
-    35, a downtrain that ended early in its last step, dated to cover most of it). A `below_ref`
-    reference is the highest reading of its `ref` metric."""
+    reading dates a state's start or end no better than to 10 s, which is five steps (a downtrain
+    that ended early in its last step would be dated to cover most of it). A `below_ref` reference is
+    the highest reading of its `ref` metric."""
     if readings.empty:
         return []
     recs = readings.to_dict("records")

@@ -1,4 +1,4 @@
-"""Where in a coarse sample's span its rate was: the samples at a step's edges (#15, faults that begin
+"""Where in a coarse sample's span its rate was: the samples at a step's edges (faults that begin
 or end inside a sampling interval).
 
 A counter's rate sample is the mean over its span (window.py). A 10-s sample that overlaps a 2-s
@@ -7,10 +7,10 @@ that overlap as if it were spread evenly. That is all one sample says, but its n
 when the sample before it ran at a fault's height and the sample after it at the healthy level, the
 fault ended inside the span, and a single change between those two levels puts the fault's part of
 the span at its start, at the share (rate - after) / (before - after) of it. A step that overlaps
-only the span's end, or a middle part past that share, then saw the healthy level (749 run 15 step
-60: a queue incast that ended 8 s before the step lent its ECN marks to the step, whose loss was a
-GPU's; 749 run 6 step 13: the first tenth of a second of a NIC fault's onset sample made a healthy
-step slow). The same holds, mirrored, for an onset (the sample after higher).
+only the span's end, or a middle part past that share, then saw the healthy level (else a queue
+incast that ended seconds before the step lends its ECN marks to a step whose loss was a GPU's, and
+the first tenth of a second of a NIC fault's onset sample makes a healthy step slow). The same
+holds, mirrored, for an onset (the sample after higher).
 
 Only a lower estimate is taken (a rate between its neighbours' that a single change explains); a
 burst inside one span (both neighbours lower) keeps the even spread. Asked only of the few series

@@ -387,9 +387,9 @@ class AttributionEngine:
                              bl=bl, i=i, cfg=cfg, capped=self._capped,
                              attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
             # ...nor is a later step of it that ran at the job's level (under the faint bar) when
-            # neither it nor its episode names a cause: nothing says it lost time (859 run 7 step 52,
-            # +0.3 %: the second step of a shift whose onset, a noisy step before a NIC's fault, was
-            # healthy by the rule above)
+            # neither it nor its episode names a cause: nothing says it lost time (a +0.3 %
+            # step of a shift whose onset, a noisy step before a fault, was healthy by the rule
+            # above)
             unnamed_level = (cfg.unnamed_level_healthy and not cfg.off(ids.DEMOTE_UNNAMED_LEVEL)
                              and bool(bl.unproven[i]) and out["layer"] == "unknown"
                              and d - float(bl.centre[i]) < FAINT_REL * base)
@@ -431,9 +431,9 @@ class AttributionEngine:
         st = find_straggler(per_rank) if len(per_rank) else None
         if st is not None and checkpoint and straggler_loss(per_rank, st) <= 0.0:
             # at a checkpoint step the ranks may have waited for another rank than the phase's outlier:
-            # one host's slow write outweighs a GPU's few-sigma compute (781 run 35 step 60: a GPU
-            # 9.6 sigmas out in compute that no rank waited for, a host's checkpoint volume 8 sigmas
-            # slow in the same seconds); a straggler no rank waited for is not the step's cause
+            # one host's slow write outweighs a GPU's few-sigma compute (a GPU
+            # many sigmas out in compute that no rank waited for, a host's checkpoint volume slow in
+            # the same seconds); a straggler no rank waited for is not the step's cause
             st = None
         if st is None and corroborating and len(per_rank) and topo.checkpoint_volumes and checkpoint:
             st = checkpoint_straggler(per_rank, {topo.host_of[v] for v in topo.checkpoint_volumes if v in topo.host_of})
@@ -487,9 +487,9 @@ class AttributionEngine:
                 and not cfg.off(ids.ADJUST_EDGE_SPREAD)):
             # a coarse counter's edge sample read as a change outside the window (edges.py) is the
             # lower estimate, the right one when something else slowed the step; a slow step that
-            # nothing else explains is read at what the sample itself says, its even spread (823 run 13
-            # step 31: a one-step burst of retransmits in a 10-s host sample whose next sample held a
-            # second fault's burst, read as that fault's onset after the step); the window's samples
+            # nothing else explains is read at what the sample itself says, its even spread (a
+            # one-step burst of retransmits in a 10-s host sample whose next sample holds a second
+            # fault's burst reads as that fault's onset after the step); the window's samples
             # are read once (_window), only their scoring again
             spread = causes_of(telemetry(False))
             if spread and any(c["layer"] != "unknown" for c in spread):

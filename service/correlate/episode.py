@@ -1,4 +1,4 @@
-"""A sustained episode's steps share its best-evidenced cause (issue #15 item 2).
+"""A sustained episode's steps share its best-evidenced cause.
 
 The sequential test (baseline.py) flags steps that are only a little slower than usual, because many
 of them in a row are. Their own telemetry is then often as inconclusive as their timing: a throttled

@@ -53,7 +53,7 @@ SIGNALS: dict[tuple[str, str], tuple[str, str, float]] = {
     ("switch", "link_down_total"): ("link", "link", 1.0),
     ("volume", "read_latency_seconds"): ("storage", "self", 1.0),
     ("volume", "write_latency_seconds"): ("storage", "self", 1.0),
-    # -- egress queues, PFC watchdog, InfiniBand (#16; direction.py moves pause and credit-wait rows
+    # -- egress queues, PFC watchdog, InfiniBand (direction.py moves pause and credit-wait rows
     # of victims onto the congested port). Queue series carry `queue`, so each queue is its own peer group.
     ("switch", "queue_dropped_packets_total"): ("fabric", "self", 0.9),
     ("switch", "queue_watermark_bytes"): ("fabric", "self", 0.8),
@@ -61,7 +61,7 @@ SIGNALS: dict[tuple[str, str], tuple[str, str, float]] = {
     ("switch", "link_error_recovery_total"): ("link", "link", 1.0),
     ("nic", "link_error_recovery_total"): ("link", "link", 1.0),
     ("nic", "port_xmit_wait_total"): ("fabric", "peer", 0.3),
-    # -- hosts (#17): a socket transport (gloo, NCCL over sockets) moves no RDMA counter; the host's
+    # -- hosts: a socket transport (gloo, NCCL over sockets) moves no RDMA counter; the host's
     # TCP retransmissions and timeouts are then the network's only trace. They point at the host's
     # NIC (target host_nic: the NIC the job's ranks on that host use, or the host when that is not
     # one known NIC): loss on the host's path first shows where the host meets the network.
@@ -77,10 +77,10 @@ FLOORS: dict[str, float] = {
     "rx_errors_total": 5, "link_down_total": 0.02, "rdma_retransmits_total": 50, "rdma_timeouts_total": 5,
     "queue_occupancy_bytes": 1e6, "port_xmit_wait_total": 1e5,
     "read_latency_seconds": 0.002, "write_latency_seconds": 0.002,
-    # egress queues, PFC watchdog, InfiniBand (#16): a few drops, a MB of buffer, one storm or recovery
+    # egress queues, PFC watchdog, InfiniBand: a few drops, a MB of buffer, one storm or recovery
     "queue_dropped_packets_total": 20, "queue_watermark_bytes": 1e6, "pfc_deadlock_total": 0.02,
     "link_error_recovery_total": 0.02,
-    # hosts (#17): a few retransmits per second are background (control traffic, one lost segment);
+    # hosts: a few retransmits per second are background (control traffic, one lost segment);
     # a retransmission timeout is rare on a healthy host, one every two seconds is not background.
     "tcp_retransmitted_segments_total": 50, "tcp_timeouts_total": 0.5,
 }
@@ -89,13 +89,13 @@ FLOORS: dict[str, float] = {
 # latency; against its peers the floor is this share of their median when that is less. 0.15, as a
 # shared volume's own-history floor (SOLO_REL_FLOOR): a gauge's usual ~10 % wobble scores under 3.
 # Not write latency: a checkpoint's writes run 2-4 ms on the hosts still writing while the others'
-# are back at 0.5 ms, every checkpoint (dev seeds 811/821: 12 shared-volume steps named after a
-# host still writing, 5 false slow steps in fault-free runs).
+# are back at 0.5 ms, every checkpoint (a shared volume's slow steps would be named after a
+# host still writing, and fault-free runs would have false slow steps).
 LEVEL_FLOORS: dict[str, float] = {"read_latency_seconds": SOLO_REL_FLOOR}
 # Signals only a step's own checkpoint write can feel: a step that writes none (its hook reported no
 # checkpoint phase) is not explained by them. A checkpoint volume's slow writes outlast its write by
-# the latency sample's span (5-10 s), and read as the cause of the plain steps after it (881 run 13,
-# held back at stop 44's first run: a +7.8 % checkpoint volume, two plain steps false slow).
+# the latency sample's span (5-10 s), and read as the cause of the plain steps after it (false slow steps
+# after a slow checkpoint write).
 WRITE_SIGNALS = frozenset({"write_latency_seconds"})
 
 
@@ -107,7 +107,7 @@ class Topo:
     # Volumes the job's checkpoints were written to (the hook's `checkpoint` events name the mount):
     # which volume is "the checkpoint volume" is learnt from what the job did, never from its name.
     checkpoint_volumes: frozenset[str] = frozenset()
-    # host -> the NIC its ranks use (the host itself when several or none are known) (#17)
+    # host -> the NIC its ranks use (the host itself when several or none are known)
     host_nic: dict[str, str] = field(default_factory=dict)
 
     def link_name(self, source: str) -> str:
@@ -123,7 +123,7 @@ class Topo:
 
     @cached_property
     def shared_volumes(self) -> tuple[str, ...]:
-        """Volumes not on a job host: a storage system's, which every host may read (#15). Once per
+        """Volumes not on a job host: a storage system's, which every host may read. Once per
         topology: the engine asks on every slow step, and a 4,096-rank job has ~20,000 roles."""
         hosts = {s for s, r in self.role.items() if r == "host"}
         return tuple(sorted(v for v, r in self.role.items() if r == "volume" and self.host_of.get(v) not in hosts))
@@ -163,7 +163,7 @@ def build_topo(ranks: pd.DataFrame, links: pd.DataFrame, volumes: list[str],
 
 def add_rank_roles(ranks: pd.DataFrame, role: dict[str, str], host_of: dict[str, str]) -> dict[str, str]:
     """GPU (`host:gpuN`) and host sources of the job, with roles from the rank placement (never from
-    name patterns), and which NIC each host's ranks use (#17). Returns host -> NIC source or host."""
+    name patterns), and which NIC each host's ranks use. Returns host -> NIC source or host."""
     used: dict[str, set[str]] = {}
     gpus = ranks["gpu"] if "gpu" in ranks else [None] * len(ranks)
     for h, g, n in zip(ranks["host"], gpus, ranks["nic"], strict=False):
@@ -192,7 +192,7 @@ def series_groups(meta: pd.DataFrame, topo: Topo) -> pd.DataFrame:
     key = df["role"].astype(str) + "|" + df["metric"].astype(str) + "|" + df["labels"].astype(str)
     vol = df["role"] == "volume"
     key[vol] = key[vol] + "|" + df.loc[vol, "source"].str.split(":", n=1).str[1]
-    # #15: a volume of a storage system (not on a job host) is shared by all hosts: it has no peers,
+    # a volume of a storage system (not on a job host) is shared by all hosts: it has no peers,
     # whatever its name, even if another storage system serves a volume of the same name.
     shared = vol & df["source"].isin(topo.shared_volumes)
     key[shared] = key[shared] + "|" + df.loc[shared, "source"]
@@ -227,7 +227,7 @@ def finish_scores(out: pd.DataFrame, meta: pd.DataFrame, hist: pd.DataFrame) -> 
     own = (cur - hist_med) / np.maximum(sigma0, floor)
     df["baseline"] = np.where(np.isnan(hist_med), peer_med, hist_med)
     score = np.where(~np.isnan(own), np.minimum(peer_z, own), NO_HISTORY_DISCOUNT * peer_z)
-    # #15: no peer score (a series with no peers): its own history alone, on a floor relative to its
+    # no peer score (a series with no peers): its own history alone, on a floor relative to its
     # own level; without history there is nothing to compare it with (score NaN, never a candidate).
     solo = np.isnan(peer_z)
     if solo.any():

@@ -142,7 +142,7 @@ CROSS JOIN LATERAL (
 # A source's own past: median and MAD (scaled to sigma). MAD rather than the interquartile range: a
 # fault that has already lasted a quarter of the window (or came back) widens the IQR until the
 # fault looks normal; the MAD still holds with up to half of the history anomalous.
-# Interval-aware (#15): each sample counts for the seconds it covers (its span from the previous
+# Interval-aware: each sample counts for the seconds it covers (its span from the previous
 # sample; the first one takes the series' median span), so a gap's one long-span rate, or a collector
 # that sampled faster for a while, weighs by time, not by how many samples it left. With even spans
 # this is the plain (lower) median.
@@ -554,11 +554,11 @@ def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) ->
          json.dumps(a["rules"]) if a.get("rules") else None))
 
 
-# -- GPU and host evidence (#17) ------------------------------------------------------------------
+# -- GPU and host evidence ------------------------------------------------------------------------
 
 # Per series of the given sources and metrics: the window's min and max value and max rate, and the
 # median value and rate of the source's own past with the rate's MAD (scaled to sigma).
-# Interval-aware (#15), as window.py: a GPU/host state (link width, a throttle flag, a clock) holds
+# Interval-aware, as window.py: a GPU/host state (link width, a throttle flag, a clock) holds
 # from one reading to the next, so the state the step ran in is the last reading at or before ws plus
 # the readings inside the window, however long the series' interval is; a counter's rate covers the span
 # up to its sample, so the rates that overlap the window are those inside it plus the first one after

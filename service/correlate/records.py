@@ -21,11 +21,11 @@ class EvidenceRow(TypedDict):
     value: float
     baseline: float
     score: float
-    unit: str  # per_second (counter rate), value (gauge), seconds (a timing) or events (#17: XIDs)
+    unit: str  # per_second (counter rate), value (gauge), seconds (a timing) or events (XIDs)
     labels: NotRequired[dict[str, str]]  # the series' labels, when it has any
     rank: NotRequired[int]  # timing evidence: the straggling rank
-    # "timing" for a rank's phase time, "event" for a logged event (a GPU XID, #17), "episode" for a cause
-    # borrowed from the step's episode, "corroborated" for a step its telemetry made slow (#15), "onset"
+    # "timing" for a rank's phase time, "event" for a logged event (a GPU XID), "episode" for a cause
+    # borrowed from the step's episode, "corroborated" for a step its telemetry made slow, "onset"
     # for an episode's first step that showed nothing of its own and is not slow, "untimed" for a step
     # only the sequential test flagged whose network cause its own collectives did not show (not slow)
     kind: NotRequired[str]

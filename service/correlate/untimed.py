@@ -71,12 +71,12 @@ def _untimed_work(ranked: RankRows, out: Attribution, bl: Baselines, i: int, *, 
                   cfg: EngineConfig) -> EvidenceRow | None:
     """_untimed_phase for a GPU (`compute`) or a host cause: such a fault slows the local work of
     its own ranks, so a step only the sequential test flagged whose ranks there did no more work
-    than the others, by straggler_min_share of the step's excess, was not slowed by it (731 run 0
-    step 49: a noisy step right after a GPU's +45 % throttle borrowed that GPU from its episode).
+    than the others, by straggler_min_share of the step's excess, was not slowed by it (a noisy step
+    right after a GPU's throttle does not borrow that GPU from its episode).
     Not when the step's collectives lost time: a GPU's PCIe link trained down slows its ring; nor
-    when, for such a GPU, its work and the collectives' unproven loss together hold that share (781
-    run 33 step 32: a +8 % downtrain's step, its GPU's work 34.8 % of the excess and its collectives'
-    transfer 35 % more). The `untimed` row: the most local work of the cause's ranks against all ranks' median."""
+    when, for such a GPU, its work and the collectives' unproven loss together hold that share (a
+    downtrain's step whose GPU's work holds a third of the excess and its collectives' transfer as
+    much again). The `untimed` row: the most local work of the cause's ranks against all ranks' median."""
     if (not out["slow"] or not bl.unproven[i] or out["layer"] not in WORK_LAYERS or bl.net_timing[i]
             or not out["component"]):
         return None

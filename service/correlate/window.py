@@ -8,7 +8,7 @@ the same arithmetic on arrays costs tens of milliseconds. Every expression keeps
 operations the SQL had (sequential sums in time order, percentile_cont's interpolation) so that the
 values are the same to the last bit.
 
-How a sample weighs (#15, interval-aware): a sample at t whose series sampled before at t' covers
+How a sample weighs (interval-aware): a sample at t whose series sampled before at t' covers
 (t', t] (its rate is the mean over that span; a gauge reads the span's state). The samples that
 overlap the window [ws, we] are those in (ws, we] and the first one after we (its span holds the
 window's tail, or the whole window when a slow collector has no sample inside it). No look-back

@@ -39,6 +39,8 @@ def test_the_nearest_steps_that_may_be_slow_each_side_up_to_the_first_slow_one()
 
 
 def test_a_step_at_the_baseline_is_at_a_small_faults_level_not_a_large_ones() -> None:
+    """Rule: a step is at its neighbours' level when over half of it less SEG_MEMBER_SIGMAS of the noise
+    (around.at_their_level)."""
     x = _noise(50)
     x[30:33] += 0.4
     x[33:37] = 0.0  # at the baseline

@@ -25,6 +25,8 @@ STEP = 40  # a checkpoint step (JobSpec.ckpt_every 10)
 
 def test_a_stall_at_the_checkpoint_barrier_is_the_links_not_the_loaders(service_url: str,
                                                                        db_conn: psycopg.Connection) -> None:
+    """Rule: at a checkpoint step the loaders' timing is weighed against the step's excess beyond a plain step and
+    its slowest write (baseline.compute_baselines: data_timing)."""
     cluster = build_cluster(SPEC)
     # the link's flaps and errors in the step's seconds; its own delay of the all-reduces a sliver
     flap = make_fault(cluster, "link_flap", variant="host_link", start_step=STEP, steps=1, severity=0.002,

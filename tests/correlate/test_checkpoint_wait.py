@@ -24,6 +24,8 @@ STEP = 40  # a checkpoint step (JobSpec.ckpt_every 10)
 
 def test_a_gpu_no_rank_waited_for_at_a_checkpoint_step_is_not_its_cause(service_url: str,
                                                                         db_conn: psycopg.Connection) -> None:
+    """Rule: at a checkpoint step a straggler no rank waited for is not the step's cause (engine._explain,
+    decompose.straggler_loss)."""
     cluster = build_cluster(SPEC)
     slow_write = make_fault(cluster, "storage_slow", variant="ckpt", start_step=STEP - 2, steps=4, severity=0.1,
                             rng=np.random.default_rng(3))

@@ -224,7 +224,9 @@ def test_only_a_gpus_own_state_that_alone_slows_it_counts_as_its_origin_state() 
 def test_a_queues_watermark_is_no_state_of_the_steps_own_seconds() -> None:
     """`own_state` (a gap between a fault's slow steps): a queue's watermark is the peak since its
     last read, so a 10-s reading holds a fault's seconds after the step (779 run 65: a one-step
-    incast's watermark filled the two steps before it in). Its occupancy, a state, still counts."""
+    incast's watermark filled the two steps before it in). Its occupancy, a state, still counts.
+    Rule: a peak-since-last-read gauge is no state the step ran in (constants.PEAK_GAUGES,
+    causes.has_state_row)."""
     def between(cause: tuple[str, str | None]) -> bool:
         return True
 
@@ -242,7 +244,9 @@ def test_a_queues_watermark_is_no_state_of_the_steps_own_seconds() -> None:
 
 def test_a_network_cause_whose_collectives_lost_nothing_needs_both_sides_to_name_it() -> None:
     """787 run 3 step 61: a lossy incast ended in the step before; its drop counters' span reached into
-    this step, which lost 67 ms while its collectives lost 4 ms. A network fault slows the collectives."""
+    this step, which lost 67 ms while its collectives lost 4 ms. A network fault slows the collectives.
+    Rule: a network cause corroborates a step on its own only when its collectives lost a share of the loss
+    (EngineConfig.net_min_share)."""
     drops = _explain("fabric", "leaf1:p3", 0.83, [{"source": "leaf1:p3", "metric": "queue_dropped_packets_total",
                                                    "score": 15.9, "kind": None}])
     lost = 0.1  # the draft's step: 2.1 s against a 2.0-s baseline

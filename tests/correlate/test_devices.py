@@ -170,6 +170,8 @@ def _readings(*rows: tuple) -> pd.DataFrame:
 
 
 def test_a_states_span_runs_from_its_first_to_its_last_reading_in_it() -> None:
+    """Rule: a state surely held from its first to its last reading in it, not halfway to the readings either side
+    (devices.state_runs)."""
     origin = ORIGIN_RULES
     width = [("pcie_link_width_max", None, t, 16) for t in (100.0, 102.0, 104.0, 106.0, 108.0)]
     # trained down between the readings at 102 and 104, back between 106 and 108: surely 104 to 106

@@ -41,6 +41,7 @@ def run13(service_url: str) -> Scenario:
 
 def test_a_checkpoint_volumes_slow_write_does_not_name_the_plain_steps_after_it(
         run13: Scenario, db_conn: psycopg.Connection) -> None:
+    """Rule: a volume's write signals explain only a step that writes a checkpoint (localize.WRITE_SIGNALS)."""
     sc = run13
     f = next(f for f in sc.faults if f.kind == "storage_slow")
     assert (f.variant, f.start_step, f.steps) == ("ckpt", 30, 6)
@@ -57,6 +58,8 @@ def test_a_checkpoint_volumes_slow_write_does_not_name_the_plain_steps_after_it(
 @pytest.mark.parametrize(("run", "step"), [(0, 23), (13, 58)])
 def test_a_faint_step_whose_straggler_gpus_pcie_replays_ran_is_slow_with_that_gpu(
         service_url: str, db_conn: psycopg.Connection, run13: Scenario, run: int, step: int) -> None:
+    """Rule: a borderline step whose straggler GPU's wait and ring loss reach a slow step's share while its error
+    counters run in the step's span is slow (corroborate.hidden_slow, EngineConfig.error_rate_straggler)."""
     sc = run13 if run == 13 else _run(service_url, run, 1.7942e9)
     f = next(f for f in sc.faults if f.kind == "pcie_downtrain" and f.active(step))
     assert sc.truth[step].slow and sc.truth[step].component == f.component
@@ -74,6 +77,8 @@ def test_a_faint_step_whose_straggler_gpus_pcie_replays_ran_is_slow_with_that_gp
 
 def test_a_slow_step_whose_straggler_sent_no_record_is_named_from_its_gpus_state(
         service_url: str, db_conn: psycopg.Connection) -> None:
+    """Rule: local work lost with no straggler while some ranks sent no record is named from those ranks' GPUs' own
+    state (device_probe.unreported_gpu)."""
     sc = _run(service_url, 2, 1.7943e9)
     f = next(f for f in sc.faults if f.kind == "gpu_thermal_throttle")
     assert f.start_step <= 19 < f.start_step + f.steps and sc.truth[19].component == f.component
@@ -91,6 +96,8 @@ def test_a_slow_step_whose_straggler_sent_no_record_is_named_from_its_gpus_state
 
 def test_a_level_step_only_the_sequential_test_flagged_that_names_nothing_is_healthy(
         service_url: str, db_conn: psycopg.Connection) -> None:
+    """Rule: a step only the sequential test flagged, under FAINT_REL over its centre, that neither it nor its
+    episode names a cause for, is healthy (EngineConfig.unnamed_level_healthy)."""
     (sc,) = accuracy_runs(1, 859, first=7, t0=1.7944e9)
     post(service_url, sc)
     f = next(f for f in sc.faults if f.kind == "tcp_retransmits")

@@ -210,7 +210,9 @@ def test_a_checkpoint_step_inside_a_fault_is_slow_by_its_loss_on_the_work_beside
     the host. The write is time the fault did not slow: the straggler's loss is weighed against the
     step less its write, and the step is slow with the cause the steps either side name. With the
     bar between the loss's share of the step less its write and its share of the whole step, it is
-    slow; just over the first, healthy."""
+    slow; just over the first, healthy.
+    Rule: at a checkpoint step the straggler's loss is weighed against the step less its write
+    (corroborate.hidden_slow)."""
     f = make_fault(build_cluster(SPEC), "host_contention", start_step=36, steps=8, severity=0.04,
                    rng=np.random.default_rng(9))
     sc = generate(SPEC, job="straggler-loss-checkpoint", steps=STEPS, faults=[f], seed=9, t0=1.7805e9,

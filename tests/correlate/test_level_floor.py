@@ -96,6 +96,7 @@ def _fast_volume(sc: Scenario, volume: str, most: float) -> None:
 
 def test_a_local_data_volume_four_times_slower_is_named_not_its_host(service_url: str,
                                                                      db_conn: psycopg.Connection) -> None:
+    """Rule: a read latency's floor follows its peers' level (localize.LEVEL_FLOORS, window.level_floor)."""
     spec = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2,
                        **random_storage_names(np.random.default_rng(35)))
     f = make_fault(build_cluster(spec), "storage_slow", start_step=20, steps=5, severity=0.12, variant="data",

@@ -111,7 +111,9 @@ def test_a_named_cause_heads_the_answer_over_an_unknown_one() -> None:
 def test_a_gpu_its_own_device_shows_heads_a_network_cause_less_sure_than_it() -> None:
     """747 run 5 step 48: a PCIe downtrain (its GPU 104 sigmas over its compute baseline, link trained
     from gen 4 to 2) behind a link named at 0.39 from a flap 8 s before the step, which the collectives'
-    larger share of the loss had put first. The GPU slows the ring it sits in: it heads the answer."""
+    larger share of the loss had put first. The GPU slows the ring it sits in: it heads the answer.
+    Rule: a GPU whose own state alone slows it heads a network cause less sure than it; an XID, an error counter
+    or a clock sample does not (causes.gpu_state_first)."""
     link = {"layer": "link", "component": "sw10:p15", "lost_s": 0.56, "confidence": 0.39,
             "evidence": [{"source": "sw10:p15", "metric": "link_down_total", "score": 16.7}]}
     timing = {"source": "n3:gpu4", "metric": "compute_seconds", "score": 104.1, "kind": "timing"}
@@ -155,6 +157,7 @@ def _two_causes() -> dict:  # type: ignore[type-arg]
 
 
 def test_a_cause_its_phase_does_not_show_yields_to_the_next_one_that_it_does() -> None:
+    """Rule: a cause whose phase did not show it yields to the next named cause that does (causes.first_timed)."""
     # 759 run 12 step 32: the onset of a GPU straggler, second to a port whose congestion the step's
     # collectives did not show; made healthy with the port, it is slow with the GPU
     untimed = {"source": "", "metric": "collective_transfer_seconds", "value": 0.3, "baseline": 0.3, "score": 0.2,

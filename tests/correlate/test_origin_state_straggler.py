@@ -85,6 +85,8 @@ def test_without_the_gpus_own_state_or_its_wait_the_step_stays_healthy(
 
 
 def test_under_the_borderline_bar_the_wait_and_the_ring_must_cost_a_slow_steps_share() -> None:
+    """Rule: under the borderline bar the GPU's wait and ring loss must reach a slow step's share
+    (corroborate.hidden_slow, corroborate_straggler_loss)."""
     # 787 run 7 step 42's shape: a PCIe downtrain's last step at +2.4 %, no slow step after it; its
     # ranks waited 2.2 % for the GPU and its collectives lost 3.4 % more: together over REL (4 %)
     ok, out = _judge(0.022, [TIMING, THROTTLE], rel=0.024, ring_s=0.068)

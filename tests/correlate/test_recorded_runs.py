@@ -64,6 +64,8 @@ def test_an_excursion_that_ended_just_short_of_proof_does_not_raise_the_bar() ->
 
 
 def test_a_wander_of_the_jobs_noise_is_not_proven_with_the_fault_after_it() -> None:
+    """Rule: a proven segment's lower part that would not be proven alone is the job's noise
+    (SeqParams.drift_split_z)."""
     # seed 787 run 8: steps 25-36 ran +2.5 % over their baseline on average in 2.2 % noise (a slow
     # checkpoint write at step 30 was the only fault there, and it slows the checkpoint step alone);
     # a +12 % loader fault began at step 37. The CUSUM dates a change from the last step its evidence
@@ -85,6 +87,8 @@ def test_a_wander_of_the_jobs_noise_is_not_proven_with_the_fault_after_it() -> N
 
 
 def test_a_flagged_step_inside_the_wander_does_not_keep_the_wander_in_the_shift() -> None:
+    """Rule: a flagged step inside a wander stays slow on its own and does not keep the wander in the shift
+    (baseline._drift_prefix)."""
     # seed 787 run 8 with storage faults only (same noise): a one-step +45 % write to a local volume
     # (step 27) inside the +2.5 % wander, and a +5.5 % loader fault from step 33. The flagged step's
     # own level kept the split from parting the wander (25-32) from the fault: 6 false slow steps
@@ -100,6 +104,8 @@ def test_a_flagged_step_inside_the_wander_does_not_keep_the_wander_in_the_shift(
 
 
 def test_one_step_faults_after_a_small_fault_do_not_keep_its_segment_open() -> None:
+    """Rule: another fault's loud step neither adds to nor drains a small shift's evidence
+    (SeqParams.other_fault_ratio)."""
     # seed 883 run 8 (held back at stop 44's first run): a +7 % PCIe downtrain (steps 17-19, proven
     # by the sequential test) and then three one-step faults of +21 to +29 % (a local volume's read at
     # 24, a host at 29, a loader at 34) five steps apart in 2.1 % noise. Each put back the cap of

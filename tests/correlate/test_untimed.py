@@ -79,7 +79,9 @@ def test_a_long_step_after_a_gpu_fault_is_not_slow_when_that_gpus_rank_did_no_mo
         service_url: str, api: httpx.Client, db_conn: psycopg.Connection) -> None:
     """The same of a GPU (731 run 0 step 49, after a +45 % throttle): its fault slows its own rank's
     local work by its nature, so a step in which that rank worked no longer than the others was not
-    slowed by it, whatever the episode before it or the GPU's 6-s samples covering its seconds say."""
+    slowed by it, whatever the episode before it or the GPU's 6-s samples covering its seconds say.
+    Rule: a GPU or host cause whose ranks did no more local work did not slow a step only the sequential test
+    flagged (untimed._untimed_work)."""
     _long_step_after(service_url, api, db_conn, SPEC, "gpu_thermal_throttle", 6, 1.7879e9, "net_timing",
                      "local_work_seconds", "compute")
 
@@ -94,7 +96,9 @@ def test_the_rings_loss_counts_for_a_gpu_whose_own_state_slows_its_hop_of_the_ri
     34.8 % of the step's excess (under straggler_min_share) and its collectives' transfer 35 % more.
     A link trained down carries the GPU's share of every all-reduce: the collectives' loss over their
     baseline counts with the work. Not for a GPU whose evidence holds no such state (a hot GPU), nor
-    when the collectives ran faster than their baseline."""
+    when the collectives ran faster than their baseline.
+    Rule: for a GPU whose own state slows its ring hop, the collectives' loss counts with its work
+    (untimed._untimed_work)."""
     n = 20  # a steady job whose collectives' pure transfer is 0.30 s a step
     bl = compute_baselines(np.full(n, 2.0), np.full(n, 0.30), np.zeros(n, bool), np.zeros(n))
     i = n - 1

@@ -217,7 +217,9 @@ def test_a_burst_inside_a_10_s_span_is_named_when_the_next_span_holds_a_larger_o
     same host (steps 25-26) in the next sample's span. Read as a single change (edges.py) the first
     sample's rate is the larger fault's onset 4-8 s after step 20, which leaves the step at the host's
     healthy level and unknown; nothing else explains the step, so the sample is read at its even
-    spread and the step is named. With that read turned off the step is unknown (the case it fixes)."""
+    spread and the step is named. With that read turned off the step is unknown (the case it fixes).
+    Rule: a slow step nothing else explains reads its edge samples at their even spread
+    (EngineConfig.edge_spread_fallback)."""
     cl = build_cluster(SPEC)
     f1 = make_fault(cl, "tcp_retransmits", start_step=20, steps=1, severity=0.12, rng=np.random.default_rng(3))
     f2 = make_fault(cl, "tcp_retransmits", start_step=25, steps=2, severity=0.6, rng=np.random.default_rng(3))
