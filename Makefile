@@ -66,6 +66,7 @@ test-pg15: $(VENV)/.installed
 ## lint: ruff, mypy, and the import contracts (collectors never import the server; no cycles)
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check service/correlate
 	$(BIN)/mypy -p fabricscope
 	$(BIN)/lint-imports
 

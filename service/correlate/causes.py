@@ -58,14 +58,24 @@ class LoaderLoss:
     volumes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class WorkLoss:
+    """A step's local work as work_cause reads it: `data_s` its median `data` phase, `work_s` its
+    lost local work (seconds; None when unknown), `loaders` set when the data phase itself lost the
+    time, `ckpt_s` its median checkpoint write (at a checkpoint step)."""
+
+    data_s: float | None = None
+    work_s: float | None = None
+    loaders: LoaderLoss | None = None
+    ckpt_s: float | None = None
+
+
 def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float,
-               cfg: EngineConfig = DEFAULT_CONFIG, *, data_s: float | None = None,
-               work_s: float | None = None, loaders: LoaderLoss | None = None,
-               ckpt_s: float | None = None) -> CauseDraft:
-    """Layer and component for excess local work (the thing everyone waited for). `data_s`: the
-    step's median `data` phase, `work_s`: its lost local work (seconds; None when unknown);
-    `loaders`: set when the data phase itself lost the time; `ckpt_s`: the step's median checkpoint
-    write, at a checkpoint step."""
+               cfg: EngineConfig = DEFAULT_CONFIG, loss: WorkLoss = WorkLoss()) -> CauseDraft:
+    """Layer and component for excess local work (the thing everyone waited for), from the straggler
+    `st` (None: none) whose timing confidence is `conf_t`, the step's anomalous telemetry `ev` and
+    what its local work lost (`loss`)."""
+    data_s, work_s, loaders, ckpt_s = loss.data_s, loss.work_s, loss.loaders, loss.ckpt_s
     n = cfg.evidence_per_cause
     storage = rank_candidates(ev, ("storage",)) if len(ev) else pd.DataFrame()
     reading = data_s is None or work_s is None or data_s >= cfg.storage_data_share * work_s

@@ -6,14 +6,10 @@ neighbours' answers), `straggler` (its rank rows) and `cover` (a GPU's state ove
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
-
-from fabricscope.service.correlate.around import at_their_level, slow_around, slow_beside, slow_near
 from fabricscope.service.correlate.baseline import Baselines
 from fabricscope.service.correlate.causes import (
     CHECKPOINT_METRIC,
@@ -26,7 +22,6 @@ from fabricscope.service.correlate.causes import (
 from fabricscope.service.correlate.constants import FAINT_REL, EngineConfig
 from fabricscope.service.correlate.decompose import Straggler
 from fabricscope.service.correlate.records import Attribution, EvidenceRow
-from fabricscope.service.correlate.rules import ids
 
 STORAGE_ONLY = ("storage",)
 CauseKey = tuple[str, str | None]  # an answer's (layer, component)
@@ -71,167 +66,42 @@ class Probes:
     state_at: Callable[[int, str], bool] | None = None
 
 
-def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, cfg: EngineConfig,
-                host_of: dict[str, str], probes: Probes, borrow: bool) -> str | None:
-    """The promotion rule (rules/ids.py) by which step `i` of `summ`, under the slow bar, was slowed
-    all the same, None when none holds; `out` is then its attribution. `borrow`: the step may ask its
-    neighbours (not when it is itself a neighbour asked)."""
-    row = summ.iloc[i]
-    d, start = float(row["dur"]), float(row["start"])
-    base, sigma = float(bl.base[i]), float(bl.sigma[i])
-    faint, ck_faint, own = bool(bl.faint[i]), bool(bl.ckpt_faint[i]), bool(bl.near_slow[i])
-    need = cfg.corroborate_faint_confidence if faint else cfg.corroborate_min_confidence
-    checkpoint = bool(row["ckpt_max"] > 0)
+@dataclass(frozen=True)
+class Demand:
+    """What a promotion rule asks of a draft (the step's attribution as if it were slow, from its own
+    window) before it makes a step under the bar slow; `need`: the draft's least confidence
+    (corroborate_min_confidence, or corroborate_faint_confidence for a faint step). The other fields
+    are described in `corroborated`."""
 
-    def judge(into: Attribution, **kw: Any) -> bool:
-        return corroborated(into, probes.explain, cfg=cfg, base=base, sigma=sigma, host_of=host_of, **kw)
-
-    def named_by(sides: Sides | None = None) -> Callable[[CauseKey], bool]:
-        return lambda c: probes.between(c, sides)
-
-    # a faint or near-slow step between two slow steps that name one cause: inside that fault (it
-    # spans steps), so its telemetry need only name the same cause (the neighbours' answers are
-    # computed without this rule: no chain of them)
-    ok = bool(bl.borderline[i]) and not cfg.off(ids.PROMOTE_BORDERLINE) and judge(
-        out, need=need, own_timing=own or ck_faint, own_device=ck_faint,
-        between=named_by() if borrow and (faint or own) else None, net_timing=bool(bl.net_timing[i]),
-        data_timing=bool(bl.data_timing[i]), only_layers=only_layers(bl, i),
-        net_lost=bl.transfer_lost(i, row["transfer"]))
-    if ok:
-        return ids.PROMOTE_BORDERLINE
-
-    def straggler(share: float, ring: bool = False) -> Straggler | None:
-        # what a fault can slow at a checkpoint step is the step less its write: the same loss is a
-        # smaller share of a checkpoint step's baseline (a host's +4.2 % loss is under 4 % of a
-        # checkpoint step's). A bar of inf is the rule off: no rank rows read.
-        if not math.isfinite(share):
-            return None
-        got = probes.straggler()
-        if got is None:
-            return None
-        work = base - (float(row["ckpt_med"]) if checkpoint and pd.notna(row["ckpt_med"]) else 0.0)
-        return got[0] if got[1] + (ring_loss(got[0]) if ring else 0.0) >= share * work else None
-
-    def ring_loss(st: Straggler) -> float:
-        # one GPU's fault may sit in its hop of the ring too (a PCIe link trained down), which the
-        # ranks' wait for its work does not hold (EngineConfig.beside_ring_loss)
-        return bl.transfer_lost(i, row["transfer"]) if st.gpu and not st.host_level else 0.0
-
-    def gpu_judged(st: Straggler | None, **state: bool) -> bool:
-        # one GPU the ranks waited for (not a host), whose own span's telemetry names it with `state`
-        return (st is not None and st.gpu is not None and not st.host_level
-                and judge(out, need=cfg.corroborate_min_confidence, own_timing=True, own_span=True, **state))
-
-    over_centre = d > float(bl.centre[i])
-    if not ok and over_centre and not checkpoint and not cfg.off(ids.PROMOTE_STRAGGLER):
-        # its timing alone decided nothing: the ranks' own clocks may still show what it hid
-        ok = (straggler(cfg.corroborate_straggler_loss) is not None
-              and judge(out, need=cfg.corroborate_min_confidence, own_timing=True))
-        if ok:
-            return ids.PROMOTE_STRAGGLER
-    if (not ok and (bool(bl.borderline[i]) or over_centre) and not checkpoint and cfg.origin_state_straggler
-            and not cfg.off(ids.PROMOTE_ORIGIN_STATE)):
-        # a borderline step whose ranks waited for one GPU that reports, in the step's own span, a
-        # state that alone slows it (a throttle flag, a PCIe link trained down): the device's own
-        # signal names the cause and the ranks' clocks its cost, as a faint step's telemetry and a
-        # slow neighbour would (a throttle's step under the bar whose ranks waited ~3 % for the GPU
-        # while its ring lost more). A step under the borderline bar needs the cost of a slow step (REL)
-        # on those clocks: a downtrain's last step whose wait and ring loss reach it is slow, the
-        # fault's tail after it is not (no neighbour rule)
-        share = cfg.beside_straggler_loss if bl.borderline[i] else cfg.corroborate_straggler_loss
-        ok = gpu_judged(straggler(share, ring=cfg.beside_ring_loss), origin_state=True)
-        if ok:
-            return ids.PROMOTE_ORIGIN_STATE
-    if (not ok and bool(bl.borderline[i]) and not checkpoint and cfg.error_rate_straggler
-            and not cfg.off(ids.PROMOTE_ERROR_RATE)):
-        # ...or whose ranks waited for one GPU, and whose ring lost time too, a slow step's cost
-        # together (corroborate_straggler_loss), while that GPU's error counters ran in the step's
-        # own span (PCIe replays): a link retrying slows both its GPU's work and its ring hop, which
-        # a compute straggler's clocks do not. A PCIe link trained down for under a second of a step
-        # is missed by a state read every 2-10 s; its replays are counted (a one-step downtrain
-        # under +4 %, its GPU several sigmas out)
-        ok = gpu_judged(straggler(cfg.corroborate_straggler_loss, ring=True), error_rate=True)
-        if ok:
-            return ids.PROMOTE_ERROR_RATE
-    near = slow_near(bl, summ, i, 1) if borrow and not ok and not cfg.off(ids.PROMOTE_BESIDE_SLOW) else None
-    if near is not None:
-        # beside a slow step, or between two: the step's noise can hide the fault's loss whole (a
-        # step at its baseline, the fault's first or last step, a checkpoint step), but the ranks'
-        # own clocks still show the straggler; it counts when it is the cause the slow steps beside
-        # it name
-        st = straggler(cfg.beside_straggler_loss, ring=cfg.beside_ring_loss)
-        ok = st is not None and judge(out, need=cfg.corroborate_min_confidence, between=named_by(near),
-                                      require_between=True, straggler_host=st.host)
-        if ok:
-            return ids.PROMOTE_BESIDE_SLOW
-    # the rules below fill in a fault that spans steps; not at a checkpoint step (ckpt_faint above)
-    spans = borrow and not checkpoint
-    tried: list[Sides] = []
-    for reach, far in ((cfg.fill_gap_steps, False), (cfg.fill_gap_origin_steps, True)):
-        # inside a fault that spans steps, whose cause's own device still shows it in this step's
-        # window (a PCIe link trained down, a throttle): the fault slowed this step as it did the
-        # steps either side, whatever the step's noise did with the loss (a +4 % downtrain in 2.6 %
-        # noise: 4 of its 13 steps read under every bar, one under the baseline). The nearest slow
-        # steps either side, up to fill_gap_steps away, must name it (then up to fill_gap_origin_steps
-        # for a GPU's own state that alone slows it, read in the step's own span: not the next step's
-        # first second, where a fault may begin); a step far under their level is between two
-        # faults, not inside one.
-        rule = ids.PROMOTE_INSIDE_FAULT_ORIGIN if far else ids.PROMOTE_INSIDE_FAULT
-        around = (slow_around(bl, summ, i, reach) if spans and cfg.fill_gap_steps > 0 and not ok and not cfg.off(rule)
-                  else None)
-        if around is None or around in tried or not at_their_level(bl, summ, i, around):
-            continue
-        tried.append(around)
-        gap: Attribution = {**out}
-        ok = (judge(gap, need=cfg.corroborate_min_confidence, require_between=True, own_state=True,
-                    own_span=far, origin_state=far, between=named_by(around))
-              and (far or not cfg.fill_gap_state_throughout
-                   or _state_throughout(probes, summ, i, around, str(gap["component"]))))
-        if ok:
-            out.update(gap)
-            return rule
-    edge = (slow_beside(bl, summ, i, cfg.fill_edge_steps) if spans and not ok and not cfg.off(ids.PROMOTE_FAULT_EDGE)
-            else None)
-    if edge is not None and at_their_level(bl, summ, i, edge, over_centre=True):
-        # the first or last step of a GPU's fault whose own state says it is slowed (its PCIe link
-        # trained down, a throttle flag) in the step's own span (not the next step's first second,
-        # where the fault may have begun) and whose slow steps right after or before it name that
-        # GPU. Not other causes' gauges nor a GPU's clock in the step: a volume's latency and a
-        # straggler's time were high in the steps before their faults began often enough to make such
-        # a rule flag healthy steps). The state must cover, between its first and last reading in it,
-        # most of the step (fill_edge_share): a fault that began late in the step, or ended early in
-        # it, slowed it little, and a 10-s reading dates neither.
-        trial: Attribution = {**out}
-        ok = (judge(trial, need=cfg.corroborate_min_confidence, require_between=True, origin_state=True,
-                    own_span=True, between=named_by(edge))
-              and probes.cover(str(trial["component"]), (start, start + d)) >= cfg.fill_edge_share * d)
-        if ok:
-            out.update(trial)
-            return ids.PROMOTE_FAULT_EDGE
-    return None
+    need: float
+    own_timing: bool = False
+    own_device: bool = False
+    between: Callable[[CauseKey], bool] | None = None
+    net_timing: bool = False
+    data_timing: bool = False
+    only_layers: tuple[str, ...] = ()
+    require_between: bool = False
+    straggler_host: str | None = None
+    own_state: bool = False
+    own_span: bool = False
+    origin_state: bool = False
+    net_lost: float | None = None
+    error_rate: bool = False
 
 
-def _state_throughout(probes: Probes, summ: pd.DataFrame, i: int, around: Sides, component: str) -> bool:
-    """Whether the other steps of the gap around row `i` that no timing flags (those between the far
-    steps of its two sides) show `component`'s state too. A volume's latency or a port's queue read
-    over a coarse span that holds a second fault's first seconds shows the state in the step just
-    before it, and nothing in the gap's earlier steps: two faults of one component, not one fault
-    the noise hid (the step before a volume's second slowdown, at +0.8 %, is not filled)."""
-    if probes.state_at is None:
-        return True
-    steps = summ["step"].to_numpy(int)
-    lo, hi = min(min(side) for side in around), max(max(side) for side in around)
-    step_i = int(steps[i])
-    rows = [i + s - step_i for s in range(lo + 1, hi) if s != step_i]
-    return all(probes.state_at(k, component) for k in rows if 0 <= k < len(steps))
+@dataclass(frozen=True)
+class Judge:
+    """What every demand of one step is judged with: the engine's `explain`, its configuration, the
+    step's baseline and robust sigma (seconds) and which host each component is on (Topo.host_of)."""
+
+    explain: Explain
+    cfg: EngineConfig
+    base: float
+    sigma: float
+    host_of: Mapping[str, str] = field(default_factory=dict)
 
 
-def corroborated(out: Attribution, explain: Explain, *, cfg: EngineConfig, base: float, sigma: float, need: float,
-                 own_timing: bool = False, own_device: bool = False, host_of: dict[str, str] | None = None,
-                 between: Callable[[CauseKey], bool] | None = None, net_timing: bool = False,
-                 data_timing: bool = False, only_layers: tuple[str, ...] = (), require_between: bool = False,
-                 straggler_host: str | None = None, own_state: bool = False, own_span: bool = False,
-                 origin_state: bool = False, net_lost: float | None = None, error_rate: bool = False) -> bool:
+def corroborated(out: Attribution, judge: Judge, demand: Demand) -> bool:
     """A borderline step (over the noise, under the bar) is slow when its own telemetry names a cause
     with confidence `need` (corroborate_min_confidence, or corroborate_faint_confidence for a faint
     one): `out` is then that attribution, with an evidence row `kind: corroborated` saying the timing
@@ -240,7 +110,6 @@ def corroborated(out: Attribution, explain: Explain, *, cfg: EngineConfig, base:
     - `own_timing`: only a cause resting on the step's own rank timings (a straggler's `timing` row)
       counts, not sampled telemetry (baseline.py: near_slow); `own_device`: and a telemetry row of that
       host's own devices too, or a straggler outside the checkpoint write (baseline.py: ckpt_faint).
-    - `host_of` (Topo.host_of): which host a component or a timing row's source is on.
     - `between`: whether the steps either side are slow with the draft's (layer, component); when they
       are, the draft needs only corroborate_min_confidence and no timing row of its own.
     - `net_timing`: the step's own collectives lost the time to the network (constants.NET_TIMING_Z):
@@ -260,26 +129,29 @@ def corroborated(out: Attribution, explain: Explain, *, cfg: EngineConfig, base:
       (Baselines.transfer_lost; None: not asked): a network cause whose step's collectives lost under
       `net_min_share` of what the step lost does not corroborate it alone; `error_rate`: a row of
       the GPU's own error counters running (causes.has_error_rate: PCIe replays, NVLink, ECC)."""
+    cfg, base, sigma, d = judge.cfg, judge.base, judge.sigma, demand
+    need, own_timing, own_device, between, net_timing = d.need, d.own_timing, d.own_device, d.between, d.net_timing
+    only_layers, straggler_host, net_lost = d.only_layers, d.straggler_host, d.net_lost
     if not 0.0 < need <= 1.0 or not 0.0 < cfg.corroborate_min_confidence <= 1.0:
         return False
     draft: Attribution = {**out, "slow": True, "evidence": [], "causes": []}
-    explain(draft, True, own_span)
+    judge.explain(draft, True, d.own_span)
     if draft["layer"] == "unknown" or draft["confidence"] < cfg.corroborate_min_confidence:
         return False
-    if own_state and not has_state_row(draft["evidence"], draft["component"]):
+    if d.own_state and not has_state_row(draft["evidence"], draft["component"]):
         return False
-    if origin_state and not has_origin_state(draft["evidence"], draft["component"]):
+    if d.origin_state and not has_origin_state(draft["evidence"], draft["component"]):
         return False
-    if error_rate and not has_error_rate(draft["evidence"], draft["component"]):
+    if d.error_rate and not has_error_rate(draft["evidence"], draft["component"]):
         return False
-    phase = (net_timing and draft["layer"] in NET_LAYERS) or (data_timing and draft["layer"] == "storage")
+    phase = (net_timing and draft["layer"] in NET_LAYERS) or (d.data_timing and draft["layer"] == "storage")
     # a GPU whose own device telemetry shows it (a link trained down, a throttle) slows the ring it
     # sits in: its loss is in the collectives' transfer time too (device_probe.gpu_or_network)
     ring = (net_timing and only_layers == NET_LAYERS and draft["layer"] == "compute"
             and has_device_row(draft["evidence"], draft["component"]))
     if only_layers and not ring and not (phase and draft["layer"] in only_layers):
         return False
-    hosts = host_of or {}
+    hosts = judge.host_of
     host = hosts.get(str(draft["component"]), draft["component"])
     if straggler_host is not None and host != straggler_host:
         return False
@@ -299,7 +171,7 @@ def corroborated(out: Attribution, explain: Explain, *, cfg: EngineConfig, base:
     if (alone and not phase and net_lost is not None and draft["layer"] in NET_LAYERS
             and net_lost < cfg.net_min_share * max(draft["duration_s"] - base, 0.0)):
         alone = False  # its collectives did not lose the time: a signal beside the step, unless both sides name it
-    if (require_between or not alone) and not (between is not None
+    if (d.require_between or not alone) and not (between is not None
                                                and between((draft["layer"], draft["component"]))):
         return False  # (a sure cause does not ask its neighbours: two more attributions)
     draft["evidence"].append(step_row(draft["component"] or "", draft["duration_s"], base, sigma, "corroborated"))

@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -29,6 +29,7 @@ from fabricscope.service.correlate.cache import LruCache
 from fabricscope.service.correlate.causes import (
     CauseDraft,
     LoaderLoss,
+    WorkLoss,
     combine_causes,
     first_timed,
     gpu_state_first,
@@ -47,7 +48,7 @@ from fabricscope.service.correlate.constants import (
     SEQ_LOOKAHEAD_STEPS,
     EngineConfig,
 )
-from fabricscope.service.correlate.corroborate import CauseKey, Probes, Sides, hidden_slow, step_row
+from fabricscope.service.correlate.corroborate import CauseKey, Probes, Sides, step_row
 from fabricscope.service.correlate.decompose import (
     RankRows,
     Straggler,
@@ -74,6 +75,7 @@ from fabricscope.service.correlate.localize import (
     finish_scores,
     series_groups,
 )
+from fabricscope.service.correlate.promote import hidden_slow
 from fabricscope.service.correlate.records import Attribution, StepRow
 from fabricscope.service.correlate.report import summarize
 from fabricscope.service.correlate.rules import ids
@@ -163,12 +165,103 @@ def _straggler(ranked: RankRows) -> tuple[Straggler, float] | None:
     return None if st is None else (st, straggler_loss(per_rank, st))
 
 
+def _waited_for(per_rank: pd.DataFrame, topo: Topo, *, checkpoint: bool, corroborating: bool) -> Straggler | None:
+    """The straggler the step's ranks waited for (decompose.find_straggler), None: none. At a
+    checkpoint step the ranks may have waited for another rank than the phase's outlier: one host's
+    slow write outweighs a GPU's few-sigma compute, and a straggler no rank waited for is not the
+    step's cause; while corroborating a checkpoint step, a host that wrote its checkpoint slowly is a
+    straggler at a lower bar (decompose.checkpoint_straggler)."""
+    if not len(per_rank):
+        return None
+    st = find_straggler(per_rank)
+    if st is not None and checkpoint and straggler_loss(per_rank, st) <= 0.0:
+        st = None
+    if st is None and corroborating and topo.checkpoint_volumes and checkpoint:
+        st = checkpoint_straggler(per_rank, {topo.host_of[v] for v in topo.checkpoint_volumes if v in topo.host_of})
+    return st
+
+
 def _baselines_for(df: pd.DataFrame, cfg: EngineConfig) -> Baselines:
     seq = replace(DEFAULT_SEQ, enabled=False) if cfg.off(ids.VERDICT_SEQUENTIAL) else DEFAULT_SEQ
     return compute_baselines(df["dur"].to_numpy(float), df["transfer"].to_numpy(float),
                              (df["ckpt_max"].fillna(0) > 0).to_numpy(), df["ckpt_med"].fillna(0).to_numpy(float),
                              seq=seq,
                              data=df["data"].to_numpy(float), ckpt_max=df["ckpt_max"].fillna(0).to_numpy(float))
+
+
+@dataclass(frozen=True)
+class _StepView:
+    """One summary row as _explain reads it: the row, its baselines (total and transfer), start and
+    duration (seconds), where its own-history window ends (None: at the step) and its loaders' loss."""
+
+    row: Any
+    base_t: float
+    base: float
+    start: float
+    d: float
+    past: float | None
+    loaders: LoaderLoss | None
+
+
+@dataclass
+class _StepCase:
+    """One step being judged (AttributionEngine.judge_step), with what every rule reads: its row `i`
+    of the job's step summaries, their baselines, the job's topology and its rank rows (read once,
+    when a rule asks)."""
+
+    engine: AttributionEngine
+    conn: Any
+    job: str
+    i: int
+    summ: pd.DataFrame
+    bl: Baselines
+    job_topo: JobTopo
+    ranked: RankRows
+
+    @property
+    def row(self) -> Any:
+        return self.summ.iloc[self.i]
+
+    @property
+    def step(self) -> int:
+        return int(self.summ["step"].iat[self.i])
+
+    @property
+    def d(self) -> float:
+        return float(self.row["dur"])
+
+    @property
+    def base(self) -> float:
+        return float(self.bl.base[self.i])
+
+    @property
+    def ranks(self) -> pd.DataFrame:
+        return self.job_topo[0]
+
+    @property
+    def topo(self) -> Topo:
+        return self.job_topo[1]
+
+    def blank(self) -> Attribution:
+        """The step's answer before any rule: the baseline's flag, no cause."""
+        base, start = self.base, float(self.row["start"])
+        return {"step": self.step, "slow": bool(self.bl.slow[self.i]), "duration_s": round(self.d, 6),
+                "baseline_s": None if math.isnan(base) else round(base, 6), "start": _iso(start),
+                "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0, "evidence": [], "causes": []}
+
+    def view(self, k: int) -> _StepView:
+        r, bl = self.summ.iloc[k], self.bl
+        past = _history_end(self.summ["start"].to_numpy(float), bl.episode, k, self.engine.config)
+        return _StepView(r, float(bl.base_transfer[k]), float(bl.base[k]), float(r["start"]), float(r["dur"]), past,
+                         _loader_loss(bl, k, r))
+
+    def explain_row(self, k: int, into: Attribution, rows: RankRows, corroborating: bool = False,
+                    own_span: bool = False) -> None:
+        self.engine._explain(self.conn, into, ranked=rows, job_topo=self.job_topo, view=self.view(k),
+                             corroborating=corroborating, own_span=own_span)
+
+    def explain(self, into: Attribution, corroborating: bool = False, own_span: bool = False) -> None:
+        self.explain_row(self.i, into, self.ranked, corroborating, own_span)
 
 
 class AttributionEngine:
@@ -298,123 +391,126 @@ class AttributionEngine:
                       answer["step"], how, answer.get("rules"))
 
     def _attribute(self, conn: Any, *, job: str, step: int, store: bool, borrow: bool) -> Attribution | None:
-        cfg = self.config
-        ranks, topo, meta = self._job_topo(conn, job)
-        # later steps that exist already are read too: a small sustained shift is proven a few
-        # steps after its onset, and a GET of an old step gets the final answer (baseline.py)
-        summ = self._step_summaries(conn, job, step - cfg.history_steps, step + SEQ_LOOKAHEAD_STEPS, len(ranks))
-        at = summ.index[summ["step"] == step]
-        if len(at) == 0:
+        case = self._case(conn, job=job, step=step)
+        if case is None:
             return None
-        bl = _baselines_for(summ, self.config)
-        i = int(at[0])
-        row = summ.iloc[i]
-        d, start = float(row["dur"]), float(row["start"])
-        base, thr = float(bl.base[i]), float(bl.threshold[i])
-        out: Attribution = {"step": step, "slow": bool(bl.slow[i]), "duration_s": round(d, 6),
-                            "baseline_s": None if math.isnan(base) else round(base, 6), "start": _iso(start),
-                            "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0,
-                            "evidence": [], "causes": []}
-        starts = summ["start"].to_numpy(float)
-        past = _history_end(starts, bl.episode, i, cfg)
-        # the step's rank rows, read and decomposed once for every rule that asks (the straggler rules,
-        # each corroboration's explain, the untimed rule): at 4,096 ranks a read is ~25-30 ms
-        ranked = cache(lambda: _rank_frame(conn, job=job, step=step, placement=ranks))
-
-        def explain_row(k: int, into: Attribution, rows: RankRows, corroborating: bool = False,
-                        own_span: bool = False) -> None:
-            r = summ.iloc[k]
-            self._explain(conn, into, ranked=rows, topo=topo, meta=meta, ranks=ranks, row=r,
-                          base_t=float(bl.base_transfer[k]), base=float(bl.base[k]), start=float(r["start"]),
-                          d=float(r["dur"]), corroborating=corroborating,
-                          past=past if k == i else _history_end(starts, bl.episode, k, cfg),
-                          loaders=_loader_loss(bl, k, r), own_span=own_span)
-
-        def explain(into: Attribution, corroborating: bool = False, own_span: bool = False) -> None:
-            explain_row(i, into, ranked, corroborating, own_span)
-
-        if math.isnan(base):
-            out["confidence"] = 0.0  # not enough history to judge
-            decide(out, ids.VERDICT_HISTORY)
-        elif not out["slow"]:
-            # a neighbour's answer is asked by several rules (and by each step of a long gap): once
-            seen: dict[int, Attribution | None] = {}
-
-            def neighbour(s: int) -> Attribution | None:
-                if s not in seen:
-                    seen[s] = self._attribute(conn, job=job, step=s, store=False, borrow=False)
-                return seen[s]
-
-            def state_at(k: int, component: str) -> bool:
-                # step row `k`'s own window (as a corroborated step's) shows `component`'s own state
-                at = int(summ["step"].iat[k])
-                into: Attribution = {**out, "step": at, "slow": True, "evidence": [], "causes": []}
-                explain_row(k, into, cache(lambda: _rank_frame(conn, job=job, step=at, placement=ranks)),
-                            corroborating=True)
-                return has_state_row(into["evidence"], component)
-
-            probes = Probes(
-                explain=explain,
-                between=lambda c, sides: _between(neighbour, step=step, cause=c, around=sides),
-                # the step's rank rows are read for the rules that need them only
-                straggler=cache(lambda: _straggler(ranked)),
-                cover=lambda gpu, span: origin_cover(conn, gpu, span, cfg),
-                state_at=state_at)
-            promoted = hidden_slow(out, bl=bl, summ=summ, i=i, cfg=cfg, host_of=topo.host_of, probes=probes,
-                                   borrow=borrow)
-            if promoted is None:
-                self._healthy(out, d=d, base=base, thr=thr)
-                decide(out, ids.VERDICT_UNDER_BAR)
-            else:
-                decide(out, promoted)
-                for e in out["evidence"]:
-                    if e.get("kind") == "corroborated":
-                        e["rule"] = promoted
-        else:
-            # an onset only the sequential test found is the least sure step of its shift: only what
-            # its own span shows counts, not the next step's first second (the pad) where the fault
-            # may have begun, nor a signal's aftermath from before it
-            explain(out, own_span=bool(bl.onset[i]))
-            decide(out, (ids.VERDICT_CHECKPOINT_BAR if row["ckpt_max"] > 0 else ids.VERDICT_BAR) if bl.step_slow[i]
-                   else ids.VERDICT_SEQUENTIAL)
-            weak = out["layer"] == "unknown" or out["confidence"] < cfg.episode_weak_confidence
-            # only the sequential test put this step in the shift, and its onset is the least sure
-            # step of it (Baselines.onset): with nothing of its own to show (or only a weak
-            # candidate), it is not slow, and it does not borrow its episode's cause
-            unsure_onset = bool(bl.onset[i]) and weak and not cfg.off(ids.DEMOTE_UNSURE_ONSET)
-            if not unsure_onset and borrow and weak and bl.episode[i] >= 0 and not cfg.off(ids.CAUSE_EPISODE):
-                from_episode(conn, out, job=job, steps=summ["step"].to_numpy(int), dur=summ["dur"].to_numpy(float),
-                             bl=bl, i=i, cfg=cfg, capped=self._capped,
-                             attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
-            # ...nor is a later step of it that ran at the job's level (under the faint bar) when
-            # neither it nor its episode names a cause: nothing says it lost time (a +0.3 %
-            # step of a shift whose onset, a noisy step before a fault, was healthy by the rule
-            # above)
-            unnamed_level = (cfg.unnamed_level_healthy and not cfg.off(ids.DEMOTE_UNNAMED_LEVEL)
-                             and bool(bl.unproven[i]) and out["layer"] == "unknown"
-                             and d - float(bl.centre[i]) < FAINT_REL * base)
-            if unsure_onset or unnamed_level:
-                self._healthy(out, d=d, base=base, thr=thr)
-                out["evidence"] = [step_row("", d, base, float(bl.sigma[i]), ONSET_KIND)]
-                decide(out, ids.DEMOTE_UNSURE_ONSET if unsure_onset else ids.DEMOTE_UNNAMED_LEVEL)
-            untimed = None if cfg.off(ids.DEMOTE_UNTIMED) else first_timed(
-                out, lambda o: untimed_row(ranked, o, bl, i, row=row, topo=topo, cfg=cfg),
-                yield_to_next=not cfg.off(ids.ADJUST_NEXT_TIMED))
-            if untimed is not None:
-                # only the sequential test put this step in the shift (a noisy step beside a fault,
-                # whose coarse samples cover the fault's first or last seconds too), and the loss its
-                # cause would have cost is not in the phase that cause slows: not slow
-                self._healthy(out, d=d, base=base, thr=thr)
-                out["evidence"] = [untimed]
-                decide(out, ids.DEMOTE_UNTIMED)
+        out = case.blank()
+        self.judge_step(case, out, borrow=borrow)
         if store:
             q.store_attribution(conn, job=job, attribution=out)
         return out
 
-    def _explain(self, conn: Any, out: Attribution, *, ranked: RankRows, topo: Topo, meta: pd.DataFrame,
-                 ranks: pd.DataFrame, row: Any, base_t: float, base: float, start: float, d: float,
-                 corroborating: bool = False, past: float | None = None, loaders: LoaderLoss | None = None,
-                 own_span: bool = False) -> None:
+    def _case(self, conn: Any, *, job: str, step: int) -> _StepCase | None:
+        """What judging `step` reads: its job's topology, its summaries and their baselines (None: no
+        such step). Later steps that exist already are read too: a small sustained shift is proven a
+        few steps after its onset, and a GET of an old step gets the final answer (baseline.py)."""
+        cfg = self.config
+        job_topo = self._job_topo(conn, job)
+        ranks = job_topo[0]
+        summ = self._step_summaries(conn, job, step - cfg.history_steps, step + SEQ_LOOKAHEAD_STEPS, len(ranks))
+        at = summ.index[summ["step"] == step]
+        if len(at) == 0:
+            return None
+        bl = _baselines_for(summ, cfg)
+        i = int(at[0])
+        # the step's rank rows, read and decomposed once for every rule that asks (the straggler rules,
+        # each corroboration's explain, the untimed rule): at 4,096 ranks a read is ~25-30 ms
+        ranked = cache(lambda: _rank_frame(conn, job=job, step=step, placement=ranks))
+        return _StepCase(self, conn, job, i, summ, bl, job_topo, ranked)
+
+    def judge_step(self, case: _StepCase, out: Attribution, *, borrow: bool) -> str:
+        """The one place that decides whether a step is slow: fills `out` (case.blank()) with the
+        verdict, its cause and the rules that decided them, and returns the verdict's rule id (also in
+        out["rules"]). In order: too little history; under the bar, unless a promotion rule holds
+        (promote.py); over it (the per-step bar, a checkpoint step's own bar, or a proven shift), unless
+        a demotion rule says a step only the sequential test flagged showed nothing of its own.
+        `borrow`: the step may ask its neighbours' answers (not when it is itself a neighbour asked)."""
+        if math.isnan(case.base):
+            out["confidence"] = 0.0  # not enough history to judge
+            decide(out, ids.VERDICT_HISTORY)
+        elif not out["slow"]:
+            self._under_bar(case, out, borrow=borrow)
+        else:
+            self._over_bar(case, out, borrow=borrow)
+        return out["rules"]["verdict"]
+
+    def _under_bar(self, case: _StepCase, out: Attribution, *, borrow: bool) -> None:
+        conn, job, summ, cfg = case.conn, case.job, case.summ, self.config
+        # a neighbour's answer is asked by several rules (and by each step of a long gap): once
+        seen: dict[int, Attribution | None] = {}
+
+        def neighbour(s: int) -> Attribution | None:
+            if s not in seen:
+                seen[s] = self._attribute(conn, job=job, step=s, store=False, borrow=False)
+            return seen[s]
+
+        def state_at(k: int, component: str) -> bool:
+            # step row `k`'s own window (as a corroborated step's) shows `component`'s own state
+            at = int(summ["step"].iat[k])
+            into: Attribution = {**out, "step": at, "slow": True, "evidence": [], "causes": []}
+            case.explain_row(k, into, cache(lambda: _rank_frame(conn, job=job, step=at, placement=case.ranks)),
+                             corroborating=True)
+            return has_state_row(into["evidence"], component)
+
+        probes = Probes(
+            explain=case.explain,
+            between=lambda c, sides: _between(neighbour, step=case.step, cause=c, around=sides),
+            # the step's rank rows are read for the rules that need them only
+            straggler=cache(lambda: _straggler(case.ranked)),
+            cover=lambda gpu, span: origin_cover(conn, gpu, span, cfg),
+            state_at=state_at)
+        promoted = hidden_slow(out, bl=case.bl, summ=summ, i=case.i, cfg=cfg, host_of=case.topo.host_of,
+                               probes=probes, borrow=borrow)
+        if promoted is None:
+            self._healthy(out, case)
+            decide(out, ids.VERDICT_UNDER_BAR)
+            return
+        decide(out, promoted)
+        for e in out["evidence"]:
+            if e.get("kind") == "corroborated":
+                e["rule"] = promoted
+
+    def _over_bar(self, case: _StepCase, out: Attribution, *, borrow: bool) -> None:
+        cfg, bl, i, row = self.config, case.bl, case.i, case.row
+        # an onset only the sequential test found is the least sure step of its shift: only what
+        # its own span shows counts, not the next step's first second (the pad) where the fault
+        # may have begun, nor a signal's aftermath from before it
+        case.explain(out, own_span=bool(bl.onset[i]))
+        decide(out, (ids.VERDICT_CHECKPOINT_BAR if row["ckpt_max"] > 0 else ids.VERDICT_BAR) if bl.step_slow[i]
+               else ids.VERDICT_SEQUENTIAL)
+        weak = out["layer"] == "unknown" or out["confidence"] < cfg.episode_weak_confidence
+        # only the sequential test put this step in the shift, and its onset is the least sure
+        # step of it (Baselines.onset): with nothing of its own to show (or only a weak
+        # candidate), it is not slow, and it does not borrow its episode's cause
+        unsure_onset = bool(bl.onset[i]) and weak and not cfg.off(ids.DEMOTE_UNSURE_ONSET)
+        if not unsure_onset and borrow and weak and bl.episode[i] >= 0 and not cfg.off(ids.CAUSE_EPISODE):
+            conn, job = case.conn, case.job
+            from_episode(conn, out, job=job, summ=case.summ, bl=bl, i=i, cfg=cfg,
+                         attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
+        # ...nor is a later step of it that ran at the job's level (under the faint bar) when
+        # neither it nor its episode names a cause: nothing says it lost time (a +0.3 %
+        # step of a shift whose onset, a noisy step before a fault, was healthy by the rule
+        # above)
+        unnamed_level = (cfg.unnamed_level_healthy and not cfg.off(ids.DEMOTE_UNNAMED_LEVEL)
+                         and bool(bl.unproven[i]) and out["layer"] == "unknown"
+                         and case.d - float(bl.centre[i]) < FAINT_REL * case.base)
+        if unsure_onset or unnamed_level:
+            self._healthy(out, case)
+            out["evidence"] = [step_row("", case.d, case.base, float(bl.sigma[i]), ONSET_KIND)]
+            decide(out, ids.DEMOTE_UNSURE_ONSET if unsure_onset else ids.DEMOTE_UNNAMED_LEVEL)
+        untimed = None if cfg.off(ids.DEMOTE_UNTIMED) else first_timed(
+            out, lambda o: untimed_row(case.ranked, o, bl, i, row=row, topo=case.topo, cfg=cfg),
+            yield_to_next=not cfg.off(ids.ADJUST_NEXT_TIMED))
+        if untimed is not None:
+            # only the sequential test put this step in the shift (a noisy step beside a fault,
+            # whose coarse samples cover the fault's first or last seconds too), and the loss its
+            # cause would have cost is not in the phase that cause slows: not slow
+            self._healthy(out, case)
+            out["evidence"] = [untimed]
+            decide(out, ids.DEMOTE_UNTIMED)
+
+    def _explain(self, conn: Any, out: Attribution, *, ranked: RankRows, job_topo: JobTopo, view: _StepView,
+                 corroborating: bool = False, own_span: bool = False) -> None:
         """Fill `out` (a slow step) with its causes: split the lost time into local work and network.
         `corroborating` (a step under the bar, `corroborate.corroborated`): telemetry of the step's own window
         only, without the aftermath of a signal in the seconds before it (AFTERMATH_S: that explains a
@@ -423,20 +519,15 @@ class AttributionEngine:
         (decompose.checkpoint_straggler). Not for a slow step: a checkpoint's spread across hosts has
         a 3.5-sigma host often enough that it took the cause of slow shared-volume and link steps."""
         cfg = self.config
+        ranks, topo, meta = job_topo
+        row, base_t, base, start, d = view.row, view.base_t, view.base, view.start, view.d
+        past, loaders = view.past, view.loaders
         # a step its fault slowed that its noise put under the baseline (a proven shift's, or one
         # between its slow steps) lost time that cannot be measured: none, never a negative loss
         lost = max(d - base, 0.0)
         checkpoint = bool(row["ckpt_max"] > 0)
         steps_df, per_rank = ranked()
-        st = find_straggler(per_rank) if len(per_rank) else None
-        if st is not None and checkpoint and straggler_loss(per_rank, st) <= 0.0:
-            # at a checkpoint step the ranks may have waited for another rank than the phase's outlier:
-            # one host's slow write outweighs a GPU's few-sigma compute (a GPU
-            # many sigmas out in compute that no rank waited for, a host's checkpoint volume slow in
-            # the same seconds); a straggler no rank waited for is not the step's cause
-            st = None
-        if st is None and corroborating and len(per_rank) and topo.checkpoint_volumes and checkpoint:
-            st = checkpoint_straggler(per_rank, {topo.host_of[v] for v in topo.checkpoint_volumes if v in topo.host_of})
+        st = _waited_for(per_rank, topo, checkpoint=checkpoint, corroborating=corroborating)
         transfer = float(row["transfer"]) if pd.notna(row["transfer"]) else base_t
         e_comm = time_lost(transfer, base_t)
         waited = straggler_loss(per_rank, st) if st is not None and cfg.measured_work_loss else 0.0
@@ -468,7 +559,7 @@ class AttributionEngine:
         ckpt_s = float(row["ckpt_med"]) if checkpoint and pd.notna(row["ckpt_med"]) else None
 
         def work(ev: pd.DataFrame) -> CauseDraft:
-            cause = work_cause(st, ev, topo, conf_t, cfg, data_s=data_s, work_s=e_work, loaders=loaders, ckpt_s=ckpt_s)
+            cause = work_cause(st, ev, topo, conf_t, cfg, WorkLoss(data_s, e_work, loaders, ckpt_s))
             if not cfg.off(ids.ADJUST_DEVICE_EVIDENCE):
                 cause = with_device_evidence(conn, cause, topo, win, cfg)
             if st is not None or cause["layer"] != "unknown" or cfg.off(ids.CAUSE_UNREPORTED_GPU):
@@ -495,8 +586,13 @@ class AttributionEngine:
             if spread and any(c["layer"] != "unknown" for c in spread):
                 spread = [noted(c, ids.ADJUST_EDGE_SPREAD) for c in spread]
             causes = spread or causes
-        if not causes:
-            causes = [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}]
+        self._answer(out, causes or [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}], lost=lost, st=st,
+                     topo=topo)
+
+    def _answer(self, out: Attribution, causes: list[CauseDraft], *, lost: float, st: Straggler | None,
+                topo: Topo) -> None:
+        """`out` answered with `causes` (a slow step's, unranked): ordered, adjusted, capped."""
+        cfg = self.config
         if not cfg.off(ids.ADJUST_LAYER_FROM_KIND):
             causes = [with_kind_layer(c, topo) for c in causes]
         causes = rank_causes(merge_same(with_straggler_timing(causes, st, cfg)))
@@ -512,9 +608,10 @@ class AttributionEngine:
             "rules": {"verdict": out.get("rules", {}).get("verdict", ""), "cause": top.get("rule", ids.CAUSE_UNKNOWN),
                       "adjust": list(top.get("adjust", []))}})
 
-    def _healthy(self, out: Attribution, *, d: float, base: float, thr: float) -> None:
+    def _healthy(self, out: Attribution, case: _StepCase) -> None:
         """`out` as a step that is not slow, surer the further under the bar it is."""
         cfg = self.config
+        d, base, thr = case.d, case.base, float(case.bl.threshold[case.i])
         below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
         out.update({"slow": False, "layer": "none", "component": None, "lost_s": 0.0, "evidence": [],
                     "causes": [], "confidence": round(cfg.healthy_confidence_base

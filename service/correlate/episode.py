@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines
@@ -58,13 +59,13 @@ def borrowed(out: Attribution, donor_step: int, donor: dict[str, Any], first_ste
                           "kind": "episode"}]}
 
 
-def from_episode(conn: Any, out: Attribution, *, job: str, steps: np.ndarray, dur: np.ndarray, bl: Baselines,
-                 i: int, cfg: EngineConfig, capped: Callable[[float], float],
-                 attribute: Callable[[int], Attribution | None]) -> None:
-    """`out` (slow step `i` of an episode, its own evidence naming nothing) lists the cause that the
-    episode's best-evidenced step names. The stored answers of the episode's other steps first; with
-    none stored, those the per-step test flagged (they show the most) are attributed (`attribute`,
-    which must not borrow in turn)."""
+def from_episode(conn: Any, out: Attribution, *, job: str, summ: pd.DataFrame, bl: Baselines, i: int,
+                 cfg: EngineConfig, attribute: Callable[[int], Attribution | None]) -> None:
+    """`out` (slow step `i` of `summ`, the job's step summaries, in an episode; its own evidence
+    naming nothing) lists the cause that the episode's best-evidenced step names. The stored answers
+    of the episode's other steps first; with none stored, those the per-step test flagged (they show
+    the most) are attributed (`attribute`, which must not borrow in turn)."""
+    steps, dur = summ["step"].to_numpy(int), summ["dur"].to_numpy(float)
     ep = [int(k) for k in np.flatnonzero(bl.episode == bl.episode[i]) if k != i]
     if not ep:
         return
@@ -82,7 +83,7 @@ def from_episode(conn: Any, out: Attribution, *, job: str, steps: np.ndarray, du
     if got is None:
         return
     c = borrowed(out, got[0], got[1], int(steps[int(bl.episode[i])]), cfg)
-    conf = capped(c["confidence"])
+    conf = round(float(min(max(c["confidence"], 0.0), cfg.max_confidence)), 3)  # as the engine caps its own
     if named(out["layer"]) and (c["component"] == out["component"] or conf <= out["confidence"]):
         return  # its own answer is the episode's, or stronger than the borrowed one
     first: Cause = {"layer": c["layer"], "component": c["component"], "lost_s": round(c["lost_s"], 6),

@@ -1,4 +1,4 @@
-"""What every answer must satisfy, whatever rule produced it (issue #44 item 4):
+"""What every answer must satisfy, whatever rule produced it:
 
 - the layer follows from the component's kind (KIND_LAYERS): a host NIC is `nic`, a switch port
   `fabric` or `link`, a GPU `compute`, a volume `storage`;

@@ -313,8 +313,8 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     shares = np.ones(len(allpos))
     shares[np.searchsorted(allpos, pos)] = share
     # the least share: a span from MAX_SAMPLE_GAP_S before the window to as long after it
-    out, n_net = win.peer_scores(sc, allpos, cur, cw, min_z, limit, shares, wlen / (wlen + 2 * MAX_SAMPLE_GAP_S),
-                                 resolve)
+    out, n_net = win.peer_scores(sc, allpos, cur, cw, min_z, limit,
+                                 win.Shares(shares, wlen / (wlen + 2 * MAX_SAMPLE_GAP_S), resolve))
     return (without_edge_changes(conn, out, sc, ws=ws, we=we, min_z=min_z) if edges else out), n_net
 
 

@@ -269,9 +269,18 @@ def level_floor(floor: np.ndarray, rel: np.ndarray, level: np.ndarray) -> np.nda
     return np.where((rel > 0) & np.isfinite(own), own, floor)
 
 
+@dataclass(frozen=True)
+class Shares:
+    """What share of each series' floor counts (window_values): `share` per series (NaN: its interval
+    unseen), `share_lo` the least share there is, `resolve` series ids -> shares (one index probe each)."""
+
+    share: np.ndarray
+    share_lo: float = 1.0
+    resolve: Callable[[np.ndarray], np.ndarray] | None = None
+
+
 def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray, min_z: float,
-                limit: int, share: np.ndarray | None = None, share_lo: float = 1.0,
-                resolve: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[pd.DataFrame, int]:
+                limit: int, shares: Shares | None = None) -> tuple[pd.DataFrame, int]:
     """Series whose value stands out from their peer group's median by `min_z` MADs (the highest
     `limit`), the solo series (no peers: no peer score), and how many network series have a value.
     `share` (window_values; default 1): each series' floor counts at that share (`window_floor`).
@@ -289,7 +298,8 @@ def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray
     solo = sc.solo[pos]
     # a solo series' floor stays absolute: finish_scores scores it on its own level already
     rel = np.where(solo, 0.0, sc.floor_rel[pos]) if len(sc.floor_rel) else sc.floor_rel
-    sh = np.ones(len(pos)) if share is None else share.copy()
+    sh = np.ones(len(pos)) if shares is None else shares.share.copy()
+    share_lo, resolve = (1.0, None) if shares is None else (shares.share_lo, shares.resolve)
     unseen = np.isnan(sh)
     if unseen.any():
         z_lo = (cur - med) / np.maximum(mad, level_floor(sc.floor[pos] * np.where(unseen, share_lo, sh), rel, med))

@@ -11,7 +11,7 @@ import pytest
 
 from fabricscope.service.correlate.causes import NET_LAYERS
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
-from fabricscope.service.correlate.corroborate import STORAGE_ONLY, corroborated
+from fabricscope.service.correlate.corroborate import STORAGE_ONLY, Demand, Judge, corroborated
 from fabricscope.service.correlate.records import Attribution
 
 HOST_OF = {"h3": "h3", "h3:nic1": "h3", "h3:/data": "h3", "h3:gpu2": "h3", "h5": "h5"}
@@ -38,7 +38,7 @@ def _explain(layer: str, component: str, conf: float, rows: list[dict[str, Any]]
 
 def _judge(explain: Callable[..., None], **kw: Any) -> tuple[bool, Attribution]:
     out = _out()
-    ok = corroborated(out, explain, cfg=DEFAULT_CONFIG, base=2.0, sigma=0.05, host_of=HOST_OF, **kw)
+    ok = corroborated(out, Judge(explain, DEFAULT_CONFIG, 2.0, 0.05, HOST_OF), Demand(**kw))
     return ok, out
 
 
@@ -185,8 +185,8 @@ def test_a_straggler_that_holds_little_of_the_steps_excess_names_nothing_alone()
     def judge(rows: list[dict[str, Any]]) -> bool:
         out = _out()
         out["duration_s"] = 2.096
-        return corroborated(out, _explain("compute", "h3:gpu2", 0.65, rows), cfg=DEFAULT_CONFIG, base=2.0,
-                            sigma=0.05, need=MIN, host_of=HOST_OF)
+        return corroborated(out, Judge(_explain("compute", "h3:gpu2", 0.65, rows), DEFAULT_CONFIG, 2.0, 0.05,
+                                       HOST_OF), Demand(MIN))
 
     small = {**GPU_TIMING, "value": 1.705, "baseline": 1.680}
     assert not judge([small])

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import psycopg
 
 from fabricscope.service.correlate import queries as q
@@ -42,8 +43,8 @@ def _answer(step: int, layer: str, component: str | None, conf: float) -> Attrib
 def _borrow(conn: psycopg.Connection, job: str, out: Attribution) -> Attribution:
     for s in range(N - 1):  # the episode's other steps named the link with its symbol errors
         q.store_attribution(conn, job=job, attribution=_answer(s, "link", LINK, 0.9))
-    from_episode(conn, out, job=job, steps=np.arange(N), dur=np.full(N, 2.2), bl=_bl(), i=N - 1,
-                 cfg=DEFAULT_CONFIG, capped=lambda c: round(c, 3), attribute=lambda s: None)
+    summ = pd.DataFrame({"step": np.arange(N), "dur": np.full(N, 2.2)})
+    from_episode(conn, out, job=job, summ=summ, bl=_bl(), i=N - 1, cfg=DEFAULT_CONFIG, attribute=lambda s: None)
     return out
 
 

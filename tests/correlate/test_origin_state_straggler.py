@@ -16,8 +16,9 @@ import pytest
 
 from fabricscope.service.correlate.baseline import Baselines, compute_baselines
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
-from fabricscope.service.correlate.corroborate import Probes, hidden_slow
+from fabricscope.service.correlate.corroborate import Probes
 from fabricscope.service.correlate.decompose import Straggler
+from fabricscope.service.correlate.promote import hidden_slow
 from fabricscope.service.correlate.records import Attribution
 from fabricscope.service.correlate.rules import ids
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fabricscope.service.correlate.causes import LoaderLoss, work_cause
+from fabricscope.service.correlate.causes import LoaderLoss, WorkLoss, work_cause
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
 from fabricscope.service.correlate.decompose import Straggler
 from fabricscope.service.correlate.localize import build_topo
@@ -35,7 +35,7 @@ def _ckpt_straggler(excess_s: float) -> Straggler:
 
 def test_the_one_shared_volume_is_named_from_the_loaders_timing() -> None:
     topo = _topo(["qq7:w3", "h1:/mnt/a", "h2:/mnt/a"])
-    c = work_cause(None, NO_EVIDENCE, topo, 1.0, data_s=0.235, work_s=0.18, loaders=LOADERS)
+    c = work_cause(None, NO_EVIDENCE, topo, 1.0, loss=WorkLoss(data_s=0.235, work_s=0.18, loaders=LOADERS))
     assert (c["layer"], c["component"]) == ("storage", "qq7:w3")
     (row,) = c["evidence"]
     assert (row["metric"], row["kind"], row["value"], row["baseline"]) == ("data_seconds", "timing", 0.235, 0.059)
@@ -46,33 +46,39 @@ def test_the_one_shared_volume_is_named_from_the_loaders_timing() -> None:
 
 def test_without_the_loaders_loss_nothing_is_named() -> None:
     topo = _topo(["qq7:w3"])
-    assert work_cause(None, NO_EVIDENCE, topo, 1.0, data_s=0.235, work_s=0.18)["layer"] == "unknown"
+    assert work_cause(None, NO_EVIDENCE, topo, 1.0, loss=WorkLoss(data_s=0.235, work_s=0.18))["layer"] == "unknown"
 
 
 def test_the_volume_named_is_the_one_the_loaders_read() -> None:
     topo = _topo(["qq7:w3", "qq7:w4", "zz2:w3"])  # a storage system serves other jobs' volumes too
-    c = work_cause(None, NO_EVIDENCE, topo, 1.0, data_s=0.235, work_s=0.18, loaders=_reading("qq7:w4"))
+    c = work_cause(None, NO_EVIDENCE, topo, 1.0, loss=WorkLoss(data_s=0.235, work_s=0.18, loaders=_reading("qq7:w4")))
     assert (c["layer"], c["component"]) == ("storage", "qq7:w4")
     # several volumes of one system read during the step: that system
-    c = work_cause(None, NO_EVIDENCE, topo, 1.0, data_s=0.235, work_s=0.18, loaders=_reading("qq7:w3", "qq7:w4"))
+    c = work_cause(
+        None, NO_EVIDENCE, topo, 1.0, loss=WorkLoss(data_s=0.235, work_s=0.18, loaders=_reading("qq7:w3", "qq7:w4"))
+    )
     assert (c["layer"], c["component"]) == ("storage", "qq7")
     # volumes of two systems, or none read: which one slowed the loaders, no timing can say
     for vols in (("qq7:w3", "zz2:w3"), ()):
-        c = work_cause(None, NO_EVIDENCE, topo, 1.0, data_s=0.235, work_s=0.18, loaders=_reading(*vols))
+        c = work_cause(None, NO_EVIDENCE, topo, 1.0, loss=WorkLoss(data_s=0.235, work_s=0.18, loaders=_reading(*vols)))
         assert c["layer"] == "unknown", vols
 
 
 def test_a_checkpoint_writer_that_explains_little_does_not_take_the_loaders_loss() -> None:
     topo = _topo(["qq7:w3", "h2:/mnt/a"], frozenset({"h2:/mnt/a"}))
     # 58 ms of the 290 ms lost: the spread of a checkpoint's writers, not the cause
-    c = work_cause(_ckpt_straggler(0.058), NO_EVIDENCE, topo, 1.0, data_s=0.26, work_s=0.29, loaders=LOADERS)
+    c = work_cause(
+        _ckpt_straggler(0.058), NO_EVIDENCE, topo, 1.0, loss=WorkLoss(data_s=0.26, work_s=0.29, loaders=LOADERS)
+    )
     assert (c["layer"], c["component"]) == ("storage", "qq7:w3")
     # the same writer 250 ms late explains the step: its volume
-    c = work_cause(_ckpt_straggler(0.25), NO_EVIDENCE, topo, 1.0, data_s=0.26, work_s=0.29, loaders=LOADERS)
+    c = work_cause(
+        _ckpt_straggler(0.25), NO_EVIDENCE, topo, 1.0, loss=WorkLoss(data_s=0.26, work_s=0.29, loaders=LOADERS)
+    )
     assert (c["layer"], c["component"]) == ("storage", "h2:/mnt/a")
     assert c["evidence"][0]["kind"] == "timing"
     # and with no loaders' loss the small writer still stands (nothing else to name)
-    c = work_cause(_ckpt_straggler(0.058), NO_EVIDENCE, topo, 1.0, data_s=0.06, work_s=0.29)
+    c = work_cause(_ckpt_straggler(0.058), NO_EVIDENCE, topo, 1.0, loss=WorkLoss(data_s=0.06, work_s=0.29))
     assert (c["layer"], c["component"]) == ("storage", "h2:/mnt/a")
 
 
@@ -90,7 +96,7 @@ def test_a_gpu_whose_excess_is_under_the_loaders_loss_does_not_take_it() -> None
         return Straggler("compute", False, 2, "h2", "g0", 1.5 + excess_s, 1.5, excess_s, 6.0, [2])
 
     assert DEFAULT_CONFIG.straggler_min_share * 0.25 <= 0.12
-    c = work_cause(gpu(0.12), NO_EVIDENCE, topo, 1.0, data_s=0.235, work_s=0.25, loaders=LOADERS)
+    c = work_cause(gpu(0.12), NO_EVIDENCE, topo, 1.0, loss=WorkLoss(data_s=0.235, work_s=0.25, loaders=LOADERS))
     assert (c["layer"], c["component"]) == ("storage", "qq7:w3")
-    c = work_cause(gpu(0.2), NO_EVIDENCE, topo, 1.0, data_s=0.235, work_s=0.25, loaders=LOADERS)
+    c = work_cause(gpu(0.2), NO_EVIDENCE, topo, 1.0, loss=WorkLoss(data_s=0.235, work_s=0.25, loaders=LOADERS))
     assert (c["layer"], c["component"]) == ("compute", "h2:g0")
