@@ -230,6 +230,9 @@ class StepRow(BaseModel):
     duration_s: float
     baseline_s: float | None
     slow: bool
+    # the rule that judged the step (docs/correlation-engine.md, rule catalogue); null: not judged yet,
+    # `slow` is then the baseline's flag until the background pass judges it
+    verdict: str | None = None
 
 
 class Evidence(BaseModel):

@@ -624,7 +624,10 @@ class AttributionEngine:
 
     def list_steps(self, conn: Any, *, job: str, from_ts: datetime | None = None, to_ts: datetime | None = None,
                    slow_only: bool = False) -> list[StepRow]:
-        """docs/API.md steps listing: step, start, duration_s, baseline_s, slow."""
+        """docs/API.md steps listing: step, start, duration_s, baseline_s, slow, verdict. A judged step
+        (its attribution stored) is listed with the verdict judge_step gave it and that verdict's rule;
+        one not judged yet with the baseline's flag and no rule (`verdict: None`): the background pass
+        judges each step as its data comes in, and restates a stored one when later steps change it."""
         rng = q.step_range(conn, job=job, from_ts=from_ts, to_ts=to_ts)
         if rng is None:
             return []
@@ -632,23 +635,19 @@ class AttributionEngine:
         summ = self._step_summaries(conn, job, rng[0] - self.config.history_steps, rng[1] + SEQ_LOOKAHEAD_STEPS,
                                     len(ranks))
         bl = _baselines_for(summ, self.config)
-        # a step under the bar is slow when its stored attribution was corroborated by telemetry (a
-        # borderline step, or one inside a fault its noise hid: _attribute), and a step only the
-        # sequential test flagged is not when its stored attribution found nothing of its own (an
-        # onset) or a network cause its collectives did not show
-        corroborated, stored_healthy = q.stored_flags(conn, job=job, lo=rng[0], hi=rng[1])
-        unproven = bl.unproven
+        judged = q.stored_verdicts(conn, job=job, lo=rng[0], hi=rng[1])
         lo = from_ts.timestamp() if from_ts else -math.inf
         hi = to_ts.timestamp() if to_ts else math.inf
         out: list[StepRow] = []
         for j, (s, start, d) in enumerate(zip(summ["step"], summ["start"], summ["dur"], strict=False)):
-            slow = ((bool(bl.slow[j]) and not (unproven[j] and int(s) in stored_healthy))
-                    or (not bl.slow[j] and int(s) in corroborated))
+            verdict = judged.get(int(s))
+            slow = verdict[0] if verdict is not None else bool(bl.slow[j])
             if not rng[0] <= s <= rng[1] or not lo <= start <= hi or (slow_only and not slow):
                 continue
             b = bl.base[j]
             out.append({"step": int(s), "start": _iso(float(start)), "duration_s": round(float(d), 6),
-                        "baseline_s": None if math.isnan(b) else round(float(b), 6), "slow": slow})
+                        "baseline_s": None if math.isnan(b) else round(float(b), 6), "slow": slow,
+                        "verdict": None if verdict is None else verdict[1]})
         return out
 
     def process_pending(self, conn: Any, *, job: str | None = None, limit: int | None = None) -> int:
@@ -695,16 +694,16 @@ class AttributionEngine:
         steps = summ["step"].astype(int)
         now = dict(zip(steps, bl.slow, strict=True))
         rows = q.stored_attributions(conn, job=job, lo=lo, hi=hi)
-        stored = {int(r[0]): bool(r[1]) for r in rows if int(r[0]) < hi}
-        # a step stored slow by corroboration (borderline, or inside a fault its noise hid) was made
-        # so by its telemetry, which later steps do not change; nor do they change a step only the
-        # sequential test flagged, stored healthy for showing nothing of its own (an onset) or not
-        # its network cause's loss (_attribute)
+        verdicts = {s: v for s, v in q.stored_verdicts(conn, job=job, lo=lo, hi=hi).items() if s < hi}
+        stored = {s: slow for s, (slow, _) in verdicts.items()}
+        # a step a promotion rule made slow (its telemetry: borderline, or inside a fault its noise
+        # hid) keeps its verdict, which later steps do not change; so does one a demotion rule made
+        # healthy while only the sequential test flags it (it showed nothing of its own, or not its
+        # network cause's loss): judge_step's verdict is re-judged only when what decided it changed
         unproven = dict(zip(steps, bl.unproven, strict=True))
-        corroborated, kept = q.stored_flags(conn, job=job, lo=lo, hi=hi)
-        changed = [s for s, slow in sorted(stored.items())
-                   if s in now and bool(now[s]) != slow and not (slow and s in corroborated)
-                   and not (not slow and unproven[s] and s in kept)]
+        changed = [s for s, (slow, rule) in sorted(verdicts.items())
+                   if s in now and bool(now[s]) != slow and not (slow and rule.startswith("promote."))
+                   and not (not slow and unproven[s] and rule.startswith("demote."))]
         # ...or answered `unknown` before a step of its episode named a cause (episode.py)
         changed += [s for s in restate_unknown(rows, dict(zip(steps, bl.episode, strict=True)))
                     if s < hi and s not in changed]

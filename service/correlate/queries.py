@@ -23,6 +23,7 @@ from fabricscope.service.correlate.constants import (
     PEER_MIN_Z,
 )
 from fabricscope.service.correlate.edges import edge_excess
+from fabricscope.service.correlate.rules import ids
 from fabricscope.service.correlate.window import Scoring
 from fabricscope.service.db.frames import INCREMENT_METRICS
 
@@ -519,23 +520,21 @@ def stored_attributions(conn: Any, *, job: str, lo: int, hi: int) -> list[tuple[
         "WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall()]
 
 
-def stored_flags(conn: Any, *, job: str, lo: int, hi: int) -> tuple[set[int], set[int]]:
-    """The steps in [lo, hi] whose stored attribution says slow by corroboration (an evidence row of
-    kind `corroborated`: a step under the timing bars that its telemetry made slow), and those stored
-    healthy as an unproven onset or shift step (an evidence row of kind `onset` or `untimed`), in one
-    read."""
-    slow: set[int] = set()
-    unproven: set[int] = set()
-    for step, is_slow, healthy_unproven in conn.execute(
-            "SELECT step, slow AND evidence @> '[{\"kind\": \"corroborated\"}]'::jsonb, "
-            "NOT slow AND (evidence @> '[{\"kind\": \"onset\"}]'::jsonb "
-            "OR evidence @> '[{\"kind\": \"untimed\"}]'::jsonb) FROM attributions "
-            "WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall():
-        if is_slow:
-            slow.add(int(step))
-        elif healthy_unproven:
-            unproven.add(int(step))
-    return slow, unproven
+def stored_verdicts(conn: Any, *, job: str, lo: int, hi: int) -> dict[int, tuple[bool, str]]:
+    """step -> (slow, the rule that decided it) of the stored attributions in [lo, hi]. An answer
+    stored before answers named their rules gets the rule its evidence shows: a `corroborated` row
+    was a promotion, an `onset` or `untimed` row a demotion, else the bar."""
+    out: dict[int, tuple[bool, str]] = {}
+    for step, slow, verdict, promoted, onset, untimed in conn.execute(
+            "SELECT step, slow, rules->>'verdict', evidence @> '[{\"kind\": \"corroborated\"}]'::jsonb, "
+            "evidence @> '[{\"kind\": \"onset\"}]'::jsonb, evidence @> '[{\"kind\": \"untimed\"}]'::jsonb "
+            "FROM attributions WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall():
+        if not verdict:
+            verdict = (ids.PROMOTE_BORDERLINE if slow and promoted else ids.DEMOTE_UNSURE_ONSET if not slow and onset
+                       else ids.DEMOTE_UNTIMED if not slow and untimed else ids.VERDICT_BAR if slow
+                       else ids.VERDICT_UNDER_BAR)
+        out[int(step)] = (bool(slow), str(verdict))
+    return out
 
 
 def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) -> None:

@@ -84,3 +84,4 @@ class StepRow(TypedDict):
     duration_s: float
     baseline_s: float | None
     slow: bool
+    verdict: str | None  # the rule that judged it (rules/ids.py); None: not judged yet, `slow` the baseline's
