@@ -23,7 +23,7 @@ from fabricscope.service.simulate.fabric_signals import (
     queue_incast,
     roce_queue_extras,
 )
-from fabricscope.service.simulate.faults import Fault, fault_window
+from fabricscope.service.simulate.faults import CKPT_LATENCY, SHARED_CKPT, Fault, fault_window
 from fabricscope.service.simulate.model import JobSpec, Timeline
 from fabricscope.service.simulate.topology import Cluster
 
@@ -107,6 +107,22 @@ def _overlap(edges: np.ndarray, a: float, b: float) -> np.ndarray:
     return np.clip(hi - lo, 0.0, None) / np.diff(edges)
 
 
+def _latency_bound_write(cluster: Cluster, spec: JobSpec, tl: Timeline, f: Fault, edges: np.ndarray,
+                         lat: np.ndarray) -> None:
+    """A `ckpt_latency` fault on a host's checkpoint volume, in place on that volume's write latency
+    `lat`: while the host writes a checkpoint in the fault's steps, each write waits as many times its
+    usual latency as the write took longer than usual (a latency-bound write), so a write three times
+    as long shows three times the latency."""
+    if spec.checkpoint_to != "local":
+        return  # the job writes elsewhere: nothing waits on this volume
+    r0 = int(np.flatnonzero(np.asarray(cluster.rank_host) == f.target // 2)[0])
+    for s in np.flatnonzero(tl.ckpt_steps):
+        if f.active(int(s)):
+            w = float(tl.ckpt[s, r0])
+            frac = _overlap(edges, float(tl.coll_start[s, r0, -1]) - w, float(tl.coll_start[s, r0, -1]))
+            lat[:] = np.where(frac > 0, lat * w / spec.ckpt_s, lat)
+
+
 def build_streams(cluster: Cluster, spec: JobSpec, tl: Timeline, faults: list[Fault], *,
                   rng: np.random.Generator, interval: float = 2.0, lead_s: float = 30.0,
                   host_skew: np.ndarray, missing: float = 0.005) -> Streams:
@@ -149,7 +165,10 @@ def build_streams(cluster: Cluster, spec: JobSpec, tl: Timeline, faults: list[Fa
     rate[data_ix + 1] = (busy * 2e4)[None, :]
     host_of_rank = np.asarray(cluster.rank_host)
     ckpt_ix = np.array([b.index[(v, "write_bytes_total")] for v in cluster.volumes[1::2]])
-    for s in np.flatnonzero(tl.ckpt_steps):
+    # #44: shards written to the shared volume are its storage system's writes (shared_storage.py):
+    # the hosts' own checkpoint mounts stay idle
+    local_writes = tl.ckpt_steps if spec.checkpoint_to == "local" else np.zeros_like(tl.ckpt_steps)
+    for s in np.flatnonzero(local_writes):
         for h in range(len(cluster.hosts)):
             r0 = int(np.flatnonzero(host_of_rank == h)[0])
             a = float(tl.coll_start[s, r0, -1] - tl.ckpt[s, r0])
@@ -218,6 +237,11 @@ def build_streams(cluster: Cluster, spec: JobSpec, tl: Timeline, faults: list[Fa
             queue_incast(cluster, f, sev, frac, bump, peer, rng)
         elif f.kind == "ib_congestion":
             ib_congestion(cluster, f, sev, frac, bump, peer, rng)
+        elif f.kind == "storage_slow" and f.variant == SHARED_CKPT:
+            pass  # the storage system's volume: shared_storage.py
+        elif f.kind == "storage_slow" and f.variant == CKPT_LATENCY:
+            lat_row = rate[b.index[(cluster.volumes[f.target], "write_latency_seconds")]]  # a view: edited in place
+            _latency_bound_write(cluster, spec, tl, f, edges, lat_row)
         elif f.kind == "storage_slow":
             vol = cluster.volumes[f.target]
             metric = "write_latency_seconds" if f.variant == "ckpt" else "read_latency_seconds"

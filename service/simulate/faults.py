@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from fabricscope.core.errors import ConfigError
 from fabricscope.service.simulate.topology import Cluster
 
 # kind -> (layer, variants). The component naming rule per kind is in `make_fault`.
@@ -36,6 +37,14 @@ FAULT_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     # #15: the shared volume every host's loader reads gets slow: every rank's data phase grows alike
     "shared_volume_slow": ("storage", ("",)),
 }
+# #44: variants made only when asked for (make_fault's `variant`), never drawn by random_plan, so a
+# seed's random plan stays what it was. storage_slow "ckpt_latency": a host's own checkpoint volume
+# whose write latency rises as much as its writes take longer (a latency-bound write; "ckpt" marks the
+# latency at a fixed, sharper scale); "shared_ckpt": the shared volume the job writes its checkpoints
+# to (JobSpec.checkpoint_to "shared") gets slow, every host's write with it.
+CKPT_LATENCY = "ckpt_latency"
+SHARED_CKPT = "shared_ckpt"
+EXTRA_VARIANTS: dict[str, tuple[str, ...]] = {"storage_slow": (CKPT_LATENCY, SHARED_CKPT)}
 # Kinds that exist on one fabric flavour only (ClusterSpec.fabric); the others happen on both.
 FABRIC_ONLY: dict[str, tuple[str, ...]] = {
     "nic_degradation": ("roce",),  # a NIC out of buffer sends pause: RoCE's signature
@@ -153,9 +162,13 @@ def make_fault(cluster: Cluster, kind: str, *, start_step: int, steps: int, seve
         ports = {"leaf_down": cluster.leaf_down, "leaf_up": cluster.leaf_up, "spine": cluster.spine_ports}[variant]
         target = cluster.switch_ports.index(ports[int(rng.integers(len(ports)))])
         component = cluster.switch_ports[target]
+    elif kind == "storage_slow" and variant == SHARED_CKPT:
+        if cluster.shared_source is None:
+            raise ConfigError("a shared_ckpt fault needs a cluster with a shared volume (ClusterSpec.storage_device)")
+        target, component = 0, cluster.shared_source
     elif kind == "storage_slow":
         host = int(rng.integers(len(cluster.hosts)))
-        target = 2 * host + (1 if variant == "ckpt" else 0)
+        target = 2 * host + (1 if variant in ("ckpt", CKPT_LATENCY) else 0)
         component = cluster.volumes[target]  # #15: mount paths are random, they say nothing
     elif kind == "shared_volume_slow":
         if cluster.shared_source is None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from fabricscope.core.errors import ConfigError
 from fabricscope.service.simulate.counters import Streams, build_streams
 from fabricscope.service.simulate.devices import build_device_streams
 from fabricscope.service.simulate.faults import LEVEL_CHANGE, Fault, random_plan
@@ -66,13 +67,16 @@ class Scenario:
     def steps_payload(self) -> list[dict[str, Any]]:
         tl, clock = self.timeline, self._clock()
         out = []
+        marks = self.spec.checkpoint_marks
         for s, r in zip(*np.nonzero(~self.dropped_steps), strict=False):
+            phases = {"data": round(float(tl.data[s, r]), 6), "forward_backward": round(float(tl.fb[s, r]), 6),
+                      "optimizer": round(float(tl.opt[s, r]), 6)}
+            # #44: rec.phase("checkpoint") alone reports the phase in the steps that ran it; unmarked,
+            # the write is the part of the step no phase covers
+            if marks == "events" or (marks == "phase" and tl.ckpt_steps[s]):
+                phases["checkpoint"] = round(float(tl.ckpt[s, r]), 6)
             out.append({"rank": int(r), "step": int(s), "start": float(tl.start[s, r] + clock[r]),
-                        "end": float(tl.end[s, r] + clock[r]),
-                        "phases": {"data": round(float(tl.data[s, r]), 6),
-                                   "forward_backward": round(float(tl.fb[s, r]), 6),
-                                   "optimizer": round(float(tl.opt[s, r]), 6),
-                                   "checkpoint": round(float(tl.ckpt[s, r]), 6)}})
+                        "end": float(tl.end[s, r] + clock[r]), "phases": phases})
         return out
 
     def collectives_payload(self) -> list[dict[str, Any]]:
@@ -94,7 +98,9 @@ class Scenario:
         tl = self.timeline
         out: list[dict[str, Any]] = []
         host = np.asarray(self.cluster.rank_host)
-        for s in np.flatnonzero(tl.ckpt_steps):
+        # #44: only a job that uses rec.checkpoint posts checkpoint events. Its events name the
+        # mount written as the hook does (host:/mount), the shared volume's mount too.
+        for s in np.flatnonzero(tl.ckpt_steps if self.spec.checkpoint_marks == "events" else np.zeros(0, bool)):
             for h in range(len(self.cluster.hosts)):
                 r = int(np.flatnonzero(host == h)[0])
                 end = float(tl.coll_start[s, r, -1]) + self.t0 + float(self.host_skew[h])
@@ -164,6 +170,8 @@ def generate(spec: ClusterSpec | None = None, *, job: str = "sim-job", steps: in
     the step a fault must add for the step to count as slow, and under which it counts as healthy."""
     cluster = build_cluster(spec or ClusterSpec())
     jspec = job_spec or JobSpec()
+    if jspec.checkpoint_to == "shared" and cluster.shared_source is None:
+        raise ConfigError("checkpoints to the shared volume need one (ClusterSpec.storage_device)")
     if variation is not None:
         interval, skew_s = 1.0, variation.skew_s  # a 1 s grid that each collector then reads every k s
         if variation.step_jitter > 0 and jspec.step_jitter == 0:
@@ -184,7 +192,7 @@ def generate(spec: ClusterSpec | None = None, *, job: str = "sim-job", steps: in
     streams = concat_streams(streams, dev)
     # #15: the shared volume's streams, from an rng of their own too
     streams = concat_streams(streams, build_shared_storage_streams(
-        cluster, tl, faults, rng=np.random.default_rng([seed, 15]), interval=interval, missing=missing))
+        cluster, tl, faults, rng=np.random.default_rng([seed, 15]), interval=interval, missing=missing, job=jspec))
     if variation is not None:  # its own generator too
         streams = variation.apply(streams, cluster, np.random.default_rng([seed, 1515]))
     dropped_steps = rng.random(tl.start.shape) < missing / 2

@@ -13,10 +13,12 @@ time a fault adds is the difference with the fault-free run on identical noise (
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
-from fabricscope.service.simulate.faults import LEVEL_CHANGE, Fault
+from fabricscope.core.errors import ConfigError
+from fabricscope.service.simulate.faults import LEVEL_CHANGE, SHARED_CKPT, Fault
 from fabricscope.service.simulate.topology import Cluster
 
 MiB = 1024 * 1024
@@ -42,6 +44,21 @@ class JobSpec:
     # #15: extra step-to-step spread of a healthy job (batches differ: sequence lengths, routing), as a
     # share of the step; it acts on every rank's compute alike. 0: the per-rank noise above only.
     step_jitter: float = 0.0
+    # #44: how the job marks its checkpoint writes. "events": a `checkpoint` event per host naming the
+    # volume written (rec.checkpoint), and the phase; "phase": rec.phase("checkpoint") only, the phase
+    # at checkpoint steps and no event; "none": neither, the write is an unlabelled part of the step.
+    # Only the payloads differ: the timings and the telemetry are the same in all three.
+    checkpoint_marks: Literal["events", "phase", "none"] = "events"
+    # #44: where the hosts write their shards: "local" each to its own checkpoint mount, "shared" all
+    # to the cluster's shared volume (ClusterSpec.storage_device), mounted on every host at the
+    # checkpoint mount path; that volume's storage system reports the writes, the hosts do not.
+    checkpoint_to: Literal["local", "shared"] = "local"
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_marks not in ("events", "phase", "none"):
+            raise ConfigError(f"checkpoint_marks must be events, phase or none, not {self.checkpoint_marks!r}")
+        if self.checkpoint_to not in ("local", "shared"):
+            raise ConfigError(f"checkpoint_to must be local or shared, not {self.checkpoint_to!r}")
 
     def transfer_s(self, n: int) -> np.ndarray:
         b = np.asarray(self.bucket_bytes, dtype=float)
@@ -140,7 +157,13 @@ def run(cluster: Cluster, spec: JobSpec, noise: Noise, faults: list[Fault]) -> T
             elif f.kind == "storage_slow" and f.variant == "data":
                 data_add[host == f.target // 2] += extra
             elif f.kind == "storage_slow":
-                ckpt_mult[f.target // 2] *= 1.0 + extra / spec.ckpt_s
+                # a checkpoint volume slows the writes only when the job writes its shards there
+                if (f.variant == SHARED_CKPT) != (spec.checkpoint_to == "shared"):
+                    continue
+                if f.variant == SHARED_CKPT:  # #44: every host writes to the one slow volume
+                    ckpt_mult *= 1.0 + extra / spec.ckpt_s
+                else:
+                    ckpt_mult[f.target // 2] *= 1.0 + extra / spec.ckpt_s
             elif f.kind == "shared_volume_slow":  # #15: every loader waits on the same volume
                 data_add += extra
             elif f.kind in ("gpu_thermal_throttle", "gpu_xid"):  # #17: one GPU computes slower

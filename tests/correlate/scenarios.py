@@ -62,3 +62,16 @@ def longer_barrier(tl: Timeline, step: int, by_s: float, data_s: float = 0.0) ->
     tl.data[step] += data_s
     tl.coll_start[step] -= by_s  # the barrier's start too: it lasts `by_s` longer
     tl.coll_end[step, :, :-1] -= by_s
+
+
+def longer_write(tl: Timeline, step: int, by_s: float) -> None:
+    """Every rank's checkpoint write in checkpoint step `step` takes `by_s` longer, alike (every host's
+    shard; the volumes' sampled writes stay as they were): the steps before it, and its own phases
+    before the write, move back, so the write's end, the barrier after it and everything after them
+    (telemetry too) keep their place."""
+    for a in (tl.start, tl.end, tl.coll_start, tl.coll_end):
+        a[:step] -= by_s
+    tl.start[step] -= by_s
+    tl.coll_start[step, :, :-1] -= by_s  # the step's all-reduces, before the write
+    tl.coll_end[step, :, :-1] -= by_s
+    tl.ckpt[step] += by_s
