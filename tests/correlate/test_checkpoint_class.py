@@ -166,9 +166,9 @@ def test_checkpoint_bar_passes_healthy_checkpoint_steps(service_url: str, db_con
     sc = _scenario(service_url, "healthy", marks, to=to)
     d = sc.timeline.step_duration()
     assert min(d[c] for c in CHECKPOINTS) > 1.25 * max(d[c - 1] for c in CHECKPOINTS)  # the write is in the step
-    for s in (*CHECKPOINTS, EVERY + 5, 2 * EVERY + 1):
-        a = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
-        assert a is not None and not a["slow"] and a["layer"] == "none", (s, _answer(a))
+    answers = {s: ENGINE.attribute_step(db_conn, job=sc.job, step=s) for s in (*CHECKPOINTS, EVERY + 5, 2 * EVERY + 1)}
+    wrong = {s: _answer(a) for s, a in answers.items() if a is None or a["slow"] or a["layer"] != "none"}
+    assert not wrong, wrong  # every step judged, so that a failure names all the wrong ones
 
 
 @pytest.mark.parametrize("marks", MARKS)
@@ -176,7 +176,8 @@ def test_volume_write_signal_ends_with_the_write(service_url: str, db_conn: psyc
     """Rule: a volume's write signals name it at the step they rose in only: the plain steps after a
     slow checkpoint (no write, the volume idle again) are not slow and not blamed on the volume."""
     sc, f = _slow_local(service_url, marks)
-    for s in range(SLOW + 1, SLOW + EVERY):
-        assert sc.truth[s].slow is False
-        a = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
-        assert a is not None and not a["slow"] and a["component"] != f.component, (s, _answer(a))
+    after = range(SLOW + 1, SLOW + EVERY)
+    assert all(sc.truth[s].slow is False for s in after)
+    answers = {s: ENGINE.attribute_step(db_conn, job=sc.job, step=s) for s in after}
+    wrong = {s: _answer(a) for s, a in answers.items() if a is None or a["slow"] or a["component"] == f.component}
+    assert not wrong, wrong
