@@ -16,7 +16,7 @@ Two principles:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -61,7 +61,7 @@ def _scenario(url: str, name: str, marks: Marks, *, to: To = "local", faults: tu
     return _posted[key]
 
 
-def _answer(a: dict[str, Any] | None) -> dict[str, Any] | None:
+def _answer(a: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The engine's answer in short, for a failing assertion's message."""
     if a is None:
         return None
