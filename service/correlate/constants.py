@@ -71,8 +71,10 @@ CHANGE_SIGMA_RATIO = 2.0
 BOOTSTRAP_MAX_RATIO = 1.5
 # Checkpoint extras remembered: checkpoints are rare, 8 span a long run.
 CKPT_HISTORY = 8
-# Checkpoint extras needed before their median replaces the step's own checkpoint phase.
-CKPT_MIN_HISTORY = 2
+# Checkpoint extras needed before their median replaces the step's own checkpoint phase: one. A
+# checkpoint step is judged against the job's earlier checkpoint steps however few they are; judged
+# against its own phase time, a write twice as long as the job's previous one reads as normal.
+CKPT_MIN_HISTORY = 1
 # Margin added to the first checkpoints' own phase time (seconds): a write that takes its usual time.
 CKPT_FIRST_MARGIN_S = 0.01
 # Share of the checkpoint extra added to the slow threshold: checkpoint writes vary more than steps.

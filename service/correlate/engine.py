@@ -181,6 +181,16 @@ def _waited_for(per_rank: pd.DataFrame, topo: Topo, *, checkpoint: bool, corrobo
     return st
 
 
+def _with_written(conn: Any, topo: Topo, ws: float, we: float) -> Topo:
+    """`topo` whose checkpoint volumes, at a checkpoint step, also hold the volumes written during it:
+    which volume a checkpoint went to is learnt from what the job did (its events, when it posts
+    them), and a job that only marks the phase, or writes to a storage system's volume every host
+    shares, shows it in the written bytes alone."""
+    vols = [v for v, r in topo.role.items() if r == "volume" and v not in topo.checkpoint_volumes]
+    wrote = q.volumes_written(conn, volumes=vols, ws=ws, we=we) if vols else []
+    return replace(topo, checkpoint_volumes=topo.checkpoint_volumes | frozenset(wrote)) if wrote else topo
+
+
 def _baselines_for(df: pd.DataFrame, cfg: EngineConfig) -> Baselines:
     seq = replace(DEFAULT_SEQ, enabled=False) if cfg.off(ids.VERDICT_SEQUENTIAL) else DEFAULT_SEQ
     return compute_baselines(df["dur"].to_numpy(float), df["transfer"].to_numpy(float),
@@ -551,6 +561,8 @@ class AttributionEngine:
         ev = telemetry(True)
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
         win = (start, start + d + pad)
+        if checkpoint and not cfg.off(ids.CAUSE_WRITTEN_VOLUME):
+            topo = _with_written(conn, topo, start, start + d)
         if loaders is not None and topo.shared_volumes:
             loaders = replace(loaders, volumes=tuple(q.volumes_read(conn, volumes=list(topo.shared_volumes),
                                                                     ws=start, we=start + d)))

@@ -409,6 +409,13 @@ def volumes_read(conn: Any, *, volumes: list[str], ws: float, we: float) -> list
     return [r[0] for r in cur.fetchall()]
 
 
+def volumes_written(conn: Any, *, volumes: list[str], ws: float, we: float) -> list[str]:
+    """The volumes of `volumes` the step's window saw written (write ops or bytes counted)."""
+    cur = conn.execute(VOLUMES_READ_SQL, {"volumes": volumes, "metrics": ["write_ops_total", "write_bytes_total"],
+                                          "ws": ws, "we": we, "gap": MAX_SAMPLE_GAP_S})
+    return [r[0] for r in cur.fetchall()]
+
+
 # The distinct sources of a job's `checkpoint` events, one index probe each (a loose index scan on
 # events_job_checkpoint, migration 0007): a long job logs one event per host and checkpoint, millions
 # in a day at 512 hosts, and this runs every topo_ttl_s (TOPO_STAMP_SQL).

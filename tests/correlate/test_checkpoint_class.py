@@ -39,6 +39,11 @@ SLOW = 3 * EVERY  # the third checkpoint step: two healthy ones before it
 Marks = Literal["events", "phase", "none"]
 To = Literal["local", "shared"]
 MARKS: tuple[Marks, ...] = ("events", "phase", "none")
+# A job that marks its checkpoints neither with events nor with the phase: nothing tells its
+# checkpoint steps from its other steps yet (inferring them from the volumes' written bytes is the
+# open part of #44 item 5). Strict: the day the engine gets these right, the mark must go.
+UNMARKED_GAP = pytest.mark.xfail(strict=True, reason="#44: unmarked checkpoint steps are not inferred yet")
+MARKED_OR_NOT = tuple(pytest.param(m, marks=UNMARKED_GAP) if m == "none" else m for m in MARKS)
 # write latency three times its usual: a write three times as long (model: 1 + severity x step / write)
 SEVERITY = 0.8
 ENGINE = AttributionEngine()  # one per process, as the service has
@@ -103,7 +108,7 @@ def _slow_shared(url: str, marks: Marks) -> tuple[Scenario, Fault]:
     return _scenario(url, "shared", marks, to="shared", faults=(f,)), f
 
 
-@pytest.mark.parametrize("marks", MARKS)
+@pytest.mark.parametrize("marks", MARKED_OR_NOT)
 def test_volume_write_signal_names_a_hosts_own_checkpoint_volume(service_url: str, db_conn: psycopg.Connection,
                                                                   marks: Marks) -> None:
     """Rule: at a checkpoint step, the volume whose write latency and written bytes rose, alone of the
@@ -117,7 +122,7 @@ def test_volume_write_signal_names_a_hosts_own_checkpoint_volume(service_url: st
     assert (a["layer"], a["component"]) == ("storage", f.component), _answer(a)
 
 
-@pytest.mark.parametrize("marks", MARKS)
+@pytest.mark.parametrize("marks", MARKED_OR_NOT)
 def test_volume_write_signal_names_a_shared_checkpoint_volume(service_url: str, db_conn: psycopg.Connection,
                                                               marks: Marks) -> None:
     """Rule: the volume's write signal names a shared volume on a storage system as it names a host's
@@ -156,7 +161,7 @@ def test_checkpoint_bar_flags_a_checkpoint_step_twice_its_predecessors(service_u
 
 
 @pytest.mark.parametrize("to", ("local", "shared"))
-@pytest.mark.parametrize("marks", MARKS)
+@pytest.mark.parametrize("marks", MARKED_OR_NOT)
 def test_checkpoint_bar_passes_healthy_checkpoint_steps(service_url: str, db_conn: psycopg.Connection, marks: Marks,
                                                        to: To) -> None:
     """Rule: a checkpoint step is judged against the earlier checkpoint steps (floor: the ordinary

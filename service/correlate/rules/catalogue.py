@@ -140,6 +140,11 @@ RULES: tuple[Rule, ...] = (
          "A checkpoint straggler with no volume telemetry names the host's checkpoint volume from the "
          "timings alone, less surely.",
          ("rank timings", "checkpoint volumes"), (C + "checkpoint_without_telemetry_factor",)),
+    Rule(ids.CAUSE_WRITTEN_VOLUME, 412,
+         "At a checkpoint step the volumes written during the step are where the checkpoint went, whether "
+         "or not the job posts checkpoint events: a host's own mount, or a storage system's volume every "
+         "host writes to, is then named by its write latency as an evented checkpoint volume is.",
+         ("write bytes and ops of the job's volumes", "checkpoint phase"), ()),
     Rule(ids.CAUSE_SHARED_STORAGE, 404,
          "When every rank lost far more local work than the straggler's own excess, what they share (the "
          "volume their loaders read) is the cause, and the straggler is the usual spread.",
