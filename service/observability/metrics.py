@@ -31,6 +31,9 @@ HTTP_SECONDS = Histogram("fabricscope_http_request_seconds", "HTTP request laten
 ATTRIBUTION_SECONDS = Histogram("fabricscope_attribution_seconds", "Time to attribute one step",
                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 ATTRIBUTED_STEPS = Counter("fabricscope_attributed_steps_total", "Steps attributed", ["layer"])
+# Background passes of the engine over pending steps (service/workers.py), by what started them:
+# "interval" (the scheduled safety net) or "arrival" (ingest woke the worker, service/arrival.py).
+ATTRIBUTION_PASSES = Counter("fabricscope_attribution_passes_total", "Background attribution passes", ["trigger"])
 # Webhook deliveries (result: delivered | retrying | failed | expired).
 WEBHOOK_DELIVERIES = Counter("fabricscope_webhook_deliveries_total", "Webhook delivery attempts", ["result"])
 WEBHOOK_SECONDS = Histogram("fabricscope_webhook_delivery_seconds", "Webhook HTTP attempt latency",
