@@ -343,6 +343,8 @@ class Lab:
         (self.log_dir / "steps.json").write_text(json.dumps(steps))
         (self.log_dir / "attributions.json").write_text(json.dumps(self.attributions))
         (self.log_dir / "windows.json").write_text(json.dumps([w.__dict__ for w in windows]))
+        if self.stored is not None:  # --answers stored: each step's stored answers as the lab saw them
+            (self.log_dir / "stored.json").write_text(json.dumps(self.stored))
         series: dict[str, Any] = {}
         for w in windows:
             if ":" not in w.component or w.component.count("/"):
