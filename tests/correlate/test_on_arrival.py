@@ -5,6 +5,7 @@ a burst of posts makes a bounded number of passes."""
 from __future__ import annotations
 
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -145,3 +146,22 @@ def test_telemetry_wakes_a_job_once_it_passes_a_step_end_plus_the_margin() -> No
     assert a.take() == set()
     a.telemetry(oldest_kept + 2.0)
     assert a.take() == {"k"}
+
+
+def test_a_stop_cancels_an_arrival_pass_that_waits(test_database: TestDatabase, tmp_path: Path) -> None:
+    """#46 item 9 for the new worker: its pass is one of the background jobs a stop cancels."""
+    with own_service(test_database, tmp_path, env=SLOW_INTERVAL) as (svc, dsn), \
+            psycopg.connect(dsn) as holder, httpx.Client(base_url=svc.url, timeout=30) as api:
+        holder.execute("LOCK TABLE job_ranks IN ACCESS EXCLUSIVE MODE")
+        api.post("/v1/ingest/steps", json=_steps("arr-d", 0, range(4), time.time() - 5)).raise_for_status()
+        deadline = time.monotonic() + 10
+        while not holder.execute("SELECT 1 FROM pg_locks WHERE relation = 'job_ranks'::regclass "
+                                 "AND NOT granted").fetchone():
+            assert time.monotonic() < deadline, "the pass never started"
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        svc.proc.send_signal(signal.SIGTERM)
+        status = svc.proc.wait(30)  # 8 s for requests + 2 s grace + the cancel, with room to spare
+        assert status == 0 and time.monotonic() - t0 < 20, svc.tail()
+        log = svc.log.read_text()
+        assert "cancelling background jobs still running" in log and "attribution on arrival" in log, svc.tail()
