@@ -89,6 +89,11 @@ class Settings(BaseSettings):
 
     # Background work inside `serve`: correlation, alerting, retention (seconds; 0 disables).
     correlate_interval_s: float = Field(default=5.0, ge=0)
+    # #44 item 7: steps are judged as they arrive (ingest wakes the worker, service/arrival.py), the
+    # interval above staying as the safety net; off: on the interval only. A wake waits
+    # correlate_debounce_s first, so a burst (every rank's post of one step) makes one pass.
+    correlate_on_arrival: bool = True
+    correlate_debounce_s: float = Field(default=0.2, ge=0, le=10)
     alert_interval_s: float = Field(default=10.0, ge=0)
     retention_interval_s: float = Field(default=3600.0, ge=0)
 

@@ -18,8 +18,10 @@ import psycopg
 from apscheduler.schedulers.background import BackgroundScheduler
 from psycopg_pool import ConnectionPool
 
+from fabricscope.service.arrival import Arrivals, ArrivalWorker, OwnedJobs
 from fabricscope.service.bus.leases import LeaseLost
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.observability import metrics as m
 from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.workers")
@@ -67,14 +69,17 @@ class Background:
 
     CANCEL_FOR_S = 5.0  # after the grace: cancel statements this long at most, then leave the rest
 
-    def __init__(self, sched: BackgroundScheduler, running: Running) -> None:
+    def __init__(self, sched: BackgroundScheduler, running: Running, arrival: ArrivalWorker | None = None) -> None:
         self.scheduler = sched
         self.running = running
+        self.arrival = arrival
 
     def shutdown(self, *, grace_s: float) -> list[str]:
         """Start no new run; wait up to ``grace_s`` for the running ones, then cancel their
         statements until they end. The names of jobs still running at the end (none, normally)."""
         self.scheduler.shutdown(wait=False)
+        if self.arrival is not None:
+            self.arrival.stop()  # its pass in progress, if any, is in `running` like the others
         deadline = time.monotonic() + grace_s
         while self.running.snapshot() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -128,24 +133,44 @@ class _RunsAtDebug(logging.Filter):
 _RUNS_AT_DEBUG = _RunsAtDebug()
 
 
-def start_background(pool: ConnectionPool, settings: Settings, *, engine: AttributionEngine) -> Background:
-    """`engine`: the app's, so attribution in the background and on request share one set of caches."""
+def start_background(pool: ConnectionPool, settings: Settings, *, engine: AttributionEngine,
+                     arrivals: Arrivals | None = None) -> Background:
+    """`engine`: the app's, so attribution in the background and on request share one set of caches.
+    `arrivals`: what the app's ingest routes signal; with it (and correlate_on_arrival) steps are
+    judged as they arrive (service/arrival.py), the interval job staying as the safety net."""
     logging.getLogger("apscheduler.executors.default").addFilter(_RUNS_AT_DEBUG)
     running = Running()
     sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
+    arrival: ArrivalWorker | None = None
     if settings.correlate_interval_s > 0:
         from fabricscope.service.bus.leases import JobPartitioner
 
         # Several `serve` processes split the jobs between them with leases (one owner per job).
-        part = JobPartitioner("correlate", ttl_s=max(30.0, 3 * settings.correlate_interval_s))
+        owned = OwnedJobs(JobPartitioner("correlate", ttl_s=max(30.0, 3 * settings.correlate_interval_s)))
+        # One pass at a time in this process, interval or arrival: both would judge the same steps.
+        one_pass = threading.Lock()
 
         def correlate(conn: psycopg.Connection) -> None:
             jobs = [r[0] for r in conn.execute("SELECT name FROM jobs ORDER BY name").fetchall()]
-            for job in part.claim(conn, jobs):
-                engine.process_pending(conn, job=job)
+            with one_pass:
+                m.ATTRIBUTION_PASSES.labels("interval").inc()
+                for job in owned.claim_all(conn, jobs):
+                    engine.process_pending(conn, job=job)
 
         sched.add_job(_guarded(pool, "attribution", correlate, running), "interval",
                       seconds=settings.correlate_interval_s, id="correlate", jitter=1)
+        if settings.correlate_on_arrival and arrivals is not None:
+            def on_arrival(jobs: set[str]) -> None:
+                def judge(conn: psycopg.Connection) -> None:
+                    with one_pass:
+                        m.ATTRIBUTION_PASSES.labels("arrival").inc()
+                        for job in owned.mine(conn, sorted(jobs)):
+                            engine.process_pending(conn, job=job)
+
+                _guarded(pool, "attribution on arrival", judge, running)()
+
+            arrival = ArrivalWorker(arrivals, on_arrival, debounce_s=settings.correlate_debounce_s)
+            arrival.start()
     if settings.alert_interval_s > 0:
         from fabricscope.service.alerts.engine import run_once as alerts_once
 
@@ -198,4 +223,4 @@ def start_background(pool: ConnectionPool, settings: Settings, *, engine: Attrib
                       "interval",
                       seconds=settings.retention_interval_s, id="retention")
     sched.start()
-    return Background(sched, running)
+    return Background(sched, running, arrival)

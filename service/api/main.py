@@ -35,6 +35,7 @@ from fabricscope.service.api.routes import fleet as fleet_routes  # (#48)
 from fabricscope.service.api.routes import hang as hang_routes  # (#45 item 4)
 from fabricscope.service.api.routes import placement as placement_routes  # (#17 item 4)
 from fabricscope.service.api.routes import trends as trends_routes  # (#19)
+from fabricscope.service.arrival import Arrivals
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
 from fabricscope.service.db.database import database_url, make_pool, pool_full
 from fabricscope.service.db.writer import SampleWriter
@@ -84,7 +85,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
         if background:
             from fabricscope.service.workers import start_background
 
-            workers = start_background(app.state.pool, settings, engine=engine)
+            workers = start_background(app.state.pool, settings, engine=engine, arrivals=app.state.arrivals)
         try:
             yield
         finally:
@@ -106,6 +107,8 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
     app.state.settings = settings
     app.state.sample_writer = SampleWriter()
     app.state.engine = engine
+    # what the ingest routes signal once a batch is committed; inert unless the background worker runs
+    app.state.arrivals = Arrivals(margin_s=engine.config.telemetry_margin_s)
     app.state.token_scopes = settings.token_scopes()
     app.state.heavy_reads = CostGate(settings.max_heavy_reads, settings.max_heavy_reads_per_client)
     routers = (health.router, ingest.router, topology.router, jobs.router, steps.router, sources.router,

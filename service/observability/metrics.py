@@ -34,6 +34,9 @@ ENGINE_INVARIANT_VIOLATIONS = Counter(
     "fabricscope_engine_invariant_violations_total",
     "Answers that broke an engine invariant (service/correlate/invariants.py): an engine bug", ["invariant"])
 ATTRIBUTED_STEPS = Counter("fabricscope_attributed_steps_total", "Steps attributed", ["layer"])
+# Background passes of the engine over pending steps (service/workers.py), by what started them:
+# "interval" (the scheduled safety net) or "arrival" (ingest woke the worker, service/arrival.py).
+ATTRIBUTION_PASSES = Counter("fabricscope_attribution_passes_total", "Background attribution passes", ["trigger"])
 # Webhook deliveries (result: delivered | retrying | failed | expired).
 WEBHOOK_DELIVERIES = Counter("fabricscope_webhook_deliveries_total", "Webhook delivery attempts", ["result"])
 WEBHOOK_SECONDS = Histogram("fabricscope_webhook_delivery_seconds", "Webhook HTTP attempt latency",

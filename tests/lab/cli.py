@@ -58,18 +58,25 @@ def run(
     log_dir: Path | None = typer.Option(None, help="Keep process logs here."),
     job: str = typer.Option("lab-train", help="Job name."),
     keep: bool = typer.Option(False, help="Leave the lab up afterwards (then: python -m tests.lab down)."),
+    answers: str = typer.Option("ask", help="ask: the lab asks for each slow step's answer 3 s after its end; "
+                                "stored: the service's attribution worker runs and the lab times what it stores."),
+    on_arrival: bool = typer.Option(True, help="With --answers stored: the service judges steps as they arrive "
+                                    "(FABRICSCOPE_CORRELATE_ON_ARRIVAL); off: on its 5 s interval only."),
 ) -> None:
     """Run the lab end to end and print the per-fault table."""
     from tests.lab.runner import Options, run_lab
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    if answers not in ("ask", "stored"):
+        typer.echo("error: --answers is ask or stored", err=True)
+        raise typer.Exit(2)
     unknown = [f for f in fault if f not in F.FAULTS]
     if unknown:
         typer.echo(f"error: unknown fault(s) {unknown}; known: {', '.join(F.FAULTS)}", err=True)
         raise typer.Exit(2)
     opts = Options(faults=fault, warmup_s=warmup, gap_s=gap, url=url, database_url=database_url, job=job,
-                   log_dir=log_dir, keep=keep)
+                   log_dir=log_dir, keep=keep, answers=answers, on_arrival=on_arrival)
     try:
         result, left = run_lab(_spec(prefix), opts)
     except kernel.LabError as exc:

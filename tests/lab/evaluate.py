@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# step -> the stored answers as the lab saw them (tests/lab/stored.py): (wall time seen, layer, component)
+History = dict[int, list[tuple[float, str, str | None]]]
+
+
+def first_right(history: History, step: int, layers: tuple[str, ...], component: str) -> float | None:
+    """When the lab first saw a stored answer for `step` with a right layer and the component."""
+    return next((t for t, layer, comp in history.get(step, []) if layer in layers and comp == component), None)
+
 
 @dataclass
 class Window:
@@ -49,11 +57,13 @@ def _overlaps(s: dict[str, Any], lo: float, hi: float) -> bool:
 
 
 def evaluate(steps: list[dict[str, Any]], attributions: dict[int, dict[str, Any]], windows: list[Window],
-             first_seen: dict[int, float], *, grace_s: float, judged_from: float) -> tuple[list[FaultResult],
-                                                                                           list[int]]:
+             first_seen: dict[int, float], *, grace_s: float, judged_from: float,
+             stored: History | None = None) -> tuple[list[FaultResult], list[int]]:
     """Per fault: steps overlapping its window, how many were slow, how many of those the engine
     put on the right layer / component, and how long after the fault started the first right
     answer was available (``first_seen``: step -> wall time its attribution was first fetched).
+    With ``stored`` (the answers the service's background worker stored, as the lab saw them,
+    tests/lab/stored.py) that time is when a slow step's stored answer was first right instead.
     Also the slow steps outside every window widened by ``grace_s`` (false alarms)."""
     results = []
     for w in windows:
@@ -75,8 +85,11 @@ def evaluate(steps: list[dict[str, Any]], attributions: dict[int, dict[str, Any]
             r.answers.append((s["step"], str(a.get("layer")), a.get("component")))
             if not (lay_ok and comp_ok):
                 r.wrong.append(a)
-            seen = first_seen.get(s["step"])
-            if lay_ok and comp_ok and seen is not None:
+            if stored is not None:
+                seen = first_right(stored, s["step"], w.layers, w.component)
+            else:
+                seen = first_seen.get(s["step"]) if lay_ok and comp_ok else None
+            if seen is not None:
                 dt = max(seen - w.start, 0.0)
                 r.first_attribution_s = dt if r.first_attribution_s is None else min(r.first_attribution_s, dt)
         results.append(r)

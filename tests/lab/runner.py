@@ -29,8 +29,9 @@ import httpx
 
 from tests.lab import faults as F
 from tests.lab import kernel, volumes
-from tests.lab.evaluate import FaultResult, Window, evaluate, table
+from tests.lab.evaluate import FaultResult, History, Window, evaluate, table
 from tests.lab.spec import LabSpec
+from tests.lab.stored import StoredWatcher
 
 log = logging.getLogger("fabricscope.lab")
 REPO = Path(__file__).resolve().parents[2]
@@ -69,6 +70,11 @@ class Options:
     width: int = 1024
     data_kb: int = 512  # read from the shared dataset volume by each rank in each step's data phase
     keep: bool = False
+    # "ask": the lab asks for each slow step's answer 3 s after its end (on demand, its own 2 s
+    # poll); "stored": the service started here runs its attribution worker (interval 5 s, and on
+    # arrival unless on_arrival is off) and the lab only watches what it stores (tests/lab/stored.py)
+    answers: str = "ask"
+    on_arrival: bool = True
 
 
 @dataclass
@@ -91,6 +97,7 @@ class Lab:
         self.relay_port = free_port()
         self.community = os.urandom(8).hex()
         self.first_seen: dict[int, float] = {}
+        self.stored: History | None = None
         self.attributions: dict[int, dict[str, Any]] = {}
         self._stop_poll = threading.Event()
         self.dsn = opts.database_url
@@ -154,6 +161,9 @@ class Lab:
         port = free_port()
         env = self._env(FABRICSCOPE_CORRELATE_INTERVAL_S="0", FABRICSCOPE_ALERT_INTERVAL_S="0",
                         FABRICSCOPE_RETENTION_INTERVAL_S="0")
+        if self.opts.answers == "stored":  # the service's own answers, as a deployment runs it
+            env.update(FABRICSCOPE_CORRELATE_INTERVAL_S="5",
+                       FABRICSCOPE_CORRELATE_ON_ARRIVAL="true" if self.opts.on_arrival else "false")
         if self.opts.database_url:
             env["DATABASE_URL"] = self.opts.database_url
         else:  # an embedded PostgreSQL of the lab's own, gone with the lab
@@ -284,7 +294,14 @@ class Lab:
         for h in self.spec.hosts:
             log.info("lab: %s cgroup cpu procs: %s", h,
                      (kernel.cgroup(self.spec, "cpu", h) / "cgroup.procs").read_text().split())
-        poller = threading.Thread(target=self._poll_answers, daemon=True)
+        watcher = None
+        if self.opts.answers == "stored":
+            if not self.dsn:
+                raise kernel.LabError("--answers stored reads the service's database: give --database-url")
+            watcher = StoredWatcher(self.dsn, self.opts.job)
+            watcher.start()
+        # with the watcher the lab asks nothing while the job runs (a GET attributes and stores)
+        poller = threading.Thread(target=self._poll_answers if watcher is None else lambda: None, daemon=True)
         poller.start()
         self._sleep(self.opts.warmup_s)
         # false alarms count from 10 s before the first fault: the first seconds of a job (and of
@@ -306,6 +323,8 @@ class Lab:
         time.sleep(4.0)  # the last telemetry and step records arrive
         self._stop_poll.set()
         poller.join(10)
+        if watcher is not None:
+            self.stored = watcher.stop()  # before the final answers below, which are asked (and stored)
         steps = self.steps()
         for s in steps:  # final answers for every slow step (the same engine, all data in)
             if s["slow"]:
@@ -313,7 +332,7 @@ class Lab:
                 self.first_seen.setdefault(s["step"], time.time())
         self._dump(steps, windows)
         results, outside = evaluate(steps, self.attributions, windows, self.first_seen, grace_s=self.opts.grace_s,
-                                    judged_from=judged_from)
+                                    judged_from=judged_from, stored=self.stored)
         return LabResult(results, outside, len(steps), lldp, lldp_ok, table(results), time.monotonic() - t_start)
 
     def _dump(self, steps: list[dict[str, Any]], windows: list[Window]) -> None:
@@ -324,6 +343,8 @@ class Lab:
         (self.log_dir / "steps.json").write_text(json.dumps(steps))
         (self.log_dir / "attributions.json").write_text(json.dumps(self.attributions))
         (self.log_dir / "windows.json").write_text(json.dumps([w.__dict__ for w in windows]))
+        if self.stored is not None:  # --answers stored: each step's stored answers as the lab saw them
+            (self.log_dir / "stored.json").write_text(json.dumps(self.stored))
         series: dict[str, Any] = {}
         for w in windows:
             if ":" not in w.component or w.component.count("/"):

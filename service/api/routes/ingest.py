@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from fabricscope.service.api.deps import IngestAuth, PoolDep, SettingsDep, WriterDep
+from fabricscope.service.arrival import Arrivals
 from fabricscope.service.ingest import store
 from fabricscope.service.ingest import validate as v
 from fabricscope.service.ingest.body import decode_body, inflate
@@ -79,8 +80,10 @@ async def _strict(pool: PoolDep, settings: SettingsDep, sources: list[str], kind
 
 
 async def _finish(request: Request, pool: PoolDep, settings: SettingsDep, *, kind: str, body: Any, n: int,
-                  t0: float, write: Callable[[psycopg.Connection], dict[str, Any]]) -> Any:
-    """Publish (NATS mode) or write the validated batch, and count it."""
+                  t0: float, write: Callable[[psycopg.Connection], dict[str, Any]],
+                  arrived: Callable[[Arrivals], None] | None = None) -> Any:
+    """Publish (NATS mode) or write the validated batch, and count it. ``arrived``: what to tell the
+    attribution worker once the batch is committed (a signal only: the work is on its thread)."""
     if settings.ingest_mode == "nats":
         return await _to_bus(request, settings, kind, body, n)
 
@@ -89,6 +92,8 @@ async def _finish(request: Request, pool: PoolDep, settings: SettingsDep, *, kin
             return write(conn)
 
     out = await run_in_threadpool(run)
+    if arrived is not None and out.get("accepted") and not out.get("duplicate"):
+        arrived(request.app.state.arrivals)
     m.INGEST_ROWS.labels(kind).inc(out["accepted"] if not out.get("duplicate") else 0)
     m.INGEST_SECONDS.labels(kind).observe(time.perf_counter() - t0)
     return out
@@ -111,7 +116,8 @@ async def ingest_samples(request: Request, pool: PoolDep, settings: SettingsDep,
     cols, bid = samples_json(inflate(raw, gzipped=gzipped, max_bytes=settings.max_body_bytes), _limits(settings))
     await _strict(pool, settings, sorted(set(cols.source)), "samples")
     return await _finish(request, pool, settings, kind="samples", body=None, n=len(cols), t0=t0,
-                         write=lambda conn: store.store_samples(conn, sample_writer=writer, batch_id=bid, cols=cols))
+                         write=lambda conn: store.store_samples(conn, sample_writer=writer, batch_id=bid, cols=cols),
+                         arrived=lambda a: a.telemetry(float(cols.ts.max())) if len(cols) else None)
 
 
 async def _job_rows(request: Request, pool: PoolDep, settings: SettingsDep, kind: str,
@@ -120,9 +126,17 @@ async def _job_rows(request: Request, pool: PoolDep, settings: SettingsDep, kind
     t0 = time.perf_counter()
     body = await _read_json(request, settings.max_body_bytes)
     rows = validate(body, _limits(settings))
-    v.job_name(body)
+    job = v.job_name(body)
+    # New steps may complete one: the attribution worker judges it now, not on its next interval.
+    # (A step's collectives are posted before it by the hook, so steps alone are the trigger.)
+    arrived = (lambda a: a.steps(job, _latest_end(rows))) if kind == "steps" else None
     return await _finish(request, pool, settings, kind=kind, body=body, n=len(rows), t0=t0,
-                         write=lambda conn: write_rows(conn, body=body, rows=rows))
+                         write=lambda conn: write_rows(conn, body=body, rows=rows), arrived=arrived)
+
+
+def _latest_end(rows: list[tuple[Any, ...]]) -> float | None:
+    """The latest end of step rows (rank, step, start, end, phases); None when none has one."""
+    return max((r[3] for r in rows if r[3] is not None), default=None)
 
 
 @_route("steps", "Ingest per-rank step timings of a job")
