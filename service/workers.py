@@ -133,6 +133,45 @@ class _RunsAtDebug(logging.Filter):
 _RUNS_AT_DEBUG = _RunsAtDebug()
 
 
+def _start_attribution(sched: BackgroundScheduler, pool: ConnectionPool, settings: Settings, *,
+                       engine: AttributionEngine, arrivals: Arrivals | None, running: Running) -> ArrivalWorker | None:
+    """The attribution jobs: the interval pass, and the arrival worker (returned, started) when steps
+    are judged as they arrive; none when correlate_interval_s is 0."""
+    if settings.correlate_interval_s <= 0:
+        return None
+    from fabricscope.service.bus.leases import JobPartitioner
+
+    # Several `serve` processes split the jobs between them with leases (one owner per job).
+    owned = OwnedJobs(JobPartitioner("correlate", ttl_s=max(30.0, 3 * settings.correlate_interval_s)))
+    # One pass at a time in this process, interval or arrival: both would judge the same steps.
+    one_pass = threading.Lock()
+
+    def correlate(conn: psycopg.Connection) -> None:
+        jobs = [r[0] for r in conn.execute("SELECT name FROM jobs ORDER BY name").fetchall()]
+        with one_pass:
+            m.ATTRIBUTION_PASSES.labels("interval").inc()
+            for job in owned.claim_all(conn, jobs):
+                engine.process_pending(conn, job=job)
+
+    sched.add_job(_guarded(pool, "attribution", correlate, running), "interval",
+                  seconds=settings.correlate_interval_s, id="correlate", jitter=1)
+    if not (settings.correlate_on_arrival and arrivals is not None):
+        return None
+
+    def on_arrival(jobs: set[str]) -> None:
+        def judge(conn: psycopg.Connection) -> None:
+            with one_pass:
+                m.ATTRIBUTION_PASSES.labels("arrival").inc()
+                for job in owned.mine(conn, sorted(jobs)):
+                    engine.process_pending(conn, job=job)
+
+        _guarded(pool, "attribution on arrival", judge, running)()
+
+    arrival = ArrivalWorker(arrivals, on_arrival, debounce_s=settings.correlate_debounce_s)
+    arrival.start()
+    return arrival
+
+
 def start_background(pool: ConnectionPool, settings: Settings, *, engine: AttributionEngine,
                      arrivals: Arrivals | None = None) -> Background:
     """`engine`: the app's, so attribution in the background and on request share one set of caches.
@@ -141,36 +180,7 @@ def start_background(pool: ConnectionPool, settings: Settings, *, engine: Attrib
     logging.getLogger("apscheduler.executors.default").addFilter(_RUNS_AT_DEBUG)
     running = Running()
     sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
-    arrival: ArrivalWorker | None = None
-    if settings.correlate_interval_s > 0:
-        from fabricscope.service.bus.leases import JobPartitioner
-
-        # Several `serve` processes split the jobs between them with leases (one owner per job).
-        owned = OwnedJobs(JobPartitioner("correlate", ttl_s=max(30.0, 3 * settings.correlate_interval_s)))
-        # One pass at a time in this process, interval or arrival: both would judge the same steps.
-        one_pass = threading.Lock()
-
-        def correlate(conn: psycopg.Connection) -> None:
-            jobs = [r[0] for r in conn.execute("SELECT name FROM jobs ORDER BY name").fetchall()]
-            with one_pass:
-                m.ATTRIBUTION_PASSES.labels("interval").inc()
-                for job in owned.claim_all(conn, jobs):
-                    engine.process_pending(conn, job=job)
-
-        sched.add_job(_guarded(pool, "attribution", correlate, running), "interval",
-                      seconds=settings.correlate_interval_s, id="correlate", jitter=1)
-        if settings.correlate_on_arrival and arrivals is not None:
-            def on_arrival(jobs: set[str]) -> None:
-                def judge(conn: psycopg.Connection) -> None:
-                    with one_pass:
-                        m.ATTRIBUTION_PASSES.labels("arrival").inc()
-                        for job in owned.mine(conn, sorted(jobs)):
-                            engine.process_pending(conn, job=job)
-
-                _guarded(pool, "attribution on arrival", judge, running)()
-
-            arrival = ArrivalWorker(arrivals, on_arrival, debounce_s=settings.correlate_debounce_s)
-            arrival.start()
+    arrival = _start_attribution(sched, pool, settings, engine=engine, arrivals=arrivals, running=running)
     if settings.alert_interval_s > 0:
         from fabricscope.service.alerts.engine import run_once as alerts_once
 

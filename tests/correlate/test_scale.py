@@ -21,7 +21,7 @@ from fabricscope.service.correlate.queries import pg_array, unsend_array
 from fabricscope.service.simulate.generator import generate
 from tests.correlate.scenarios import post
 from tests.correlate.test_end_to_end import SPEC, STEPS, _send
-from tests.correlate.test_queue_pfc_direction import _topo
+from tests.correlate.test_rule_cause_backpressure import _topo
 
 
 def test_topology_is_rebuilt_only_when_what_it_was_built_from_changes(service_url: str,

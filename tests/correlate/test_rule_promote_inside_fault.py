@@ -79,7 +79,7 @@ def test_a_step_a_device_states_fault_slowed_under_every_bar_is_slow_between_its
         assert a is not None and any(e["source"] == component and e["metric"] == "pcie_link_width"
                                      for e in a["evidence"]), a
         # off: with origin_state_straggler too, which makes the fault's borderline steps slow on
-        # their own (test_origin_state_straggler.py), and so the steps between them
+        # their own (test_rule_promote_origin_state_straggler.py), and so the steps between them
         off = AttributionEngine(replace(DEFAULT_CONFIG, fill_gap_steps=0, origin_state_straggler=False)
                                 ).attribute_step(db_conn, job=sc.job, step=s, store=False)
         assert off is not None and not off["slow"], (s, off)
