@@ -52,9 +52,10 @@ class Settings(BaseSettings):
     # longer than db_timeout_s while every connection is in use is 429 too (busy), not 503 (down).
     pool_max_waiting: int = Field(default=40, ge=1)
     busy_retry_after_s: int = Field(default=1, ge=1)
-    # Reads that can hold a connection for seconds (job report, steps list, efficiency, trends) run
-    # at most this many at once; more wait up to db_timeout_s, then 429. The rest of the pool stays
-    # free for ingest and cheap reads, so a few report readers cannot starve the feeds.
+    # Units of reads running at once (service/api/admission.py): a read that can hold a connection for
+    # seconds (job report, steps list, efficiency, trends) is a unit, every other read a share of one
+    # by its cost; more wait up to db_timeout_s, then 429. The rest of the pool stays free for
+    # ingest, so neither a few report readers nor a flood of cheap reads can starve the feeds.
     max_heavy_reads: int = Field(default=4, ge=1)
     # The HTTP server: the request line and headers must arrive within http_header_timeout_s and
     # http_max_header_bytes (else the connection is closed, 408/431), a body within http_body_timeout_s

@@ -5,13 +5,14 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Annotated, cast
+from typing import Annotated, Any, cast
 
 import psycopg
 from fastapi import Depends, HTTPException, Request
 from psycopg_pool import ConnectionPool
 
 from fabricscope.core.errors import FabricscopeError
+from fabricscope.service.api import admission
 from fabricscope.service.api.admission import CostGate
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.db.writer import SampleWriter
@@ -87,15 +88,22 @@ def _peer(request: Request) -> str:
 
 @contextmanager
 def admitted(request: Request, settings: Settings, *, cost: int, what: str) -> Iterator[None]:
-    """Hold ``cost`` units of the expensive-read gate (service/api/admission.py) for the block; 429 when
-    this client already holds its share, or no room frees within db_timeout_s."""
+    """Hold ``cost`` shares of the read gate (service/api/admission.py) for the block; 429 naming why
+    when this client already holds its share, or no room frees within db_timeout_s."""
     gate: CostGate = request.app.state.heavy_reads
     peer = _peer(request)
-    if not gate.acquire(cost=cost, peer=peer, timeout_s=settings.db_timeout_s):
+    refusal = gate.acquire(cost=cost, peer=peer, timeout_s=settings.db_timeout_s)
+    if refusal is not None:
         m.BUSY_REJECTED.labels("heavy").inc()
-        raise HTTPException(429, detail=f"server busy: {settings.max_heavy_reads} expensive reads (reports, steps, "
-                            f"efficiency, trends, metrics over many series) already run, or this client runs its "
-                            f"{settings.max_heavy_reads_per_client} (asked: {what}), retry later",
+        units = f"{admission.SHARES} shares a unit, an expensive read; a cheap read is one share"
+        if refusal is admission.Refusal.CLIENT:
+            why = (f"this client already holds {gate.held_by(peer)} of the {gate.per_client} read shares one "
+                   f"client may hold (FABRICSCOPE_MAX_HEAVY_READS_PER_CLIENT={settings.max_heavy_reads_per_client} "
+                   f"units, {units})")
+        else:
+            why = (f"reads held all {gate.capacity} read shares (FABRICSCOPE_MAX_HEAVY_READS="
+                   f"{settings.max_heavy_reads} units, {units}) for {settings.db_timeout_s:g} s")
+        raise HTTPException(429, detail=f"server busy: {why}; asked {cost} for {what}, retry later",
                             headers={"Retry-After": str(settings.busy_retry_after_s)})
     try:
         yield
@@ -103,14 +111,57 @@ def admitted(request: Request, settings: Settings, *, cost: int, what: str) -> I
         gate.release(cost=cost, peer=peer)
 
 
-def heavy_read(request: Request, settings: SettingsDep) -> Iterator[None]:
-    """Admission for the expensive reads (one unit): taken before their database connection (a route's
-    `dependencies` resolve before its parameters), released when the request ends."""
-    with admitted(request, settings, cost=1, what="one expensive read"):
-        yield
+def admit(what: str, cost: Callable[[Request, CostGate], int]) -> Callable[..., Iterator[None]]:
+    """A read route's admission, by ``cost(request, gate)`` shares: in a route's ``dependencies``, so it
+    is taken before the route's database connection (they resolve before its parameters) and held
+    until the answer is written (answers waiting on clients that do not read stay bounded)."""
+
+    def admission(request: Request, settings: SettingsDep) -> Iterator[None]:
+        with admitted(request, settings, cost=cost(request, request.app.state.heavy_reads), what=what):
+            yield
+        rows = getattr(request.state, "answer_rows", None)
+        if rows is not None:  # a list without a limit: what it answered is what the next one costs
+            request.app.state.heavy_reads.learn(request.state.answer_key, rows)
+
+    admission.fabricscope_admission = True  # type: ignore[attr-defined]  # tests/robustness/test_read_admission.py
+    return admission
 
 
+def _limit(request: Request, default: int, maximum: int) -> int:
+    # The route validates the value (422); the cost is only taken from one it would accept.
+    # ASCII digits only, and few: int() refuses '²' and strings over 4,300 digits (a 500 here).
+    raw = request.query_params.get("limit", "")
+    return min(max(int(raw), 1), maximum) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else default
+
+
+def by_limit(default: int, maximum: int) -> Any:
+    """Admission of a list by its ``limit`` query parameter: a share per admission.ROWS_PER_SHARE rows."""
+    return Depends(admit(f"a list of up to 'limit' rows (default {default})",
+                         lambda request, _: admission.rows_cost(_limit(request, default, maximum))))
+
+
+def _learned(key: str) -> Callable[[Request, CostGate], int]:
+    def cost(request: Request, gate: CostGate) -> int:
+        # A filtered list is learned apart from the whole one: it is often far shorter.
+        request.state.answer_key = f"{key}?" if request.query_params else key
+        return gate.learned_cost(request.state.answer_key)
+
+    return cost
+
+
+def by_size(key: str) -> Any:
+    """Admission of a list without a limit, by the rows of its last answer (the route calls answered())."""
+    return Depends(admit(f"the whole {key} list", _learned(key)))
+
+
+def answered(request: Request, rows: int) -> None:
+    """What a list admitted by_size() answered: the cost of the next one."""
+    request.state.answer_rows = rows
+
+
+HeavyRead = Depends(admit("one expensive read", lambda _, __: admission.SHARES))
+# One row, or the few of one job or run, found by their key.
+CheapRead = Depends(admit("one read by its key", lambda _, __: admission.CHEAP))
 IngestAuth = Depends(require("ingest"))
-HeavyRead = Depends(heavy_read)
 ReadAuth = Depends(require("read"))
 AdminAuth = Depends(require("admin"))

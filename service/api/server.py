@@ -24,12 +24,34 @@ from collections import Counter
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from fabricscope.service.observability import metrics as m
 from fabricscope.service.settings import Settings
 
 log = logging.getLogger("fabricscope.api.server")
+
+
+# uvicorn's connection_made asks the socket for both addresses again (getsockname, getpeername), which
+# asyncio's transport already holds (from accept and its own start). Under the idle flood of #46's
+# soak (300-760 new connections a second) those two calls were 80% of connection_made and a fifth of
+# the event loop's samples, and every request waits on the event loop: the cached ones serve the same.
+def _address(info: Any) -> tuple[str, int] | None:
+    return (str(info[0]), int(info[1])) if isinstance(info, tuple) and len(info) >= 2 else None
+
+
+def _local_addr(transport: asyncio.BaseTransport) -> tuple[str, int | None] | None:
+    info = transport.get_extra_info("sockname")
+    return (info, None) if isinstance(info, str) else _address(info)  # str: a Unix socket's path
+
+
+def _remote_addr(transport: asyncio.BaseTransport) -> tuple[str, int] | None:
+    return _address(transport.get_extra_info("peername"))
+
+
+httptools_impl.get_local_addr = _local_addr
+httptools_impl.get_remote_addr = _remote_addr
 
 def _response(status: bytes, detail: str, extra: bytes = b"") -> bytes:
     body = json.dumps({"detail": [{"loc": ["header"], "msg": detail, "type": "value_error"}]}).encode()

@@ -109,14 +109,15 @@ def _body_routes(svc: ServiceProcess) -> list[tuple[str, str]]:
 
 
 def test_busy_pool_is_429_with_retry_after_not_503(guarded: ServiceProcess, database_url: str) -> None:
-    # 40 concurrent reads while their table is locked for longer than a request waits for a connection
-    # (FABRICSCOPE_DB_TIMEOUT_S=2): every connection is busy, none is broken.
+    # 40 concurrent job registrations while their table is locked for longer than a request waits for a
+    # connection (FABRICSCOPE_DB_TIMEOUT_S=2): every connection is busy, none is broken. Writes, since
+    # the reads are admitted (#46) and so never take the whole pool.
     headers = {"Authorization": f"Bearer {ADMIN}"}
     with psycopg.connect(database_url) as lock:
-        lock.execute("LOCK TABLE devices IN ACCESS EXCLUSIVE MODE")
+        lock.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
         with ThreadPoolExecutor(40) as pool:
-            futures = [pool.submit(httpx.get, f"{guarded.url}/v1/topology", headers=headers, timeout=30)
-                       for _ in range(40)]
+            futures = [pool.submit(httpx.put, f"{guarded.url}/v1/jobs/busy-{i}", headers=headers, timeout=30,
+                                   json={"ranks": [{"rank": 0, "host": "h"}]}) for i in range(40)]
             # Probe only once every pooled connection waits on the lock: a fixed pause raced the
             # requests' arrival on a loaded machine, and the probe then found a free connection.
             assert _backends_waiting_on_locks(database_url, at_least=POOL_SIZE, within_s=10)

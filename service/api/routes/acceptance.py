@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from fabricscope.core.busbw import FACTOR_FORM
 from fabricscope.service import contract
 from fabricscope.service.acceptance import store
-from fabricscope.service.api.deps import ConnDep, IngestAuth, ReadAuth
+from fabricscope.service.api.deps import CheapRead, ConnDep, IngestAuth, ReadAuth, answered, by_limit, by_size
 
 router = APIRouter(prefix="/v1/acceptance", tags=["acceptance"])
 
@@ -144,7 +144,8 @@ def post_run(body: RunIn, conn: ConnDep) -> Any:
     return {"id": run_id, "rows": n}
 
 
-@router.get("/runs", dependencies=[ReadAuth], response_model=list[RunOut], summary="Acceptance runs, newest first")
+@router.get("/runs", dependencies=[ReadAuth, by_limit(100, 1000)], response_model=list[RunOut],
+            summary="Acceptance runs, newest first")
 def list_runs(
     conn: ConnDep,
     fabric: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
@@ -154,7 +155,7 @@ def list_runs(
     return store.list_runs(conn, fabric=fabric, op=op, limit=limit)
 
 
-@router.get("/runs/{run_id}", dependencies=[ReadAuth], response_model=RunDetail,
+@router.get("/runs/{run_id}", dependencies=[ReadAuth, CheapRead], response_model=RunDetail,
             summary="One acceptance run with its rows and device lines")
 def get_run(conn: ConnDep, run_id: int = Path(ge=1, lt=2**63)) -> Any:
     out = store.get_run(conn, run_id=run_id)
@@ -163,9 +164,10 @@ def get_run(conn: ConnDep, run_id: int = Path(ge=1, lt=2**63)) -> Any:
     return out
 
 
-@router.get("/baseline", dependencies=[ReadAuth], response_model=list[BaselineRow],
+@router.get("/baseline", dependencies=[ReadAuth, by_size("baseline")], response_model=list[BaselineRow],
             summary="Best or median busbw of accepted runs per (fabric, op, size bucket, ranks)")
 def baseline(
+    request: Request,
     conn: ConnDep,
     fabric: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
     op: Annotated[Op | None, Query()] = None,
@@ -173,4 +175,6 @@ def baseline(
     nodes: Annotated[int | None, Query(ge=1, le=MAX_RANKS)] = None,
     stat: Annotated[Literal["best", "median"], Query()] = "median",
 ) -> Any:
-    return store.baseline(conn, fabric=fabric, op=op, ranks=ranks, nodes=nodes, stat=stat)
+    out = store.baseline(conn, fabric=fabric, op=op, ranks=ranks, nodes=nodes, stat=stat)
+    answered(request, len(out))
+    return out

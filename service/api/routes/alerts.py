@@ -12,13 +12,22 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import httpx
-from fastapi import APIRouter, HTTPException, Path, Query, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from fabricscope.core.errors import ConfigError
 from fabricscope.service.alerts import destinations, payloads, store
 from fabricscope.service.alerts.secretbox import box_for
-from fabricscope.service.api.deps import AdminAuth, ConnDep, ReadAuth, SettingsDep
+from fabricscope.service.api.deps import (
+    AdminAuth,
+    CheapRead,
+    ConnDep,
+    ReadAuth,
+    SettingsDep,
+    answered,
+    by_limit,
+    by_size,
+)
 
 router = APIRouter(tags=["alerts"])
 
@@ -133,7 +142,7 @@ class DeliveryOut(BaseModel):
     attempt_log: list[AttemptOut]
 
 
-@router.get("/v1/alerts", dependencies=[ReadAuth], response_model=list[AlertOut],
+@router.get("/v1/alerts", dependencies=[ReadAuth, by_limit(100, 1000)], response_model=list[AlertOut],
             summary="Alerts (step-time regression, bus bandwidth below acceptance), newest first")
 def list_alerts(
     conn: ConnDep,
@@ -144,7 +153,7 @@ def list_alerts(
     return store.list_alerts(conn, job=job, state=state, limit=limit)
 
 
-@router.get("/v1/alerts/{alert_id}", dependencies=[ReadAuth], response_model=AlertOut, summary="One alert")
+@router.get("/v1/alerts/{alert_id}", dependencies=[ReadAuth, CheapRead], response_model=AlertOut, summary="One alert")
 def get_alert(conn: ConnDep, alert_id: int = Path(ge=1, lt=2**63)) -> Any:
     out = store.get_alert(conn, alert_id)
     if out is None:
@@ -175,12 +184,16 @@ def create_webhook(body: WebhookIn, conn: ConnDep, settings: SettingsDep) -> Any
         routing_key=body.routing_key.get_secret_value() if body.routing_key else None, box=box)
 
 
-@router.get("/v1/webhooks", dependencies=[AdminAuth], response_model=list[WebhookOut], summary="List webhooks")
-def list_webhooks(conn: ConnDep) -> Any:
-    return store.list_webhooks(conn)
+@router.get("/v1/webhooks", dependencies=[AdminAuth, by_size("webhooks")], response_model=list[WebhookOut],
+            summary="List webhooks")
+def list_webhooks(request: Request, conn: ConnDep) -> Any:
+    out = store.list_webhooks(conn)
+    answered(request, len(out))
+    return out
 
 
-@router.get("/v1/webhooks/{webhook_id}", dependencies=[AdminAuth], response_model=WebhookOut, summary="One webhook")
+@router.get("/v1/webhooks/{webhook_id}", dependencies=[AdminAuth, CheapRead], response_model=WebhookOut,
+            summary="One webhook")
 def get_webhook(conn: ConnDep, webhook_id: int = Path(ge=1, lt=2**63)) -> Any:
     out = store.get_webhook(conn, webhook_id)
     if out is None:
@@ -196,7 +209,8 @@ def delete_webhook(conn: ConnDep, webhook_id: int = Path(ge=1, lt=2**63)) -> Res
     return Response(status_code=204)
 
 
-@router.get("/v1/webhooks/{webhook_id}/deliveries", dependencies=[AdminAuth], response_model=list[DeliveryOut],
+@router.get("/v1/webhooks/{webhook_id}/deliveries", dependencies=[AdminAuth, by_limit(100, 1000)],
+            response_model=list[DeliveryOut],
             summary="Delivery log of a webhook, newest first, with every attempt")
 def deliveries(
     conn: ConnDep,

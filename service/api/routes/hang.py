@@ -9,7 +9,7 @@ from typing import Any, Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from fabricscope.service.api.deps import ConnDep, ReadAuth, SettingsDep
+from fabricscope.service.api.deps import CheapRead, ConnDep, ReadAuth, SettingsDep
 from fabricscope.service.api.params import JobName, known_job
 from fabricscope.service.hang.query import job_hang
 
@@ -42,7 +42,8 @@ def _ts(v: float | None) -> datetime | None:
     return None if v is None else datetime.fromtimestamp(v, UTC)
 
 
-@router.get("/{job}/hang", response_model=HangOut, summary="Is the job hung, and which rank, in which collective")
+@router.get("/{job}/hang", dependencies=[CheapRead], response_model=HangOut,
+            summary="Is the job hung, and which rank, in which collective")
 def hang(conn: ConnDep, settings: SettingsDep, job: str = JobName) -> Any:
     known_job(conn, job)
     out = job_hang(conn, job=job, settings=settings)

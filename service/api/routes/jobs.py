@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 
-from fabricscope.service.api.deps import ConnDep, IngestAuth, ReadAuth
+from fabricscope.service.api.deps import CheapRead, ConnDep, IngestAuth, ReadAuth, answered, by_size
 from fabricscope.service.api.params import JobName
 from fabricscope.service.db import inventory
 from fabricscope.service.schemas import JobIn, JobOut
@@ -30,12 +30,14 @@ def put_job(body: JobIn, conn: ConnDep, job: str = JobName) -> Any:
     return inventory.get_job(conn, job=job)
 
 
-@router.get("", dependencies=[ReadAuth], summary="List jobs")
-def list_jobs(conn: ConnDep) -> list[dict[str, Any]]:
-    return inventory.list_jobs(conn)
+@router.get("", dependencies=[ReadAuth, by_size("jobs")], summary="List jobs")
+def list_jobs(request: Request, conn: ConnDep) -> list[dict[str, Any]]:
+    out = inventory.list_jobs(conn)
+    answered(request, len(out))
+    return out
 
 
-@router.get("/{job}", dependencies=[ReadAuth], response_model=JobOut, summary="A job and its rank placement")
+@router.get("/{job}", dependencies=[ReadAuth, CheapRead], response_model=JobOut, summary="A job and its rank placement")
 def get_job(conn: ConnDep, job: str = JobName) -> Any:
     out = inventory.get_job(conn, job=job)
     if out is None:

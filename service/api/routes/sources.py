@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -11,8 +10,8 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from fabricscope.service import contract
-from fabricscope.service.api.admission import series_cost
-from fabricscope.service.api.deps import ConnDep, PoolDep, ReadAuth, SettingsDep, admitted
+from fabricscope.service.api.admission import CHEAP, series_cost
+from fabricscope.service.api.deps import ConnDep, PoolDep, ReadAuth, SettingsDep, admitted, answered, by_size
 from fabricscope.service.db import series as series_db
 
 router = APIRouter(prefix="/v1/sources", tags=["queries"], dependencies=[ReadAuth])
@@ -34,10 +33,13 @@ def _range(from_: datetime | None, to: datetime | None) -> tuple[datetime, datet
     return start, end
 
 
-@router.get("", summary="Known sources, optionally filtered by device")
-def list_sources(conn: ConnDep, device: Annotated[str | None, Query(max_length=256, pattern=_NO_NUL)] = None,
+@router.get("", dependencies=[by_size("sources")], summary="Known sources, optionally filtered by device")
+def list_sources(request: Request, conn: ConnDep,
+                 device: Annotated[str | None, Query(max_length=256, pattern=_NO_NUL)] = None,
                  ) -> list[dict[str, Any]]:
-    return series_db.list_sources(conn, device=device)
+    out = series_db.list_sources(conn, device=device)
+    answered(request, len(out))
+    return out
 
 
 def metric_series(
@@ -48,20 +50,22 @@ def metric_series(
     settings: SettingsDep,
 ) -> Iterator[list[tuple[int, dict[str, str]]]]:
     """The metric's series, the read admitted by their number (service/api/admission.py). Counted first,
-    on a connection given back at once: a read refused costs one count, not the series' labels. The
-    admission is held until the answer is written, as the expensive reads' is, so answers waiting on
-    clients that do not read stay bounded."""
-    with pool.connection() as conn:
+    admitted as a cheap read on a connection given back at once: a read refused costs one count, not
+    the series' labels. The admission is held until the answer is written, as the expensive reads'
+    is, so answers waiting on clients that do not read stay bounded."""
+    with admitted(request, settings, cost=CHEAP, what="a count of the metric's series"), pool.connection() as conn:
         n = series_db.count_series(conn, source=source, metric=metric)
     if n is None:
         raise HTTPException(404, detail=f"source '{source}' is unknown")
     if not n:
         raise HTTPException(404, detail=f"source '{source}' has no metric '{metric}'")
     cost = series_cost(n)
-    with admitted(request, settings, cost=cost, what=f"{n} series") if cost else nullcontext():
+    with admitted(request, settings, cost=cost, what=f"{n} series"):
         with pool.connection() as conn:
             found = series_db.series_of(conn, source=source, metric=metric) or []
         yield found
+
+metric_series.fabricscope_admission = True  # type: ignore[attr-defined]  # admitted inside, by its series
 
 
 # Series read in one query each: a chunk's rows are held at once, a bounded number.

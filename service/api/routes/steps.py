@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
 
 from fabricscope.service.acceptance.efficiency import report_section
-from fabricscope.service.api.deps import ConnDep, EngineDep, HeavyRead, ReadAuth, SettingsDep
+from fabricscope.service.api import admission
+from fabricscope.service.api.deps import ConnDep, EngineDep, HeavyRead, ReadAuth, SettingsDep, admit
 from fabricscope.service.api.params import JobName, known_job, window
 from fabricscope.service.placement.audit import warnings as placement_warnings
 from fabricscope.service.placement.store import job_audit
@@ -32,8 +33,14 @@ def list_steps(
     return engine.list_steps(conn, job=job, from_ts=start, to_ts=end, slow_only=slow)
 
 
+# One step's attribution reads every component's telemetry over the step's window: half a unit
+# (the report, which attributes every step, costs a whole one).
+_ONE_STEP = Depends(admit("one step's attribution", lambda _, __: admission.SHARES // 2))
+
+
 # exclude_unset: evidence keys a row does not have (labels, rank, kind) stay absent rather than null.
-@router.get("/{job}/steps/{step}/attribution", response_model=Attribution, response_model_exclude_unset=True,
+@router.get("/{job}/steps/{step}/attribution", dependencies=[_ONE_STEP], response_model=Attribution,
+            response_model_exclude_unset=True,
             summary="Why was this step slow: layer, component, confidence, evidence")
 def attribution(conn: ConnDep, engine: EngineDep, job: str = JobName, step: int = Path(ge=0, lt=2**63)) -> Any:
     known_job(conn, job)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 
-from fabricscope.service.api.deps import AdminAuth, ConnDep, ReadAuth
+from fabricscope.service.api.deps import AdminAuth, ConnDep, ReadAuth, answered, by_size
 from fabricscope.service.db import inventory
 from fabricscope.service.schemas import LinksMerge, Topology
 
@@ -35,9 +35,12 @@ def put_topology(body: Topology, conn: ConnDep) -> dict[str, int]:
                                       links=[link.model_dump() for link in body.links])
 
 
-@router.get("", dependencies=[ReadAuth], summary="The topology: devices, interfaces, links")
-def get_topology(conn: ConnDep) -> dict[str, Any]:
-    return inventory.get_topology(conn)
+@router.get("", dependencies=[ReadAuth, by_size("topology")], summary="The topology: devices, interfaces, links")
+def get_topology(request: Request, conn: ConnDep) -> dict[str, Any]:
+    out = inventory.get_topology(conn)
+    answered(request, len(out["devices"]) + sum(len(d.get("interfaces", ())) for d in out["devices"])
+             + len(out["links"]))
+    return out
 
 
 @router.post("/links", dependencies=[AdminAuth], summary="Merge links (for example discovered by LLDP)")
