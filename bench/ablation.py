@@ -73,9 +73,17 @@ def load(conn: psycopg.Connection, seeds: list[int], n_runs: int) -> list[Scenar
 
 
 def attribute(conn: psycopg.Connection, runs: list[Scenario], disabled: frozenset[str]) -> list[tuple[Scenario, Any]]:
-    engine = AttributionEngine(replace(DEFAULT_CONFIG, disabled=disabled))
+    """Every step of `runs`, attributed afresh with the rules `disabled` off. Each run's own topology
+    is put back first: a PUT replaces the declared topology, and the runs were loaded one after another."""
+    engine = AttributionEngine(replace(DEFAULT_CONFIG, disabled=disabled)) if disabled else AttributionEngine()
     conn.execute("DELETE FROM attributions WHERE job = ANY(%s)", ([sc.job for sc in runs],))
-    return [(sc, {s: engine.attribute_step(conn, job=sc.job, step=s) for s in sorted(sc.truth)}) for sc in runs]
+    sink = DirectSink(conn)
+    out = []
+    for sc in runs:
+        sink.put_topology(sc.topology_body())
+        engine.clear_caches()
+        out.append((sc, {s: engine.attribute_step(conn, job=sc.job, step=s) for s in sorted(sc.truth)}))
+    return out
 
 
 def rates(results: list[tuple[Scenario, Any]]) -> dict[str, float]:

@@ -71,4 +71,4 @@ def test_docs_hold_the_generated_catalogue() -> None:
     inner = text.split(begin, 1)[1].split("-->", 1)[1].split(end, 1)[0]
     assert inner.strip() == catalogue_markdown().strip(), (
         "docs/correlation-engine.md's rule catalogue is stale: regenerate it with "
-        "`python -m fabricscope.service.correlate.rules`")
+        "`.venv/bin/python tools/regen_rule_catalogue.py`")
