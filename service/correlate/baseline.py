@@ -5,12 +5,13 @@ not let in, so a fault does not raise its own bar). Baseline = median, spread = 
 tests mark a step slow:
 
 * per step: above `median + max(K·sigma, REL·median)` (a single +30% step is slow at once);
-* sequential (`SeqParams`): a one-sided CUSUM of each step's log-likelihood ratio "shifted by
-  `shift`" vs "at baseline" (capped per step, so one hiccup proves nothing). When the evidence of
-  an excursion reaches `h`, the whole segment from its onset (where the evidence last was zero) to
-  its peak is slow, retroactively. Its end is the peak: once the evidence has fallen `h_end` below
-  the peak, the segment is closed and the steps after the peak are healthy again (a reverse test
-  from the peak, so a plain CUSUM's slow drain does not flag the healthy steps after a fault).
+* sequential (`SeqParams`, sequential.py): a one-sided CUSUM of each step's log-likelihood ratio
+  "shifted by `shift`" vs "at baseline" (capped per step, so one hiccup proves nothing). When the
+  evidence of an excursion reaches `h`, the whole segment from its onset (where the evidence last
+  was zero) to its peak is slow, retroactively. Its end is the peak: once the evidence has fallen
+  `h_end` below the peak, the segment is closed and the steps after the peak are healthy again (a
+  reverse test from the peak, so a plain CUSUM's slow drain does not flag the healthy steps after a
+  fault).
 
 Steps of an open excursion enter the window only once it is known not to be a fault. `slow` is the
 answer with every step given (later steps can move an onset back or an end either way; the steps
@@ -173,8 +174,9 @@ def _without_warmup(hist: deque[int], duration: np.ndarray) -> None:
         hist.extend(keep)
 
 
-def episodes(slow: np.ndarray, seq_marked: np.ndarray, gap: int = EPISODE_GAP_STEPS,
-             min_steps: int = EPISODE_MIN_STEPS) -> np.ndarray:
+def episodes(
+    slow: np.ndarray, seq_marked: np.ndarray, gap: int = EPISODE_GAP_STEPS, min_steps: int = EPISODE_MIN_STEPS
+) -> np.ndarray:
     """Sustained episodes: maximal runs of slow steps (`gap` healthy steps allowed inside) that the
     sequential test took part in or that hold at least `min_steps` slow steps. Each slow step of such
     a run gets the run's first index, every other step -1. A checkpoint step slowed by a fault and
@@ -191,8 +193,9 @@ def episodes(slow: np.ndarray, seq_marked: np.ndarray, gap: int = EPISODE_GAP_ST
     return out
 
 
-def _checkpoints_in_faults(slow: np.ndarray, is_ckpt: np.ndarray, ck_x: np.ndarray, calm: np.ndarray,
-                          seq: SeqParams) -> None:
+def _checkpoints_in_faults(
+    slow: np.ndarray, is_ckpt: np.ndarray, ck_x: np.ndarray, calm: np.ndarray, seq: SeqParams
+) -> None:
     """A checkpoint step next to a slow step (the one before or after it) is slow when it runs
     `ckpt_next_to_slow` over its own baseline: a fault that spans it or ends with it adds to it as to
     any step, but its own bar is wide (checkpoint writes vary), so alone it would read healthy. Only
@@ -209,8 +212,16 @@ class _Pass:
     """compute_baselines' one pass over a job's steps in order: its inputs, the healthy window, and
     what each step got when it was judged."""
 
-    def __init__(self, duration: np.ndarray, transfer: np.ndarray, data: np.ndarray, is_ckpt: np.ndarray,
-                 ckpt_med: np.ndarray, seq: SeqParams, has_data: bool) -> None:
+    def __init__(
+        self,
+        duration: np.ndarray,
+        transfer: np.ndarray,
+        data: np.ndarray,
+        is_ckpt: np.ndarray,
+        ckpt_med: np.ndarray,
+        seq: SeqParams,
+        has_data: bool,
+    ) -> None:
         n = len(duration)
         self.duration, self.transfer, self.data = duration, transfer, data
         self.is_ckpt, self.ckpt_med, self.seq = is_ckpt, ckpt_med, seq
@@ -318,8 +329,9 @@ class _Pass:
         # steps) can prove alone
         seq, prev, slow = self.seq, self.prev, self.slow
         xi, xp = d - self.centre[i], self.duration[prev] - self.centre[prev]
-        if (xi >= max(seq.pair_z * sigma, seq.pair_min * b)
-                and xp >= max(seq.pair_z * self.sig[prev], seq.pair_min * self.base[prev])):
+        if xi >= max(seq.pair_z * sigma, seq.pair_min * b) and xp >= max(
+            seq.pair_z * self.sig[prev], seq.pair_min * self.base[prev]
+        ):
             slow[i] = True
             if not slow[prev]:
                 slow[prev] = True
@@ -327,9 +339,15 @@ class _Pass:
                     self.hist.remove(prev)
 
 
-def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.ndarray,
-                      ckpt_med: np.ndarray, seq: SeqParams = DEFAULT_SEQ, data: np.ndarray | None = None,
-                      ckpt_max: np.ndarray | None = None) -> Baselines:
+def compute_baselines(
+    duration: np.ndarray,
+    transfer: np.ndarray,
+    is_ckpt: np.ndarray,
+    ckpt_med: np.ndarray,
+    seq: SeqParams = DEFAULT_SEQ,
+    data: np.ndarray | None = None,
+    ckpt_max: np.ndarray | None = None,
+) -> Baselines:
     """`duration`: job step time (median over ranks); `transfer`: sum over collectives of the
     shortest rank's duration (pure transfer, no waiting); `ckpt_med`: median checkpoint phase;
     `data`: median `data` phase (NaN or None: not recorded); `ckpt_max`: the slowest rank's
@@ -345,8 +363,15 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
     if data is None:
         data = np.full(n, np.nan)
     data_ok, transfer_ok = np.isfinite(data), np.isfinite(transfer)
-    p = _Pass(duration, np.where(transfer_ok, transfer, 0.0), np.where(data_ok, data, 0.0), is_ckpt, ckpt_med,
-              seq, has_data=bool(data_ok.any()))
+    p = _Pass(
+        duration,
+        np.where(transfer_ok, transfer, 0.0),
+        np.where(data_ok, data, 0.0),
+        is_ckpt,
+        ckpt_med,
+        seq,
+        has_data=bool(data_ok.any()),
+    )
     for i in range(n):
         p.step(i)
     p.cusum.finish()
@@ -389,9 +414,28 @@ def _verdicts(p: _Pass, ckpt_max: np.ndarray, transfer_ok: np.ndarray, data_ok: 
         net_timing = _own_timing(x_net, p.sig_t, over, base)
         data_timing = _own_timing(x_data, p.sig_d, over, base)
     judged = border | faint | net_only | data_only
-    return Baselines(base, p.base_t, p.thr, slow, p.live, episodes(slow, slow & ~step_slow), step_slow, sig,
-                     p.centre, p.sig_t, judged, faint, ck_faint, net_only, data_only, net_timing, data_timing,
-                     judged & _near(slow), p.base_d, p.sig_d)
+    return Baselines(
+        base=base,
+        base_transfer=p.base_t,
+        threshold=p.thr,
+        slow=slow,
+        live=p.live,
+        episode=episodes(slow, slow & ~step_slow),
+        step_slow=step_slow,
+        sigma=sig,
+        centre=p.centre,
+        sigma_transfer=p.sig_t,
+        borderline=judged,
+        faint=faint,
+        ckpt_faint=ck_faint,
+        net_only=net_only,
+        data_only=data_only,
+        net_timing=net_timing,
+        data_timing=data_timing,
+        near_slow=judged & _near(slow),
+        data_base=p.base_d,
+        data_sigma=p.sig_d,
+    )
 
 
 def _near(slow: np.ndarray) -> np.ndarray:

@@ -59,7 +59,7 @@ def _robust(x: np.ndarray) -> tuple[float, float]:
 def _trimmed_mean(x: np.ndarray) -> float:
     """Mean of the middle 80%: the centre of a skewed window without its odd steps."""
     k = len(x) // 10
-    return float(np.mean(np.sort(x)[k:len(x) - k]))
+    return float(np.mean(np.sort(x)[k : len(x) - k]))
 
 
 def _flat(x: np.ndarray, sigma: float) -> bool:
@@ -283,7 +283,7 @@ class Cusum:
             # steps REL over on average): a fault that ended just short of proof (a +6 % fault
             # of 19 steps in 3.6 % noise reached 15.5 of 16) is not the job's noise, and in the
             # window it would raise the bar that every later fault is judged by
-            near = seg.peak_s >= seq.h / 2 and _median(seg.x[:seg.steps.index(seg.peak) + 1]) >= seq.min_mean
+            near = seg.peak_s >= seq.h / 2 and _median(seg.x[: seg.steps.index(seg.peak) + 1]) >= seq.min_mean
             self.admit([j for j in seg.steps if j > seg.peak] if near else seg.steps)
             seg.reset()
             return
