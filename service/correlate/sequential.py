@@ -171,7 +171,7 @@ class Cusum:
 
     duration: np.ndarray
     is_ckpt: np.ndarray
-    slow: np.ndarray
+    slow: np.ndarray  # bool per step, marked here retroactively
     ck_x: np.ndarray  # checkpoint steps' relative excess over their own baseline
     ck_clear: np.ndarray  # checkpoint steps clear of the step's and the write's noise
     hist: deque[int]  # indices of healthy steps
@@ -214,8 +214,8 @@ class Cusum:
         seg.marked = max(seg.marked, hi)
 
     def step(self, i: int, d: float, b: float, sigma: float, window: np.ndarray) -> bool:
-        """Plain step `i` (duration `d`; the window `window`'s median `b` and robust `sigma`) adds its
-        evidence; returns the answer it gets as the newest step."""
+        """Plain step `i` (duration `d`) adds its evidence; `window`: the healthy steps it was judged
+        by, `b` and `sigma` their median and robust sigma. Returns the answer it gets as the newest."""
         seg, seq = self.seg, self.seq
         x, s_rel, llr = self._evidence(i, d, b, sigma, window)
         seg.s = max(0.0, seg.s + min(max(llr, -seq.cap), seq.cap))
