@@ -5,12 +5,13 @@ not let in, so a fault does not raise its own bar). Baseline = median, spread = 
 tests mark a step slow:
 
 * per step: above `median + max(K·sigma, REL·median)` (a single +30% step is slow at once);
-* sequential (`SeqParams`): a one-sided CUSUM of each step's log-likelihood ratio "shifted by
-  `shift`" vs "at baseline" (capped per step, so one hiccup proves nothing). When the evidence of
-  an excursion reaches `h`, the whole segment from its onset (where the evidence last was zero) to
-  its peak is slow, retroactively. Its end is the peak: once the evidence has fallen `h_end` below
-  the peak, the segment is closed and the steps after the peak are healthy again (a reverse test
-  from the peak, so a plain CUSUM's slow drain does not flag the healthy steps after a fault).
+* sequential (`SeqParams`, sequential.py): a one-sided CUSUM of each step's log-likelihood ratio
+  "shifted by `shift`" vs "at baseline" (capped per step, so one hiccup proves nothing). When the
+  evidence of an excursion reaches `h`, the whole segment from its onset (where the evidence last
+  was zero) to its peak is slow, retroactively. Its end is the peak: once the evidence has fallen
+  `h_end` below the peak, the segment is closed and the steps after the peak are healthy again (a
+  reverse test from the peak, so a plain CUSUM's slow drain does not flag the healthy steps after a
+  fault).
 
 Steps of an open excursion enter the window only once it is known not to be a fault. `slow` is the
 answer with every step given (later steps can move an onset back or an end either way; the steps
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,9 +33,7 @@ import numpy as np
 from fabricscope.service.correlate.constants import (
     BOOTSTRAP_MAX_RATIO,
     BORDER_Z,
-    CHANGE_HALF_AGREE,
     CHANGE_RUN,
-    CHANGE_SIGMA_RATIO,
     CKPT_FIRST_MARGIN_S,
     CKPT_HISTORY,
     CKPT_MIN_HISTORY,
@@ -47,17 +45,15 @@ from fabricscope.service.correlate.constants import (
     FAINT_Z,
     K_SIGMA,
     MAD_SIGMA_SE,
-    MAD_TO_SIGMA,
     MIN_HISTORY,
-    MIN_SIGMA_REL,
     NEAR_SLOW_STEPS,
     NET_TIMING_SHARE,
     NET_TIMING_Z,
     REL,
-    SEG_MEMBER_SIGMAS,
     WINDOW,
     SeqParams,
 )
+from fabricscope.service.correlate.sequential import Cusum, _median, _robust, _trimmed_mean
 
 __all__ = ["CHANGE_RUN", "Baselines", "compute_baselines", "episodes", "time_lost", "work_lost"]
 
@@ -157,33 +153,6 @@ class Baselines:
         return self.unproven & (self.episode == np.arange(len(self.slow)))
 
 
-def _median(x: Iterable[float] | np.ndarray) -> float:
-    """np.median of a 1-d sequence, to the bit (the middle value, or the mean of the two middle ones
-    as np.mean computes it: (a + b) / 2; NaN when any value is NaN or there is none), without its
-    generic machinery: compute_baselines takes ~120 medians of short windows per call, and np.median's
-    ~25 us each were most of its time."""
-    v = np.sort(np.asarray(x, dtype=float).ravel())
-    n = len(v)
-    if n == 0 or v[-1] != v[-1]:  # np.sort puts NaN last
-        return float("nan")
-    h = n // 2
-    return float(v[h]) if n % 2 else float((v[h - 1] + v[h]) / 2)
-
-
-def _robust(x: np.ndarray) -> tuple[float, float]:
-    """Median and sigma: 1.4826·MAD, or the same scale of the slow side alone when that is wider.
-    A synchronous step ends with its slowest rank, so step times are skewed right and a symmetric
-    MAD understates the spread that matters for "slow" (Gumbel-like noise: ~3x more false slow
-    steps at 6 sigma); for symmetric noise both are the same."""
-    med = _median(x)
-    dev = x - med
-    up = dev[dev > 0]
-    mad = _median(np.abs(dev))
-    if len(up):
-        mad = max(mad, _median(up))
-    return med, max(MAD_TO_SIGMA * mad, MIN_SIGMA_REL * abs(med))
-
-
 def history_margin(n: int) -> float:
     """The factor on a sigma read from `n` healthy steps for the slow bar: its upper one-standard-error
     bound over that of a full WINDOW (constants.MAD_SIGMA_SE); 1 from a full window on."""
@@ -205,21 +174,9 @@ def _without_warmup(hist: deque[int], duration: np.ndarray) -> None:
         hist.extend(keep)
 
 
-def _trimmed_mean(x: np.ndarray) -> float:
-    """Mean of the middle 80%: the centre of a skewed window without its odd steps."""
-    k = len(x) // 10
-    return float(np.mean(np.sort(x)[k:len(x) - k]))
-
-
-def _flat(x: np.ndarray, sigma: float) -> bool:
-    """A settled new level: both halves agree and the spread is the job's usual one."""
-    h = len(x) // 2
-    m1, m2 = _median(x[:h]), _median(x[h:])
-    return abs(m2 - m1) <= CHANGE_HALF_AGREE * m2 and _robust(x)[1] <= CHANGE_SIGMA_RATIO * sigma
-
-
-def episodes(slow: np.ndarray, seq_marked: np.ndarray, gap: int = EPISODE_GAP_STEPS,
-             min_steps: int = EPISODE_MIN_STEPS) -> np.ndarray:
+def episodes(
+    slow: np.ndarray, seq_marked: np.ndarray, gap: int = EPISODE_GAP_STEPS, min_steps: int = EPISODE_MIN_STEPS
+) -> np.ndarray:
     """Sustained episodes: maximal runs of slow steps (`gap` healthy steps allowed inside) that the
     sequential test took part in or that hold at least `min_steps` slow steps. Each slow step of such
     a run gets the run's first index, every other step -1. A checkpoint step slowed by a fault and
@@ -236,8 +193,9 @@ def episodes(slow: np.ndarray, seq_marked: np.ndarray, gap: int = EPISODE_GAP_ST
     return out
 
 
-def _checkpoints_in_faults(slow: np.ndarray, is_ckpt: np.ndarray, ck_x: np.ndarray, calm: np.ndarray,
-                          seq: SeqParams) -> None:
+def _checkpoints_in_faults(
+    slow: np.ndarray, is_ckpt: np.ndarray, ck_x: np.ndarray, calm: np.ndarray, seq: SeqParams
+) -> None:
     """A checkpoint step next to a slow step (the one before or after it) is slow when it runs
     `ckpt_next_to_slow` over its own baseline: a fault that spans it or ends with it adds to it as to
     any step, but its own bar is wide (checkpoint writes vary), so alone it would read healthy. Only
@@ -250,91 +208,146 @@ def _checkpoints_in_faults(slow: np.ndarray, is_ckpt: np.ndarray, ck_x: np.ndarr
         slow[i] = bool(near) and ck_x[i] > seq.ckpt_next_to_slow
 
 
-class _Segment:
-    """The CUSUM's current excursion: evidence, onset, peak and the steps held back from the window."""
+class _Pass:
+    """compute_baselines' one pass over a job's steps in order: its inputs, the healthy window, and
+    what each step got when it was judged."""
 
-    def __init__(self) -> None:
-        self.reset()
+    def __init__(
+        self,
+        duration: np.ndarray,
+        transfer: np.ndarray,
+        data: np.ndarray,
+        is_ckpt: np.ndarray,
+        ckpt_med: np.ndarray,
+        seq: SeqParams,
+        has_data: bool,
+    ) -> None:
+        n = len(duration)
+        self.duration, self.transfer, self.data = duration, transfer, data
+        self.is_ckpt, self.ckpt_med, self.seq = is_ckpt, ckpt_med, seq
+        self.has_data = has_data  # a job that records no phases: no window statistics to take
+        self.base_d = np.full(n, np.nan)
+        self.sig_d = np.full(n, np.nan)
+        self.base = np.full(n, np.nan)
+        self.base_t = np.full(n, np.nan)
+        self.thr = np.full(n, np.nan)
+        self.sig = np.full(n, np.nan)
+        self.sig_t = np.full(n, np.nan)
+        self.centre = np.full(n, np.nan)
+        self.plain = np.full(n, np.nan)  # a checkpoint step's plain-step median, the base its write adds to
+        self.slow = np.zeros(n, bool)
+        self.live = np.zeros(n, bool)
+        self.ck_x = np.zeros(n)  # checkpoint steps' relative excess over their own baseline
+        self.ck_near = np.zeros(n, bool)  # checkpoint steps over their baseline by a borderline margin
+        # ...by its noise part (not REL): clear of the step's and the write's noise
+        self.ck_clear = np.zeros(n, bool)
+        self.ck_over = np.zeros(n, bool)  # ...by a faint one (FAINT_REL)
+        self.hist: deque[int] = deque(maxlen=WINDOW)  # indices of healthy steps
+        self.hist_ck: deque[float] = deque(maxlen=CKPT_HISTORY)  # checkpoint extra over the normal baseline
+        self.cusum = Cusum(duration, is_ckpt, self.slow, self.ck_x, self.ck_clear, self.hist, seq)
+        self.prev = -1  # the last step judged by the per-step test (not a checkpoint step)
 
-    def reset(self) -> None:
-        self.s = self.peak_s = 0.0
-        self.onset = self.peak = -1
-        self.proven = False
-        self.marked = -1  # steps up to here are marked slow already
-        self.sigma = 0.0  # healthy sigma when it began
-        self.srel = 0.0  # ...relative to the baseline
-        self.quiet_for = 0  # steps under the per-step threshold that added evidence
-        self.steps: list[int] = []  # non-checkpoint steps since onset
-        self.x: list[float] = []  # their relative excess over the baseline
-        self.ev: list[float] = []  # the evidence after each of them
-        self.loud: list[bool] = []  # whether the per-step test (or the pair test) found it slow
+    def step(self, i: int) -> None:
+        """Judges step `i` by the window of the healthy steps before it."""
+        d = float(self.duration[i])
+        if not np.isfinite(d):
+            return
+        if len(self.hist) < MIN_HISTORY:
+            self._bootstrap(i, d)
+            return
+        idx = np.fromiter(self.hist, int, len(self.hist))
+        med, sigma = _robust(self.duration[idx])
+        med_t, self.sig_t[i] = _robust(self.transfer[idx])
+        if self.has_data:
+            self.base_d[i], self.sig_d[i] = _robust(self.data[idx])
+        if self.is_ckpt[i]:
+            self._checkpoint(i, d, med, sigma, med_t)
+        else:
+            self._plain(i, d, idx, med, sigma, med_t)
+
+    def _bootstrap(self, i: int, d: float) -> None:
+        # take steps that are not wildly off the few seen (step 0 compiles)
+        hist = self.hist
+        if not self.is_ckpt[i] and (not hist or d < BOOTSTRAP_MAX_RATIO * _median(self.duration[list(hist)])):
+            hist.append(i)
+            if len(hist) == MIN_HISTORY:
+                _without_warmup(hist, self.duration)
+
+    def _checkpoint(self, i: int, d: float, med: float, sigma: float, med_t: float) -> None:
+        """Checkpoint step `i` by its own baseline: the plain steps' median `med` and the extra its
+        write has taken."""
+        seg = self.cusum.seg
+        enough = len(self.hist_ck) >= CKPT_MIN_HISTORY
+        extra = _median(self.hist_ck) if enough else float(self.ckpt_med[i]) + CKPT_FIRST_MARGIN_S
+        b = med + extra
+        self.plain[i] = med
+        t = b + max(K_SIGMA * sigma + CKPT_SPREAD_SHARE * extra, REL * b)
+        self.ck_x[i] = (d - b) / med
+        self.slow[i] = d > t
+        self.sig[i] = sigma
+        # over its noise as a plain step's borderline, with the checkpoint's own spread on top
+        self.ck_clear[i] = d - b >= BORDER_Z * sigma + CKPT_SPREAD_SHARE * extra
+        self.ck_near[i] = self.ck_clear[i] and d - b >= REL * b
+        self.ck_over[i] = d - b >= FAINT_REL * b
+        # inside an open proven segment it carries the shift too (final once the end is known)
+        self.live[i] = self.slow[i] or (seg.proven and self.ck_x[i] > self.seq.shift / 2)
+        if not self.live[i] and not self.ck_over[i] and seg.onset < 0:
+            # not while an excursion is open: a long fault's checkpoint steps, under half its
+            # shift by the extra its earlier checkpoint steps taught, would make it the norm;
+            # nor a borderline or faint one: a slow write that only checkpoint steps show is
+            # never an excursion, and its first steps (borderline, then corroborated) would teach
+            # it (a slow checkpoint volume's faint steps, once learned, put its next steps under
+            # FAINT_REL)
+            self.hist_ck.append(d - med)
+        self.base[i], self.base_t[i], self.thr[i] = b, med_t, t
+
+    def _plain(self, i: int, d: float, idx: np.ndarray, med: float, sigma: float, med_t: float) -> None:
+        """Plain step `i` by the per-step test, the pair test and the sequential test (`idx`: the
+        window's steps, `med` and `sigma` their median and robust sigma)."""
+        seq, hist = self.seq, self.hist
+        b = med
+        t = b + max(K_SIGMA * sigma * history_margin(len(idx)), REL * b)
+        self.slow[i] = d > t
+        self.base[i], self.base_t[i], self.thr[i] = b, med_t, t
+        self.sig[i], self.centre[i] = sigma, _trimmed_mean(self.duration[idx])
+        noisy = sigma > seq.max_noise * b
+        if seq.enabled and seq.pair_z and self.prev >= 0 and not noisy:
+            self._pair(i, d, b, sigma)
+        self.prev = i
+        if noisy and self.cusum.seg.onset >= 0:
+            self.cusum.abandon()
+        if not seq.enabled or len(hist) < seq.min_history or noisy:
+            if not self.slow[i]:
+                hist.append(i)
+            self.live[i] = self.slow[i]
+            return
+        self.live[i] = self.cusum.step(i, d, b, sigma, idx)
+
+    def _pair(self, i: int, d: float, b: float, sigma: float) -> None:
+        # two steps in a row both well over the noise: a short fault (2-3 steps of +10-15 %) that
+        # neither the per-step threshold (one hiccup must not do) nor the CUSUM (needs h / cap
+        # steps) can prove alone
+        seq, prev, slow = self.seq, self.prev, self.slow
+        xi, xp = d - self.centre[i], self.duration[prev] - self.centre[prev]
+        if xi >= max(seq.pair_z * sigma, seq.pair_min * b) and xp >= max(
+            seq.pair_z * self.sig[prev], seq.pair_min * self.base[prev]
+        ):
+            slow[i] = True
+            if not slow[prev]:
+                slow[prev] = True
+                if prev in self.hist:
+                    self.hist.remove(prev)
 
 
-def _quiet_prefix(seg: _Segment, seq: SeqParams) -> list[int]:
-    """At the proof of `seg`: when loud steps proved it, and its quiet steps before the first loud
-    one were unproven (evidence under `h`) and fell by `cap` from their peak before it, those steps
-    up to the last one the fall reached (SeqParams.split_quiet_prefix) leave the segment; it starts
-    at the first loud step then. Returns the steps that left (healthy: they are let into the window)."""
-    k = next((n for n, loud in enumerate(seg.loud) if loud), 0)
-    if k == 0:
-        return []
-    pre = seg.ev[:k]
-    top = int(np.argmax(pre))
-    if pre[top] >= seq.h or pre[top] - min(pre[top:]) < seq.cap:
-        return []
-    out = seg.steps[:k]
-    del seg.steps[:k], seg.x[:k], seg.ev[:k], seg.loud[:k]
-    seg.onset = seg.steps[0]
-    return out
-
-
-def _drift_prefix(seg: _Segment, seq: SeqParams) -> list[int]:
-    """At the proof of `seg`: its quiet steps (those the per-step test did not flag) split at the point
-    that best parts a lower level from a higher one (the largest between-parts statistic k(n-k)/n
-    (m2-m1)^2). When the higher part is `drift_split_z` standard errors over the lower, and the lower
-    part would not be proven on its own terms (its mean short of min_mean by more than min_mean_se of
-    its standard errors), the segment's steps before the higher part leave it
-    (SeqParams.drift_split_z): they were the job's noise, and the shift began where the level rose.
-    A flagged step among them stays slow on its own (a one-step slow write inside a small wander that
-    a later fault proves with it: the flagged step's level is its own, not the wander's). Returns the
-    steps that left."""
-    quiet = [k for k, loud in enumerate(seg.loud) if not loud]
-    n = len(quiet)
-    if n < 3 or not seq.drift_split_z:
-        return []
-    x = np.asarray(seg.x, float)[quiet]
-    k = np.arange(1, n)
-    head = np.cumsum(x)[:-1]
-    m1, m2 = head / k, (x.sum() - head) / (n - k)
-    stat = np.where(m2 > m1, k * (n - k) / n * (m2 - m1) ** 2, -np.inf)
-    j = int(np.argmax(stat))
-    kk = j + 1
-    if not np.isfinite(stat[j]):
-        return []
-    if m2[j] - m1[j] < seq.drift_split_z * seg.srel * np.sqrt(1.0 / kk + 1.0 / (n - kk)):
-        return []
-    if m1[j] >= seq.min_mean - seq.min_mean_se * seg.srel / np.sqrt(kk):
-        return []
-    cut = quiet[kk]  # the higher part's first quiet step
-    out = seg.steps[:cut]
-    del seg.steps[:cut], seg.x[:cut], seg.ev[:cut], seg.loud[:cut]
-    seg.onset = seg.steps[0]
-    return out
-
-
-def _other_fault(seg: _Segment, x: float, seq: SeqParams) -> bool:
-    """Whether a flagged step with excess `x` is another fault's inside excursion `seg`: it runs
-    SeqParams.other_fault_ratio times the level of the excursion's quiet steps (their median excess,
-    at least the design shift), once there are other_fault_quiet of them to tell a level."""
-    quiet = [v for v, loud in zip(seg.x, seg.loud, strict=True) if not loud]
-    if not seq.other_fault_ratio or len(quiet) < seq.other_fault_quiet:
-        return False
-    return x >= seq.other_fault_ratio * max(_median(quiet), seq.shift)
-
-
-def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.ndarray,
-                      ckpt_med: np.ndarray, seq: SeqParams = DEFAULT_SEQ, data: np.ndarray | None = None,
-                      ckpt_max: np.ndarray | None = None) -> Baselines:
+def compute_baselines(
+    duration: np.ndarray,
+    transfer: np.ndarray,
+    is_ckpt: np.ndarray,
+    ckpt_med: np.ndarray,
+    seq: SeqParams = DEFAULT_SEQ,
+    data: np.ndarray | None = None,
+    ckpt_max: np.ndarray | None = None,
+) -> Baselines:
     """`duration`: job step time (median over ranks); `transfer`: sum over collectives of the
     shortest rank's duration (pure transfer, no waiting); `ckpt_med`: median checkpoint phase;
     `data`: median `data` phase (NaN or None: not recorded); `ckpt_max`: the slowest rank's
@@ -349,253 +362,89 @@ def compute_baselines(duration: np.ndarray, transfer: np.ndarray, is_ckpt: np.nd
         is_ckpt = np.zeros(n, bool)
     if data is None:
         data = np.full(n, np.nan)
-    raw_data_ok = np.isfinite(data)
-    has_data = bool(raw_data_ok.any())  # a job that records no phases: no window statistics to take
-    data = np.where(raw_data_ok, data, 0.0)
-    base_d = np.full(n, np.nan)
-    sig_d = np.full(n, np.nan)
-    base = np.full(n, np.nan)
-    base_t = np.full(n, np.nan)
-    thr = np.full(n, np.nan)
-    sig = np.full(n, np.nan)
-    sig_t = np.full(n, np.nan)
-    centre = np.full(n, np.nan)
-    plain = np.full(n, np.nan)  # a checkpoint step's plain-step median, the base its write adds to
-    slow = np.zeros(n, bool)
-    live = np.zeros(n, bool)
-    ck_x = np.zeros(n)  # checkpoint steps' relative excess over their own baseline
-    ck_near = np.zeros(n, bool)  # checkpoint steps over their baseline by a borderline margin
-    ck_clear = np.zeros(n, bool)  # ...by its noise part (not REL): clear of the step's and the write's noise
-    ck_over = np.zeros(n, bool)  # ...by a faint one (FAINT_REL)
-    raw_transfer_ok = np.isfinite(transfer)
-    transfer = np.where(raw_transfer_ok, transfer, 0.0)
-    hist: deque[int] = deque(maxlen=WINDOW)  # indices of healthy steps
-    hist_ck: deque[float] = deque(maxlen=CKPT_HISTORY)  # checkpoint extra over the normal baseline
-    seg = _Segment()
-    prev = -1  # the last step judged by the per-step test (not a checkpoint step)
-
-    def admit(steps: list[int]) -> None:
-        hist.extend(j for j in steps if not slow[j])
-
-    def mark(lo: int, hi: int, now: int) -> None:
-        """Proven segment [lo, hi]: slow, and checkpoint steps in it (or right after its last step,
-        which is never a checkpoint step) when they show half the shift; one right after it also
-        clear of its noise (the step's and the write's: ck_clear), as the fault may have ended
-        before it and a checkpoint's write varies more than a plain step."""
-        # A step far under the segment's own level is not part of it: after a large fault the
-        # evidence drains over a few healthy steps, and a second fault starting within them would
-        # otherwise carry those steps along. Only a level well clear of the noise can say so: for
-        # a small shift the cut is under the baseline and every step of the segment stays slow.
-        xs = dict(zip(seg.steps, seg.x, strict=True))
-        level = _median([x for j, x in xs.items() if lo <= j <= hi] or [0.0])
-        # ...and never above REL: a step that ran 4 % slow (the fault's last, partly covered step)
-        # lost real time whatever the segment's level
-        cut = min(level / 2 - SEG_MEMBER_SIGMAS * seg.srel, REL)
-        while lo < hi and xs.get(lo, np.inf) < seq.onset_min and not slow[lo]:
-            lo += 1
-        for j in range(max(lo, seg.marked + 1), hi + 1):
-            if xs.get(j, np.inf) < cut:
-                continue
-            slow[j] = slow[j] or (np.isfinite(duration[j]) and (not is_ckpt[j] or ck_x[j] > seq.shift / 2))
-        j = hi + 1
-        while j <= now and is_ckpt[j]:
-            slow[j] = slow[j] or (ck_x[j] > seq.shift / 2 and ck_clear[j])
-            j += 1
-        seg.marked = max(seg.marked, hi)
-
+    data_ok, transfer_ok = np.isfinite(data), np.isfinite(transfer)
+    p = _Pass(
+        duration,
+        np.where(transfer_ok, transfer, 0.0),
+        np.where(data_ok, data, 0.0),
+        is_ckpt,
+        ckpt_med,
+        seq,
+        has_data=bool(data_ok.any()),
+    )
     for i in range(n):
-        d = float(duration[i])
-        if not np.isfinite(d):
-            continue
-        if len(hist) < MIN_HISTORY:
-            # bootstrap: take steps that are not wildly off the few seen (step 0 compiles)
-            if not is_ckpt[i] and (not hist or d < BOOTSTRAP_MAX_RATIO * _median(duration[list(hist)])):
-                hist.append(i)
-                if len(hist) == MIN_HISTORY:
-                    _without_warmup(hist, duration)
-            continue
-        idx = np.fromiter(hist, int, len(hist))
-        med, sigma = _robust(duration[idx])
-        med_t, sig_t[i] = _robust(transfer[idx])
-        if has_data:
-            base_d[i], sig_d[i] = _robust(data[idx])
-        if is_ckpt[i]:
-            enough = len(hist_ck) >= CKPT_MIN_HISTORY
-            extra = _median(hist_ck) if enough else float(ckpt_med[i]) + CKPT_FIRST_MARGIN_S
-            b = med + extra
-            plain[i] = med
-            t = b + max(K_SIGMA * sigma + CKPT_SPREAD_SHARE * extra, REL * b)
-            ck_x[i] = (d - b) / med
-            slow[i] = d > t
-            sig[i] = sigma
-            # over its noise as a plain step's borderline, with the checkpoint's own spread on top
-            ck_clear[i] = d - b >= BORDER_Z * sigma + CKPT_SPREAD_SHARE * extra
-            ck_near[i] = ck_clear[i] and d - b >= REL * b
-            ck_over[i] = d - b >= FAINT_REL * b
-            # inside an open proven segment it carries the shift too (final once the end is known)
-            live[i] = slow[i] or (seg.proven and ck_x[i] > seq.shift / 2)
-            if not live[i] and not ck_over[i] and seg.onset < 0:
-                # not while an excursion is open: a long fault's checkpoint steps, under half its
-                # shift by the extra its earlier checkpoint steps taught, would make it the norm;
-                # nor a borderline or faint one: a slow write that only checkpoint steps show is
-                # never an excursion, and its first steps (borderline, then corroborated) would teach
-                # it (a slow checkpoint volume's faint steps, once learned, put its next steps under
-                # FAINT_REL)
-                hist_ck.append(d - med)
-            base[i], base_t[i], thr[i] = b, med_t, t
-            continue
-        b = med
-        t = b + max(K_SIGMA * sigma * history_margin(len(idx)), REL * b)
-        slow[i] = d > t
-        base[i], base_t[i], thr[i] = b, med_t, t
-        sig[i], centre[i] = sigma, _trimmed_mean(duration[idx])
-        noisy = sigma > seq.max_noise * b
-        if seq.enabled and seq.pair_z and prev >= 0 and not noisy:
-            # two steps in a row both well over the noise: a short fault (2-3 steps of +10-15 %) that
-            # neither the per-step threshold (one hiccup must not do) nor the CUSUM (needs h / cap
-            # steps) can prove alone
-            xi, xp = d - centre[i], duration[prev] - centre[prev]
-            if (xi >= max(seq.pair_z * sigma, seq.pair_min * b)
-                    and xp >= max(seq.pair_z * sig[prev], seq.pair_min * base[prev])):
-                slow[i] = True
-                if not slow[prev]:
-                    slow[prev] = True
-                    if prev in hist:
-                        hist.remove(prev)
-        prev = i
-        if noisy and seg.onset >= 0:
-            admit(seg.steps)  # the job became too noisy to judge a small shift: no open excursion
-            seg.reset()
-        if not seq.enabled or len(hist) < seq.min_history or noisy:
-            if not slow[i]:
-                hist.append(i)
-            live[i] = slow[i]
-            continue
-        # -- sequential evidence ------------------------------------------------------------------
-        # measured from the window's trimmed mean, not its median: a synchronous step ends with its
-        # slowest rank, so step times are skewed right and most steps sit above the median
-        x, s_rel = (d - _trimmed_mean(duration[idx])) / b, sigma / b
-        # tuned to the smallest shift that matters (5%), or in a noisy job to `shift_sigmas` of its
-        # noise: a fixed 5% design gains ~nothing per step from a +100% step when sigma is 30%
-        delta = max(seq.shift, seq.shift_sigmas * s_rel)
-        if seq.adaptive and seg.x:
-            # an open excursion is tested against its own level once that is above the design
-            # shift: a step back at the baseline after +40 % steps is not "a 5 % shift, maybe",
-            # it ends the excursion (adaptive CUSUM)
-            delta = max(delta, _median(seg.x))
-        llr = delta * (x - delta / 2) / (s_rel * s_rel)
-        if seq.reset_after_loud and seg.onset >= 0 and not slow[i] and llr <= 0 and not seg.quiet_for:
-            # the excursion so far is steps the per-step test flagged already, and the first step
-            # after them is back at the baseline: a large fault, not a small shift; start afresh
-            seg.reset()
-        if not slow[i] and llr > 0:
-            seg.quiet_for += 1
-        if slow[i] and _other_fault(seg, x, seq):
-            llr = 0.0
-        seg.s = max(0.0, seg.s + min(max(llr, -seq.cap), seq.cap))
-        if seg.s <= 0.0:
-            admit(seg.steps)  # the excursion was noise: its steps were healthy after all
-            if not slow[i]:
-                hist.append(i)
-            seg.reset()
-            live[i] = slow[i]
-            continue
-        if seg.onset < 0:
-            seg.onset, seg.sigma, seg.srel = i, sigma, s_rel
-        seg.steps.append(i)
-        seg.x.append(x)
-        seg.ev.append(seg.s)
-        seg.loud.append(bool(slow[i]))
-        if seg.s > seg.peak_s:
-            seg.peak_s, seg.peak = seg.s, i
-        if not seg.proven and seg.peak_s >= seq.h:
-            upto = [x for j, x in zip(seg.steps, seg.x, strict=True) if j <= seg.peak]
-            # ...at least min_mean, or short of it by no more than min_mean_se standard errors of
-            # the segment's mean: a +4.8 % fault in 1.5 % noise measured +3.9 % over its 9 steps
-            need = seq.min_mean - seq.min_mean_se * seg.srel / np.sqrt(max(len(upto), 1))
-            seg.proven = bool(upto) and float(np.mean(upto)) >= need
-            if seg.proven and seq.split_quiet_prefix:
-                admit(_quiet_prefix(seg, seq))
-            if seg.proven:
-                admit(_drift_prefix(seg, seq))
-        if not seg.proven:
-            if seq.end_unproven and seg.peak_s - seg.s >= seq.h_end:
-                # ended before it was proven: its own evidence fell short, and a later excursion
-                # must not inherit it (it marked the healthy steps between two faults slow). Its
-                # steps join the window, unless it all but proved a shift (half the evidence, its
-                # steps REL over on average): a fault that ended just short of proof (a +6 % fault
-                # of 19 steps in 3.6 % noise reached 15.5 of 16) is not the job's noise, and in the
-                # window it would raise the bar that every later fault is judged by
-                near = seg.peak_s >= seq.h / 2 and _median(seg.x[:seg.steps.index(seg.peak) + 1]) >= seq.min_mean
-                admit([j for j in seg.steps if j > seg.peak] if near else seg.steps)
-                seg.reset()
-                live[i] = slow[i]
-                continue
-            if len(seg.steps) > WINDOW:  # a long unproven drift: let its oldest steps in
-                admit(seg.steps[:1])
-                del seg.steps[0], seg.x[0], seg.ev[0], seg.loud[0]
-                seg.onset = seg.steps[0]
-            live[i] = slow[i]
-            continue
-        if seg.peak_s - seg.s >= seq.h_end:
-            # ended at its peak: the steps after it are healthy (the peak may have been this step's
-            # predecessor, so they can be few); the CUSUM starts afresh
-            mark(seg.onset, seg.peak, i)
-            admit([j for j in seg.steps if j > seg.peak])
-            seg.reset()
-            live[i] = slow[i]
-            continue
-        live[i] = True
-        if i - seg.onset + 1 >= CHANGE_RUN and _flat(np.array([duration[j] for j in seg.steps]), seg.sigma):
-            mark(seg.onset, i, i)  # a new level: its steps stay reported, later ones are judged by it
-            hist.clear()
-            hist.extend(seg.steps[-WINDOW:])
-            seg.reset()
-            continue
-        mark(seg.onset, seg.peak, i)
-    if seg.proven:
-        # still open: its end is not proven yet, so the steps since its peak are slow for now (a
-        # fault's step under the noise must not read healthy mid-fault); later steps decide
-        mark(seg.onset, n - 1, n - 1)
-    # steps judged in a job calm enough for the multi-step tests (`max_noise`, as `noisy` above)
+        p.step(i)
+    p.cusum.finish()
+    return _verdicts(p, ckpt_max, transfer_ok, data_ok)
+
+
+def _verdicts(p: _Pass, ckpt_max: np.ndarray, transfer_ok: np.ndarray, data_ok: np.ndarray) -> Baselines:
+    """The pass's answers, and the steps under the bar that their own telemetry decides."""
+    duration, is_ckpt, seq, slow = p.duration, p.is_ckpt, p.seq, p.slow
+    base, sig = p.base, p.sig
+    # steps judged in a job calm enough for the multi-step tests (`max_noise`, as _Pass._plain's `noisy`)
     with np.errstate(invalid="ignore"):
         calm = (sig <= seq.max_noise * base) & seq.enabled
     if seq.ckpt_next_to_slow:
-        _checkpoints_in_faults(slow, is_ckpt, ck_x, calm, seq)
-    step_slow = np.zeros(n, bool)
-    ok = np.isfinite(thr) & np.isfinite(duration)
-    step_slow[ok] = duration[ok] > thr[ok]
-    over = duration - centre
+        _checkpoints_in_faults(slow, is_ckpt, p.ck_x, calm, seq)
+    step_slow = np.zeros(len(duration), bool)
+    ok = np.isfinite(p.thr) & np.isfinite(duration)
+    step_slow[ok] = duration[ok] > p.thr[ok]
+    over = duration - p.centre
     with np.errstate(invalid="ignore"):
         near = ~slow & ~is_ckpt & calm & np.isfinite(over)
         border = near & (over >= BORDER_Z * sig) & (over >= REL * base)
         faint = near & ~border & (over >= FAINT_Z * sig) & (over >= FAINT_REL * base)
-        ck_faint = ck_over & ~ck_near & ~slow & calm
-        border |= (ck_near | ck_faint) & ~slow & calm
+        ck_faint = p.ck_over & ~p.ck_near & ~slow & calm
+        border |= (p.ck_near | ck_faint) & ~slow & calm
         # the collectives alone lost REL of the step to the network, whatever the rest of it did
         # ...or the ranks' median data phase alone (every loader, as a shared volume makes it)
-        x_net = np.where(raw_transfer_ok, transfer - base_t, np.nan)
-        x_data = np.where(raw_data_ok, data - base_d, np.nan)
+        x_net = np.where(transfer_ok, p.transfer - p.base_t, np.nan)
+        x_data = np.where(data_ok, p.data - p.base_d, np.nan)
         # checkpoint steps too: the write is a phase of its own, and a fault's collectives or loaders
         # lose their time at a checkpoint step as at any other, hidden there by the write's spread
         unjudged = ~slow & calm & ~border & ~faint
-        net_only = unjudged & _phase_lost(x_net, sig_t, base)
-        data_only = unjudged & ~net_only & _phase_lost(x_data, sig_d, base)
+        net_only = unjudged & _phase_lost(x_net, p.sig_t, base)
+        data_only = unjudged & ~net_only & _phase_lost(x_data, p.sig_d, base)
         # a checkpoint step's excess is what it took beyond a plain step and its slowest write (the
         # barrier waits for that writer): a 2-s network stall at its barrier with the loaders a few
         # ms slow is not the loaders' loss (else a link flap during a checkpoint step's barrier names
         # the shared dataset volume from its loaders' timing alone)
-        over = np.where(is_ckpt, duration - plain - np.nan_to_num(ckpt_max), duration - centre)
-        net_timing = _own_timing(x_net, sig_t, over, base)
-        data_timing = _own_timing(x_data, sig_d, over, base)
-    near_slow = np.zeros(n, bool)
+        over = np.where(is_ckpt, duration - p.plain - np.nan_to_num(ckpt_max), duration - p.centre)
+        net_timing = _own_timing(x_net, p.sig_t, over, base)
+        data_timing = _own_timing(x_data, p.sig_d, over, base)
+    judged = border | faint | net_only | data_only
+    return Baselines(
+        base=base,
+        base_transfer=p.base_t,
+        threshold=p.thr,
+        slow=slow,
+        live=p.live,
+        episode=episodes(slow, slow & ~step_slow),
+        step_slow=step_slow,
+        sigma=sig,
+        centre=p.centre,
+        sigma_transfer=p.sig_t,
+        borderline=judged,
+        faint=faint,
+        ckpt_faint=ck_faint,
+        net_only=net_only,
+        data_only=data_only,
+        net_timing=net_timing,
+        data_timing=data_timing,
+        near_slow=judged & _near(slow),
+        data_base=p.base_d,
+        data_sigma=p.sig_d,
+    )
+
+
+def _near(slow: np.ndarray) -> np.ndarray:
+    """bool: the steps within NEAR_SLOW_STEPS of a slow step."""
+    near_slow = np.zeros(len(slow), bool)
     for k in range(1, NEAR_SLOW_STEPS + 1):
         near_slow[k:] |= slow[:-k]
         near_slow[:-k] |= slow[k:]
-    judged = border | faint | net_only | data_only
-    return Baselines(base, base_t, thr, slow, live, episodes(slow, slow & ~step_slow), step_slow, sig, centre,
-                     sig_t, judged, faint, ck_faint, net_only, data_only, net_timing, data_timing,
-                     judged & near_slow, base_d, sig_d)
+    return near_slow
 
 
 def _phase_lost(x: np.ndarray, spread: np.ndarray, base: np.ndarray) -> np.ndarray:

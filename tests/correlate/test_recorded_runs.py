@@ -88,7 +88,7 @@ def test_a_wander_of_the_jobs_noise_is_not_proven_with_the_fault_after_it() -> N
 
 def test_a_flagged_step_inside_the_wander_does_not_keep_the_wander_in_the_shift() -> None:
     """Rule: a flagged step inside a wander stays slow on its own and does not keep the wander in the shift
-    (baseline._drift_prefix)."""
+    (sequential._drift_prefix)."""
     # seed 787 run 8 with storage faults only (same noise): a one-step +45 % write to a local volume
     # (step 27) inside the +2.5 % wander, and a +5.5 % loader fault from step 33. The flagged step's
     # own level kept the split from parting the wander (25-32) from the fault: 6 false slow steps

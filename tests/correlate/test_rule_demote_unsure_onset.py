@@ -33,7 +33,7 @@ def _scenario(name: str, seed: int, onset: float = 0.0, severity: float = 0.07) 
 def test_a_long_healthy_step_folded_into_a_shift_is_not_slow(service_url: str, api: httpx.Client,
                                                               db_conn: psycopg.Connection) -> None:
     # +5 %: a long step 3.5 % over before a +7 % fault is parted from it as the job's noise already
-    # (baseline._drift_prefix: the levels 3 standard errors apart); before a +5 % one it is not
+    # (sequential._drift_prefix: the levels 3 standard errors apart); before a +5 % one it is not
     sc, f = _scenario("folded", 3, severity=0.05)
     d = sc.timeline.step_duration()
     healthy = float(np.median(d[10:START]))
