@@ -54,11 +54,12 @@ def slow_near(bl: Baselines, summ: pd.DataFrame, i: int, reach: int) -> tuple[li
     return sides or None
 
 
-def at_their_level(bl: Baselines, summ: pd.DataFrame, i: int, around: tuple[list[int], ...],
-                   over_centre: bool = False) -> bool:
+def at_their_level(
+    bl: Baselines, summ: pd.DataFrame, i: int, around: tuple[list[int], ...], over_centre: bool = False
+) -> bool:
     """Whether row `i`'s step is not far under the level of the steps `around` it (each over its own
     baseline): over half that level less SEG_MEMBER_SIGMAS of the noise, as a step of a proven
-    shift must be (baseline.compute_baselines: mark), and never asked for more than REL. A small
+    shift must be (sequential.Cusum.mark), and never asked for more than REL. A small
     fault's level is inside the noise, so any step passes; two +30 % faults of one link four steps
     apart leave steps at the baseline between them. `around` holds
     consecutive steps (slow_around), so each one's row is as far from `i` as its step is.

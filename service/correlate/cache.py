@@ -22,8 +22,9 @@ _MISSING = object()
 class LruCache(Generic[K, V]):
     """`max_size` entries at most; with `ttl_s`, an entry older than that reads as absent."""
 
-    def __init__(self, *, max_size: int, ttl_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, max_size: int, ttl_s: float | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be at least 1, got {max_size}")
         self.max_size = max_size

@@ -19,8 +19,12 @@ from fabricscope.service.correlate.rules import ids
 from fabricscope.service.correlate.rules.trace import adjusted, noted
 
 NET_LAYERS = ("nic", "link", "fabric")
-_PHASE_METRIC = {"compute": "compute_seconds", "data": "data_seconds", "checkpoint": "checkpoint_seconds",
-                 "optimizer": "optimizer_seconds"}
+_PHASE_METRIC = {
+    "compute": "compute_seconds",
+    "data": "data_seconds",
+    "checkpoint": "checkpoint_seconds",
+    "optimizer": "optimizer_seconds",
+}
 CHECKPOINT_METRIC = _PHASE_METRIC["checkpoint"]
 
 
@@ -32,8 +36,13 @@ def evidence_rows(ev: pd.DataFrame, *, layer: str, component: str, n: int) -> li
     sub = pd.concat([sub[own].nlargest(n, "score"), sub[~own].nlargest(n, "score")]).head(n)
     out = []
     for r in sub.itertuples(index=False):
-        row: EvidenceRow = {"source": r.source, "metric": r.metric, "value": round(float(r.cur), 6),
-                            "baseline": round(float(r.baseline), 6), "score": round(float(r.score), 2)}  # type: ignore[typeddict-item]
+        row: EvidenceRow = {
+            "source": r.source,
+            "metric": r.metric,
+            "value": round(float(r.cur), 6),
+            "baseline": round(float(r.baseline), 6),
+            "score": round(float(r.score), 2),
+        }  # type: ignore[typeddict-item]
         labels = json.loads(r.labels) if isinstance(r.labels, str) else {}
         if labels:
             row["labels"] = labels
@@ -51,6 +60,7 @@ def unknown_cause(confidence: float) -> CauseDraft:
 class LoaderLoss:
     """The ranks' median `data` phase of a step that lost its time there (baseline.py: data_timing,
     every loader alike, as a shared volume makes it): the step's value, its healthy median and spread."""
+
     value_s: float
     base_s: float
     sigma_s: float
@@ -70,8 +80,14 @@ class WorkLoss:
     ckpt_s: float | None = None
 
 
-def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float,
-               cfg: EngineConfig = DEFAULT_CONFIG, loss: WorkLoss = WorkLoss()) -> CauseDraft:
+def work_cause(
+    st: Straggler | None,
+    ev: pd.DataFrame,
+    topo: Topo,
+    conf_t: float,
+    cfg: EngineConfig = DEFAULT_CONFIG,
+    loss: WorkLoss = WorkLoss(),
+) -> CauseDraft:
     """Layer and component for excess local work (the thing everyone waited for), from the straggler
     `st` (None: none) whose timing confidence is `conf_t`, the step's anomalous telemetry `ev` and
     what its local work lost (`loss`)."""
@@ -83,8 +99,9 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
     # time such a volume cost as the reads hold a data volume's (one host's checkpoint volume several
     # times slower than its peers' can slow the step while the ranks' write times are too close for a
     # straggler)
-    writing = (ckpt_s is not None and work_s is not None and ckpt_s >= cfg.storage_data_share * work_s
-               and len(storage) > 0)
+    writing = (
+        ckpt_s is not None and work_s is not None and ckpt_s >= cfg.storage_data_share * work_s and len(storage) > 0
+    )
     written = storage[storage["component"].isin(topo.checkpoint_volumes)] if writing else storage.iloc[0:0]
     shared = storage[storage["component"].isin(topo.shared_volumes)] if len(storage) else storage
     all_lost = loaders.value_s - loaders.base_s if loaders is not None else 0.0
@@ -95,9 +112,13 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
         # sigmas out on most steps); the straggler stays the answer when nothing shared can be named
         if len(shared) and reading:
             comp = shared.iloc[0]["component"]
-            return {"layer": "storage", "component": comp, "confidence": storage_confidence(shared, cfg),
-                    "evidence": evidence_rows(ev, layer="storage", component=comp, n=n),
-                    "rule": ids.CAUSE_SHARED_STORAGE}
+            return {
+                "layer": "storage",
+                "component": comp,
+                "confidence": storage_confidence(shared, cfg),
+                "evidence": evidence_rows(ev, layer="storage", component=comp, n=n),
+                "rule": ids.CAUSE_SHARED_STORAGE,
+            }
         unseen = _unobserved_shared(loaders, topo, cfg) if loaders is not None else None
         if unseen is not None:
             return unseen
@@ -105,9 +126,13 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
         pool = storage if len(storage) and reading else written
         if len(pool):
             comp = pool.iloc[0]["component"]
-            return {"layer": "storage", "component": comp, "confidence": storage_confidence(pool, cfg),
-                    "evidence": evidence_rows(ev, layer="storage", component=comp, n=n),
-                    "rule": ids.CAUSE_VOLUME_SIGNAL}
+            return {
+                "layer": "storage",
+                "component": comp,
+                "confidence": storage_confidence(pool, cfg),
+                "evidence": evidence_rows(ev, layer="storage", component=comp, n=n),
+                "rule": ids.CAUSE_VOLUME_SIGNAL,
+            }
         if loaders is not None:
             return _unobserved_shared(loaders, topo, cfg) or unknown_cause(cfg.unknown_confidence)
         return unknown_cause(cfg.unknown_confidence)
@@ -127,35 +152,67 @@ def work_cause(st: Straggler | None, ev: pd.DataFrame, topo: Topo, conf_t: float
                 written = mine[mine["component"].isin(vols)]
                 comp = written.iloc[0]["component"] if len(written) else (vols[0] if len(vols) == 1 else comp)
                 shown = comp if len(written) else shown
-            return {"layer": "storage", "component": comp, "confidence": conf,
-                    "evidence": [timing] + evidence_rows(ev, layer="storage", component=shown, n=n),
-                    "rule": ids.CAUSE_STRAGGLER_VOLUME}
+            return {
+                "layer": "storage",
+                "component": comp,
+                "confidence": conf,
+                "evidence": [timing] + evidence_rows(ev, layer="storage", component=shown, n=n),
+                "rule": ids.CAUSE_STRAGGLER_VOLUME,
+            }
         if st.phase == "checkpoint":
             vols = sorted(s for s, h in topo.host_of.items() if h == st.host and topo.role.get(s) == "volume")
             written = [v for v in vols if v in topo.checkpoint_volumes]
             comp = written[0] if written else (vols[0] if len(vols) == 1 else st.host)
             unobserved = cfg.checkpoint_without_telemetry_factor * strength * conf_t
-            return {"layer": "storage", "component": comp, "confidence": unobserved, "evidence": [timing],
-                    "rule": ids.CAUSE_CHECKPOINT_UNOBSERVED}
-        return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing],
-                "rule": ids.CAUSE_HOST_STRAGGLER}
+            return {
+                "layer": "storage",
+                "component": comp,
+                "confidence": unobserved,
+                "evidence": [timing],
+                "rule": ids.CAUSE_CHECKPOINT_UNOBSERVED,
+            }
+        return {
+            "layer": "host",
+            "component": st.host,
+            "confidence": conf,
+            "evidence": [timing],
+            "rule": ids.CAUSE_HOST_STRAGGLER,
+        }
     if st.host_level:
-        return {"layer": "host", "component": st.host, "confidence": conf, "evidence": [timing],
-                "rule": ids.CAUSE_HOST_STRAGGLER}
-    return {"layer": "compute", "component": source, "confidence": conf, "evidence": [timing],
-            "rule": ids.CAUSE_STRAGGLER}
+        return {
+            "layer": "host",
+            "component": st.host,
+            "confidence": conf,
+            "evidence": [timing],
+            "rule": ids.CAUSE_HOST_STRAGGLER,
+        }
+    return {
+        "layer": "compute",
+        "component": source,
+        "confidence": conf,
+        "evidence": [timing],
+        "rule": ids.CAUSE_STRAGGLER,
+    }
 
 
 def straggler_timing(st: Straggler, cfg: EngineConfig = DEFAULT_CONFIG) -> tuple[str, EvidenceRow]:
     """The straggler's source (its GPU, or its host when host-level) and its `timing` evidence row."""
     source = f"{st.host}:{st.gpu}" if (st.gpu and not st.host_level) else st.host
-    return source, {"source": source, "metric": _PHASE_METRIC[st.phase], "value": round(st.value_s, 6),
-                    "baseline": round(st.peer_s, 6), "score": round(min(st.z, cfg.max_evidence_score), 2),
-                    "rank": st.rank, "unit": "seconds", "kind": "timing"}
+    return source, {
+        "source": source,
+        "metric": _PHASE_METRIC[st.phase],
+        "value": round(st.value_s, 6),
+        "baseline": round(st.peer_s, 6),
+        "score": round(min(st.z, cfg.max_evidence_score), 2),
+        "rank": st.rank,
+        "unit": "seconds",
+        "kind": "timing",
+    }
 
 
-def with_straggler_timing(causes: list[CauseDraft], st: Straggler | None,
-                          cfg: EngineConfig = DEFAULT_CONFIG) -> list[CauseDraft]:
+def with_straggler_timing(
+    causes: list[CauseDraft], st: Straggler | None, cfg: EngineConfig = DEFAULT_CONFIG
+) -> list[CauseDraft]:
     """A cause named from its device's telemetry (the GPU scan, when the step's lost time looked like
     the network's) that is the straggler the ranks' own clocks show gets the straggler's `timing` row,
     and closes device_evidence_boost of its gap to full confidence: the two agree, as in
@@ -163,10 +220,16 @@ def with_straggler_timing(causes: list[CauseDraft], st: Straggler | None,
     if st is None:
         return causes
     source, timing = straggler_timing(st, cfg)
-    return [{**c, "evidence": [timing, *c["evidence"]],
-             "confidence": c["confidence"] + cfg.device_evidence_boost * (1.0 - c["confidence"])}
-            if c["component"] == source and not any(e.get("kind") == "timing" for e in c["evidence"]) else c
-            for c in causes]
+    return [
+        {
+            **c,
+            "evidence": [timing, *c["evidence"]],
+            "confidence": c["confidence"] + cfg.device_evidence_boost * (1.0 - c["confidence"]),
+        }
+        if c["component"] == source and not any(e.get("kind") == "timing" for e in c["evidence"])
+        else c
+        for c in causes
+    ]
 
 
 def _unobserved_shared(loaders: LoaderLoss, topo: Topo, cfg: EngineConfig) -> CauseDraft | None:
@@ -179,12 +242,23 @@ def _unobserved_shared(loaders: LoaderLoss, topo: Topo, cfg: EngineConfig) -> Ca
         return None
     comp = loaders.volumes[0] if len(loaders.volumes) == 1 else systems.pop()
     z = (loaders.value_s - loaders.base_s) / loaders.sigma_s if loaders.sigma_s > 0 else cfg.max_evidence_score
-    timing: EvidenceRow = {"source": comp, "metric": _PHASE_METRIC["data"], "value": round(loaders.value_s, 6),
-                           "baseline": round(loaders.base_s, 6), "score": round(min(z, cfg.max_evidence_score), 2),
-                           "unit": "seconds", "kind": "timing"}
+    timing: EvidenceRow = {
+        "source": comp,
+        "metric": _PHASE_METRIC["data"],
+        "value": round(loaders.value_s, 6),
+        "baseline": round(loaders.base_s, 6),
+        "score": round(min(z, cfg.max_evidence_score), 2),
+        "unit": "seconds",
+        "kind": "timing",
+    }
     conf = cfg.checkpoint_without_telemetry_factor * cfg.storage_without_straggler_confidence
-    return {"layer": "storage", "component": comp, "confidence": conf, "evidence": [timing],
-            "rule": ids.CAUSE_SHARED_UNOBSERVED}
+    return {
+        "layer": "storage",
+        "component": comp,
+        "confidence": conf,
+        "evidence": [timing],
+        "rule": ids.CAUSE_SHARED_UNOBSERVED,
+    }
 
 
 def storage_confidence(storage: pd.DataFrame, cfg: EngineConfig = DEFAULT_CONFIG) -> float:
@@ -192,8 +266,9 @@ def storage_confidence(storage: pd.DataFrame, cfg: EngineConfig = DEFAULT_CONFIG
     toss up, with the evidence's strength and its margin over the next storage candidate."""
     total = float(storage.iloc[0]["total"])
     margin = 1.0 - (float(storage.iloc[1]["total"]) / total if len(storage) > 1 and total > 0 else 0.0)
-    return (cfg.storage_without_straggler_confidence
-            + cfg.storage_evidence_span * margin * (1 - math.exp(-total / cfg.net_total_scale)))
+    return cfg.storage_without_straggler_confidence + cfg.storage_evidence_span * margin * (
+        1 - math.exp(-total / cfg.net_total_scale)
+    )
 
 
 def net_cause(ev: pd.DataFrame, coverage: float, cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
@@ -205,18 +280,30 @@ def net_cause(ev: pd.DataFrame, coverage: float, cfg: EngineConfig = DEFAULT_CON
     top = cands.iloc[0]
     second = float(cands.iloc[1]["total"]) if len(cands) > 1 else 0.0
     margin = 1.0 - second / float(top["total"])
-    conf = ((cfg.net_margin_base + cfg.net_margin_span * margin)
-            * (1 - math.exp(-float(top["total"]) / cfg.net_total_scale))
-            * (cfg.net_origin_base + cfg.net_origin_span * float(top["origin"])))
+    conf = (
+        (cfg.net_margin_base + cfg.net_margin_span * margin)
+        * (1 - math.exp(-float(top["total"]) / cfg.net_total_scale))
+        * (cfg.net_origin_base + cfg.net_origin_span * float(top["origin"]))
+    )
     mine = ev[(ev["layer"] == top["layer"]) & (ev["component"] == top["component"])]
     moved = "moved" in mine and bool(mine["moved"].fillna(False).astype(bool).any())
-    return {"layer": top["layer"], "component": top["component"], "confidence": conf * coverage,
-            "evidence": evidence_rows(ev, layer=top["layer"], component=top["component"], n=cfg.evidence_per_cause),
-            "rule": ids.CAUSE_BACKPRESSURE if moved else ids.CAUSE_NETWORK_SIGNAL}
+    return {
+        "layer": top["layer"],
+        "component": top["component"],
+        "confidence": conf * coverage,
+        "evidence": evidence_rows(ev, layer=top["layer"], component=top["component"], n=cfg.evidence_per_cause),
+        "rule": ids.CAUSE_BACKPRESSURE if moved else ids.CAUSE_NETWORK_SIGNAL,
+    }
 
 
-def combine_causes(lost: float, w_share: float, n_share: float, work_cause: Callable[[], CauseDraft],
-                   net_cause: Callable[[], CauseDraft], cfg: EngineConfig = DEFAULT_CONFIG) -> list[CauseDraft]:
+def combine_causes(
+    lost: float,
+    w_share: float,
+    n_share: float,
+    work_cause: Callable[[], CauseDraft],
+    net_cause: Callable[[], CauseDraft],
+    cfg: EngineConfig = DEFAULT_CONFIG,
+) -> list[CauseDraft]:
     """The causes of a slow step's lost time from its local-work and network shares (each cause is
     computed only when needed). Work that no rank straggled on and no volume explains, while the
     network shows an anomaly, is time waiting on the network outside the timed collectives
@@ -224,8 +311,13 @@ def combine_causes(lost: float, w_share: float, n_share: float, work_cause: Call
     instead of becoming a second, unexplained one."""
     work = work_cause() if w_share >= cfg.min_share else None
     net = net_cause() if n_share >= cfg.min_share or work is not None else None
-    if (work is not None and work["layer"] == "unknown" and net is not None and net["layer"] != "unknown"
-            and not cfg.off(ids.ADJUST_SHARES)):
+    if (
+        work is not None
+        and work["layer"] == "unknown"
+        and net is not None
+        and net["layer"] != "unknown"
+        and not cfg.off(ids.ADJUST_SHARES)
+    ):
         work, n_share = None, n_share + w_share
         noted(net, ids.ADJUST_SHARES)
     causes = []
@@ -248,24 +340,27 @@ def rank_causes(causes: list[CauseDraft]) -> list[CauseDraft]:
 
 def has_device_row(evidence: list[EvidenceRow], source: str | None = None) -> bool:
     """Whether `evidence` holds a sampled (not `timing`) row at MIN_SCORE, of `source` when given."""
-    return any(e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE
-               and (source is None or e["source"] == source) for e in evidence)
+    return any(
+        e.get("kind") != "timing" and (e.get("score") or 0.0) >= MIN_SCORE and (source is None or e["source"] == source)
+        for e in evidence
+    )
 
 
 def has_origin_state(evidence: list[EvidenceRow], source: str | None) -> bool:
     """Whether `evidence` holds a row at MIN_SCORE of a state of GPU `source` that alone slows it
     (devices.ORIGIN_METRICS: its PCIe link's width or generation under the link's maximum, a slowing
     throttle flag), as a device reports it."""
-    return source is not None and any(e["source"] == source and e["metric"] in ORIGIN_METRICS
-                                      and (e.get("score") or 0.0) >= MIN_SCORE for e in evidence)
+    return source is not None and any(
+        e["source"] == source and e["metric"] in ORIGIN_METRICS and (e.get("score") or 0.0) >= MIN_SCORE
+        for e in evidence
+    )
 
 
 def has_error_rate(evidence: list[EvidenceRow], source: str | None) -> bool:
     """Whether `evidence` holds a row of GPU `source`'s error counters running over their own past
     (devices.ERROR_RATE_METRICS: its rule fired, whatever the score: a few replays a second are
     already a link retrying)."""
-    return source is not None and any(e["source"] == source and e["metric"] in ERROR_RATE_METRICS
-                                      for e in evidence)
+    return source is not None and any(e["source"] == source and e["metric"] in ERROR_RATE_METRICS for e in evidence)
 
 
 def has_state_row(evidence: list[EvidenceRow], source: str | None) -> bool:
@@ -276,7 +371,8 @@ def has_state_row(evidence: list[EvidenceRow], source: str | None) -> bool:
     (PEAK_GAUGES: a queue's watermark), for the same reason."""
     return source is not None and has_device_row(
         [e for e in evidence if e.get("unit") not in ("per_second", "seconds") and e["metric"] not in PEAK_GAUGES],
-        source)
+        source,
+    )
 
 
 def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:
@@ -298,8 +394,9 @@ def gpu_state_first(causes: list[CauseDraft]) -> list[CauseDraft]:
     return causes
 
 
-def first_timed(out: Attribution, untimed_of: Callable[[Attribution], EvidenceRow | None], *,
-                yield_to_next: bool = True) -> EvidenceRow | None:
+def first_timed(
+    out: Attribution, untimed_of: Callable[[Attribution], EvidenceRow | None], *, yield_to_next: bool = True
+) -> EvidenceRow | None:
     """Of a slow step's causes, the first whose phase shows it heads `out`: a cause that
     `untimed_of` finds did not slow the phase it slows by its nature (an `untimed` row) yields to
     the next named cause, whose answer `out` then gives, with the yielded cause's `untimed` row
@@ -310,8 +407,15 @@ def first_timed(out: Attribution, untimed_of: Callable[[Attribution], EvidenceRo
     untimed = untimed_of(out)
     while yield_to_next and untimed is not None and len(out["causes"]) > 1 and named(out["causes"][1]["layer"]):
         nxt = out["causes"][1]
-        out.update({"layer": nxt["layer"], "component": nxt["component"], "confidence": nxt["confidence"],
-                    "causes": out["causes"][1:], "evidence": [*out["evidence"], untimed]})
+        out.update(
+            {
+                "layer": nxt["layer"],
+                "component": nxt["component"],
+                "confidence": nxt["confidence"],
+                "causes": out["causes"][1:],
+                "evidence": [*out["evidence"], untimed],
+            }
+        )
         adjusted(out, ids.ADJUST_NEXT_TIMED)
         out["rules"]["cause"] = nxt.get("rule")
         untimed = untimed_of(out)
@@ -320,15 +424,22 @@ def first_timed(out: Attribution, untimed_of: Callable[[Attribution], EvidenceRo
 
 # -- GPU and host evidence ------------------------------------------------------------------------
 
+
 def add_device_rows(cause: CauseDraft, rows: list[EvidenceRow], cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
     """A straggler cause with its GPU's or host's own telemetry saying why: the rows follow the timing
     row, and the confidence rises (the timings and the device's telemetry agree)."""
     if not rows:
         return cause
     conf = cause["confidence"]
-    return noted({**cause, "confidence": conf + (1.0 - conf) * cfg.device_evidence_boost,
-                  "evidence": cause["evidence"] + rows[:cfg.evidence_per_cause],
-                  "adjust": list(cause.get("adjust", []))}, ids.ADJUST_DEVICE_EVIDENCE)
+    return noted(
+        {
+            **cause,
+            "confidence": conf + (1.0 - conf) * cfg.device_evidence_boost,
+            "evidence": cause["evidence"] + rows[: cfg.evidence_per_cause],
+            "adjust": list(cause.get("adjust", [])),
+        },
+        ids.ADJUST_DEVICE_EVIDENCE,
+    )
 
 
 def gpu_cause(findings: dict[str, list[EvidenceRow]], cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft | None:
@@ -341,8 +452,13 @@ def gpu_cause(findings: dict[str, list[EvidenceRow]], cfg: EngineConfig = DEFAUL
     total, src = strength[0]
     second = strength[1][0] if len(strength) > 1 else 0.0
     conf = cfg.gpu_scan_confidence * (cfg.net_margin_base + cfg.net_margin_span * (1.0 - second / total))
-    return {"layer": "compute", "component": src, "confidence": conf, "rule": ids.CAUSE_RING_GPU,
-            "evidence": findings[src][:cfg.evidence_per_cause]}
+    return {
+        "layer": "compute",
+        "component": src,
+        "confidence": conf,
+        "rule": ids.CAUSE_RING_GPU,
+        "evidence": findings[src][: cfg.evidence_per_cause],
+    }
 
 
 def merge_same(causes: list[CauseDraft]) -> list[CauseDraft]:
@@ -356,9 +472,16 @@ def merge_same(causes: list[CauseDraft]) -> list[CauseDraft]:
             continue
         m = out[key]
         seen = {(e["source"], e["metric"], json.dumps(e.get("labels"), sort_keys=True)) for e in m["evidence"]}
-        extra = [e for e in c["evidence"]
-                 if (e["source"], e["metric"], json.dumps(e.get("labels"), sort_keys=True)) not in seen]
-        out[key] = {**m, "confidence": max(m["confidence"], c["confidence"]), "evidence": m["evidence"] + extra,
-                    "lost_s": m.get("lost_s", 0.0) + c.get("lost_s", 0.0),
-                    "adjust": [*m.get("adjust", []), *(a for a in c.get("adjust", []) if a not in m.get("adjust", []))]}
+        extra = [
+            e
+            for e in c["evidence"]
+            if (e["source"], e["metric"], json.dumps(e.get("labels"), sort_keys=True)) not in seen
+        ]
+        out[key] = {
+            **m,
+            "confidence": max(m["confidence"], c["confidence"]),
+            "evidence": m["evidence"] + extra,
+            "lost_s": m.get("lost_s", 0.0) + c.get("lost_s", 0.0),
+            "adjust": [*m.get("adjust", []), *(a for a in c.get("adjust", []) if a not in m.get("adjust", []))],
+        }
     return list(out.values())

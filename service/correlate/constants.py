@@ -80,6 +80,7 @@ CKPT_FIRST_MARGIN_S = 0.01
 # Share of the checkpoint extra added to the slow threshold: checkpoint writes vary more than steps.
 CKPT_SPREAD_SHARE = 0.05
 
+
 # -- sequential detection of small sustained regressions (baseline.py) ----------------------------
 @dataclass(frozen=True)
 class SeqParams:
@@ -146,7 +147,7 @@ class SeqParams:
     # A proven segment whose steps part best into a lower and a higher level, the higher this many
     # standard errors over the lower, and whose lower part (no step slow on its own) would not be
     # proven alone (mean short of min_mean by over min_mean_se standard errors): the lower part is
-    # the job's noise, and the shift begins where the level rose (baseline._drift_prefix). Without
+    # the job's noise, and the shift begins where the level rose (sequential._drift_prefix). Without
     # it a dozen steps' +2.5 % wander in 2.2 % noise is proven with a larger fault that follows it,
     # and its healthy steps are false slow. 3: a true shift's own noise parts it this far about once in
     # a thousand. 0: off.

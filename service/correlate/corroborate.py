@@ -32,8 +32,15 @@ Explain = Callable[[Attribution, bool, bool], None]  # (into, corroborating, own
 def step_row(source: str, d: float, base: float, sigma: float, kind: str) -> EvidenceRow:
     """The evidence row of a step's own time against its baseline (its excess in sigmas), which says
     why the step time alone did not decide (`kind`: corroborated, onset)."""
-    return {"source": source, "metric": "step_duration_seconds", "value": round(d, 6), "baseline": round(base, 6),
-            "score": round((d - base) / max(sigma, 1e-9), 3), "unit": "seconds", "kind": kind}
+    return {
+        "source": source,
+        "metric": "step_duration_seconds",
+        "value": round(d, 6),
+        "baseline": round(base, 6),
+        "score": round((d - base) / max(sigma, 1e-9), 3),
+        "unit": "seconds",
+        "kind": kind,
+    }
 
 
 def holds_its_share(rows: list[Any], excess: float, share: float) -> bool:
@@ -41,9 +48,10 @@ def holds_its_share(rows: list[Any], excess: float, share: float) -> bool:
     a straggler whose own excess is a small part of what the step lost did not make the step slow
     (the ranks' usual spread has a few-sigma rank on many healthy steps; causes.work_cause weighs a
     slow step's straggler by the same share)."""
-    return excess <= 0.0 or any(e.get("kind") == "timing"
-                                and float(e["value"]) - float(e.get("baseline") or 0.0) >= share * excess
-                                for e in rows)
+    return excess <= 0.0 or any(
+        e.get("kind") == "timing" and float(e["value"]) - float(e.get("baseline") or 0.0) >= share * excess
+        for e in rows
+    )
 
 
 def only_layers(bl: Baselines, i: int) -> tuple[str, ...]:
@@ -147,8 +155,12 @@ def corroborated(out: Attribution, judge: Judge, demand: Demand) -> bool:
     phase = (net_timing and draft["layer"] in NET_LAYERS) or (d.data_timing and draft["layer"] == "storage")
     # a GPU whose own device telemetry shows it (a link trained down, a throttle) slows the ring it
     # sits in: its loss is in the collectives' transfer time too (device_probe.gpu_or_network)
-    ring = (net_timing and only_layers == NET_LAYERS and draft["layer"] == "compute"
-            and has_device_row(draft["evidence"], draft["component"]))
+    ring = (
+        net_timing
+        and only_layers == NET_LAYERS
+        and draft["layer"] == "compute"
+        and has_device_row(draft["evidence"], draft["component"])
+    )
     if only_layers and not ring and not (phase and draft["layer"] in only_layers):
         return False
     hosts = judge.host_of
@@ -156,23 +168,38 @@ def corroborated(out: Attribution, judge: Judge, demand: Demand) -> bool:
     if straggler_host is not None and host != straggler_host:
         return False
     on_host = [e for e in draft["evidence"] if hosts.get(e["source"], e["source"]) == host]
-    if (not phase and not has_device_row(draft["evidence"])
-            and not holds_its_share(on_host, draft["duration_s"] - base, cfg.straggler_min_share)):
+    if (
+        not phase
+        and not has_device_row(draft["evidence"])
+        and not holds_its_share(on_host, draft["duration_s"] - base, cfg.straggler_min_share)
+    ):
         return False  # named from a straggler's timing alone, which holds little of what the step lost
-    alone = (draft["confidence"] >= (cfg.corroborate_min_confidence if phase else need)
-             and (not own_timing or phase or any(e.get("kind") == "timing" for e in on_host))
-             and (not own_device or phase
-                  or has_device_row(on_host)
-                  # a straggler besides the write that alone holds what made the step faint: the
-                  # writes' spread, what own_device guards against, is not in it (decompose.find_straggler)
-                  or any(e.get("kind") == "timing" and e.get("metric") != CHECKPOINT_METRIC
-                         and float(e["value"]) - float(e.get("baseline") or 0.0) >= FAINT_REL * base
-                         for e in on_host)))
-    if (alone and not phase and net_lost is not None and draft["layer"] in NET_LAYERS
-            and net_lost < cfg.net_min_share * max(draft["duration_s"] - base, 0.0)):
+    alone = (
+        draft["confidence"] >= (cfg.corroborate_min_confidence if phase else need)
+        and (not own_timing or phase or any(e.get("kind") == "timing" for e in on_host))
+        and (
+            not own_device
+            or phase
+            or has_device_row(on_host)
+            # a straggler besides the write that alone holds what made the step faint: the
+            # writes' spread, what own_device guards against, is not in it (decompose.find_straggler)
+            or any(
+                e.get("kind") == "timing"
+                and e.get("metric") != CHECKPOINT_METRIC
+                and float(e["value"]) - float(e.get("baseline") or 0.0) >= FAINT_REL * base
+                for e in on_host
+            )
+        )
+    )
+    if (
+        alone
+        and not phase
+        and net_lost is not None
+        and draft["layer"] in NET_LAYERS
+        and net_lost < cfg.net_min_share * max(draft["duration_s"] - base, 0.0)
+    ):
         alone = False  # its collectives did not lose the time: a signal beside the step, unless both sides name it
-    if (d.require_between or not alone) and not (between is not None
-                                               and between((draft["layer"], draft["component"]))):
+    if (d.require_between or not alone) and not (between is not None and between((draft["layer"], draft["component"]))):
         return False  # (a sure cause does not ask its neighbours: two more attributions)
     draft["evidence"].append(step_row(draft["component"] or "", draft["duration_s"], base, sigma, "corroborated"))
     out.update(draft)

@@ -98,8 +98,9 @@ def find_straggler(df: pd.DataFrame) -> Straggler | None:
         # hosts (a few % of a long write) can hide a loader's or a GPU's excess of the same size.
         # That excess made the others wait in the collectives before the write, so it is judged on
         # the work besides the write (the write itself: above, and checkpoint_straggler).
-        st = _straggler(df, (df["work"] - df["ckpt"]).to_numpy(),
-                        {p: c for p, c in PHASE_COLUMNS.items() if p != "checkpoint"})
+        st = _straggler(
+            df, (df["work"] - df["ckpt"]).to_numpy(), {p: c for p, c in PHASE_COLUMNS.items() if p != "checkpoint"}
+        )
     return st
 
 
@@ -116,12 +117,22 @@ def _straggler(df: pd.DataFrame, work: np.ndarray, cols: dict[str, str]) -> Stra
     hosts = df["host"].to_numpy()
     host = str(hosts[i])
     on_host = int((hosts == host).sum())
-    host_level = (len(members) >= 2 and bool((hosts[members] == host).all())
-                  and len(members) >= HOST_LEVEL_SHARE * on_host)
+    host_level = (
+        len(members) >= 2 and bool((hosts[members] == host).all()) and len(members) >= HOST_LEVEL_SHARE * on_host
+    )
     gpu = df["gpu"].iloc[i]
-    return Straggler(phase, host_level, int(df["rank"].iloc[i]), host, None if pd.isna(gpu) else str(gpu),
-                     float(vals[phase][i]), float(np.median(vals[phase])), float(ex[i]), float(z),
-                     [int(df["rank"].iloc[m]) for m in members])
+    return Straggler(
+        phase,
+        host_level,
+        int(df["rank"].iloc[i]),
+        host,
+        None if pd.isna(gpu) else str(gpu),
+        float(vals[phase][i]),
+        float(np.median(vals[phase])),
+        float(ex[i]),
+        float(z),
+        [int(df["rank"].iloc[m]) for m in members],
+    )
 
 
 def straggler_loss(df: pd.DataFrame, st: Straggler) -> float:
@@ -163,8 +174,18 @@ def checkpoint_straggler(df: pd.DataFrame, hosts: set[str]) -> Straggler | None:
     if len(members) < HOST_LEVEL_SHARE * int(on.sum()):
         return None
     i = int(members[np.argmax(ck[members])])
-    return Straggler("checkpoint", True, int(df["rank"].iloc[i]), host, None, float(np.median(ck[on])), med,
-                     excess, float(z), [int(df["rank"].iloc[m]) for m in members])
+    return Straggler(
+        "checkpoint",
+        True,
+        int(df["rank"].iloc[i]),
+        host,
+        None,
+        float(np.median(ck[on])),
+        med,
+        excess,
+        float(z),
+        [int(df["rank"].iloc[m]) for m in members],
+    )
 
 
 def work_on(df: pd.DataFrame, host: str, gpu: str | None = None) -> tuple[float, float, float] | None:

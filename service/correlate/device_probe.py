@@ -31,9 +31,15 @@ from fabricscope.service.correlate.rules.trace import tagged
 Window = tuple[float, float]
 
 
-def device_findings(conn: Any, sources: list[str], rules: tuple[Rule, ...], win: Window,
-                    xid_lookback_s: float | None, peers: list[str] | None = None,
-                    cfg: EngineConfig = DEFAULT_CONFIG) -> dict[str, list[EvidenceRow]]:
+def device_findings(
+    conn: Any,
+    sources: list[str],
+    rules: tuple[Rule, ...],
+    win: Window,
+    xid_lookback_s: float | None,
+    peers: list[str] | None = None,
+    cfg: EngineConfig = DEFAULT_CONFIG,
+) -> dict[str, list[EvidenceRow]]:
     """Rule findings per GPU/host source in the step window, strongest first, after the XIDs logged
     since `xid_lookback_s` before the step (None: no XIDs); `peers`: the job's GPUs, for the rules
     that compare a GPU with the others."""
@@ -62,8 +68,9 @@ def origin_cover(conn: Any, gpu: str, win: Window, cfg: EngineConfig = DEFAULT_C
     window. A capability with no reading there (a collector's gap) is read from the GPU's own past,
     as devices.judge does."""
     ws, we = win
-    rows = q.readings(conn, source=gpu, metrics=rule_metrics(ORIGIN_RULES), fs=ws - MAX_SAMPLE_GAP_S,
-                      ts=we + MAX_SAMPLE_GAP_S)
+    rows = q.readings(
+        conn, source=gpu, metrics=rule_metrics(ORIGIN_RULES), fs=ws - MAX_SAMPLE_GAP_S, ts=we + MAX_SAMPLE_GAP_S
+    )
     gaps = sorted({r.ref for r in ORIGIN_RULES if r.ref} - set(rows["metric"])) if len(rows) else []
     if gaps:
         past = q.readings(conn, source=gpu, metrics=gaps, fs=ws - cfg.own_history_s, ts=ws - MAX_SAMPLE_GAP_S)
@@ -75,8 +82,9 @@ def _gpus(topo: Topo) -> list[str]:
     return [s for s, r in topo.role.items() if r == "gpu"]
 
 
-def with_device_evidence(conn: Any, cause: CauseDraft, topo: Topo, win: Window,
-                         cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
+def with_device_evidence(
+    conn: Any, cause: CauseDraft, topo: Topo, win: Window, cfg: EngineConfig = DEFAULT_CONFIG
+) -> CauseDraft:
     """A compute straggler gets its GPU's evidence, a host straggler its host's."""
     comp = cause["component"]
     role = topo.role.get(comp or "")
@@ -89,8 +97,9 @@ def with_device_evidence(conn: Any, cause: CauseDraft, topo: Topo, win: Window,
     return add_device_rows(cause, found.get(comp, []), cfg)
 
 
-def unreported_gpu(conn: Any, cause: CauseDraft, gpus: list[str], win: Window,
-                   cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
+def unreported_gpu(
+    conn: Any, cause: CauseDraft, gpus: list[str], win: Window, cfg: EngineConfig = DEFAULT_CONFIG
+) -> CauseDraft:
     """Local work lost with no straggler to name, while the ranks on `gpus` sent no record of the
     step (a hook's post lost): the rank everyone waited for may be one of them, and its GPU's own
     state (a throttle flag, a PCIe link trained down, an XID) names it, as the scan of
@@ -111,8 +120,9 @@ def _origin_scan(conn: Any, cause: CauseDraft, gpus: list[str], win: Window, cfg
     return gpu_cause(found, cfg) or cause
 
 
-def gpu_or_network(conn: Any, cause: CauseDraft, topo: Topo, win: Window, cfg: EngineConfig = DEFAULT_CONFIG, *,
-                   scan: bool) -> CauseDraft:
+def gpu_or_network(
+    conn: Any, cause: CauseDraft, topo: Topo, win: Window, cfg: EngineConfig = DEFAULT_CONFIG, *, scan: bool
+) -> CauseDraft:
     """Collective time with no network anomaly: a GPU whose link trained down, that throttles or
     logged an XID slows the ring it sits in; name it when one does. `scan`: the collectives hold
     enough of the lost time to be listed (otherwise the job's GPUs are not queried at all)."""

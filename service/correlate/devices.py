@@ -89,8 +89,14 @@ def _labels(text: object) -> dict[str, str]:
 
 
 def _row(r: Mapping[str, Any], value: float, baseline: float, score: float, unit: str) -> EvidenceRow:
-    row: EvidenceRow = {"source": str(r["source"]), "metric": str(r["metric"]), "value": round(value, 6),
-                        "baseline": round(baseline, 6), "score": round(score, 2), "unit": unit}
+    row: EvidenceRow = {
+        "source": str(r["source"]),
+        "metric": str(r["metric"]),
+        "value": round(value, 6),
+        "baseline": round(baseline, 6),
+        "score": round(score, 2),
+        "unit": unit,
+    }
     labels = _labels(r["labels"])
     if labels:
         row["labels"] = labels
@@ -138,8 +144,9 @@ def _check(rule: Rule, r: Mapping[str, Any], ref: float | None, peer: float | No
     return None
 
 
-def judge(rows: pd.DataFrame, rules: tuple[Rule, ...],
-          peers: dict[str, float] | None = None) -> dict[str, list[tuple[Rule, EvidenceRow]]]:
+def judge(
+    rows: pd.DataFrame, rules: tuple[Rule, ...], peers: dict[str, float] | None = None
+) -> dict[str, list[tuple[Rule, EvidenceRow]]]:
     """Findings per source: `rows` from queries.device_rows (source, metric, labels, wmin, wmax, wrate,
     hval, hrate, hsig). A reference is the highest window value of the `ref` metric of the same source
     (without one, that metric's value in the source's own past);
@@ -220,8 +227,15 @@ def xid_rows(events: pd.DataFrame) -> dict[str, list[EvidenceRow]]:
     codes = [str(_labels(a).get("code", "")) for a in events["attrs"]]
     df = pd.DataFrame({"source": events["source"].astype(str), "code": codes})
     for (src, code), n in df.groupby(["source", "code"]).size().items():
-        row: EvidenceRow = {"source": str(src), "metric": XID_KIND, "value": float(n), "baseline": 0.0,
-                            "score": 10.0, "unit": "events", "kind": "event"}
+        row: EvidenceRow = {
+            "source": str(src),
+            "metric": XID_KIND,
+            "value": float(n),
+            "baseline": 0.0,
+            "score": 10.0,
+            "unit": "events",
+            "kind": "event",
+        }
         if code:
             row["labels"] = {"code": code}
         out.setdefault(str(src), []).append(row)

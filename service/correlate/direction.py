@@ -29,8 +29,15 @@ RX_PAUSE = "rx_pause_frames_total"
 TX_PAUSE = "tx_pause_frames_total"
 XMIT_WAIT = "port_xmit_wait_total"
 # A switch port's own congestion: its egress queue fills, marks or drops.
-QUEUE_BUILDUP = frozenset({"queue_occupancy_bytes", "queue_watermark_bytes", "queue_dropped_packets_total",
-                           "ecn_marked_packets_total", "tx_discards_total"})
+QUEUE_BUILDUP = frozenset(
+    {
+        "queue_occupancy_bytes",
+        "queue_watermark_bytes",
+        "queue_dropped_packets_total",
+        "ecn_marked_packets_total",
+        "tx_discards_total",
+    }
+)
 # A port is paused when it receives pause, or when its PFC watchdog found a queue stuck by a pause storm.
 PAUSED_BY = frozenset({RX_PAUSE, "pfc_deadlock_total"})
 
@@ -112,8 +119,9 @@ def follow_backpressure(ev: pd.DataFrame, topo: Topo) -> pd.DataFrame:
         return ev
     ev = ev.copy()
     comps, layers = list(ev["component"]), list(ev["layer"])
-    for i, (src, metric, layer, comp) in enumerate(zip(ev["source"], ev["metric"], ev["layer"], ev["component"],
-                                                       strict=False)):
+    for i, (src, metric, layer, comp) in enumerate(
+        zip(ev["source"], ev["metric"], ev["layer"], ev["component"], strict=False)
+    ):
         if layer != "fabric" or topo.role.get(comp) not in SWITCH_ROLES:
             continue  # links, NICs and volumes are named by their own signals
         if metric == XMIT_WAIT:

@@ -120,7 +120,7 @@ def _history_end(starts: np.ndarray, episode: np.ndarray, i: int, cfg: EngineCon
     step is the fault itself: the culprit's counters no longer stand out from it, while a victim's
     newest symptom does. Not past an episode that began over episode_history_max_s before the step."""
     lo = int(np.searchsorted(starts, starts[i] - cfg.own_history_s))
-    eps = episode[lo:i + 1]
+    eps = episode[lo : i + 1]
     eps = eps[eps >= 0]
     if not len(eps):
         return None
@@ -130,9 +130,9 @@ def _history_end(starts: np.ndarray, episode: np.ndarray, i: int, cfg: EngineCon
     return float(starts[k])
 
 
-
-def _between(attribute: Callable[[int], Attribution | None], *, step: int, cause: CauseKey,
-             around: Sides | None = None) -> bool:
+def _between(
+    attribute: Callable[[int], Attribution | None], *, step: int, cause: CauseKey, around: Sides | None = None
+) -> bool:
     """Whether the steps before and after `step` are both slow with `cause` as their answer
     (`attribute`: a step's answer, not borrowing in turn); `around` (around.slow_around, or one side:
     around.slow_beside): on each side it holds, the first of these steps that is slow."""
@@ -191,12 +191,17 @@ def _with_written(conn: Any, topo: Topo, ws: float, we: float) -> Topo:
     return replace(topo, checkpoint_volumes=topo.checkpoint_volumes | frozenset(wrote)) if wrote else topo
 
 
-def _baselines_for(df: pd.DataFrame, cfg: EngineConfig) -> Baselines:
+def _baselines_for(df: pd.DataFrame, cfg: EngineConfig = DEFAULT_CONFIG) -> Baselines:
     seq = replace(DEFAULT_SEQ, enabled=False) if cfg.off(ids.VERDICT_SEQUENTIAL) else DEFAULT_SEQ
-    return compute_baselines(df["dur"].to_numpy(float), df["transfer"].to_numpy(float),
-                             (df["ckpt_max"].fillna(0) > 0).to_numpy(), df["ckpt_med"].fillna(0).to_numpy(float),
-                             seq=seq,
-                             data=df["data"].to_numpy(float), ckpt_max=df["ckpt_max"].fillna(0).to_numpy(float))
+    return compute_baselines(
+        df["dur"].to_numpy(float),
+        df["transfer"].to_numpy(float),
+        (df["ckpt_max"].fillna(0) > 0).to_numpy(),
+        df["ckpt_med"].fillna(0).to_numpy(float),
+        seq=seq,
+        data=df["data"].to_numpy(float),
+        ckpt_max=df["ckpt_max"].fillna(0).to_numpy(float),
+    )
 
 
 @dataclass(frozen=True)
@@ -255,20 +260,45 @@ class _StepCase:
     def blank(self) -> Attribution:
         """The step's answer before any rule: the baseline's flag, no cause."""
         base, start = self.base, float(self.row["start"])
-        return {"step": self.step, "slow": bool(self.bl.slow[self.i]), "duration_s": round(self.d, 6),
-                "baseline_s": None if math.isnan(base) else round(base, 6), "start": _iso(start),
-                "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0, "evidence": [], "causes": []}
+        return {
+            "step": self.step,
+            "slow": bool(self.bl.slow[self.i]),
+            "duration_s": round(self.d, 6),
+            "baseline_s": None if math.isnan(base) else round(base, 6),
+            "start": _iso(start),
+            "layer": "none",
+            "component": None,
+            "confidence": 1.0,
+            "lost_s": 0.0,
+            "evidence": [],
+            "causes": [],
+        }
 
     def view(self, k: int) -> _StepView:
         r, bl = self.summ.iloc[k], self.bl
         past = _history_end(self.summ["start"].to_numpy(float), bl.episode, k, self.engine.config)
-        return _StepView(r, float(bl.base_transfer[k]), float(bl.base[k]), float(r["start"]), float(r["dur"]), past,
-                         _loader_loss(bl, k, r))
+        return _StepView(
+            r,
+            float(bl.base_transfer[k]),
+            float(bl.base[k]),
+            float(r["start"]),
+            float(r["dur"]),
+            past,
+            _loader_loss(bl, k, r),
+        )
 
-    def explain_row(self, k: int, into: Attribution, rows: RankRows, corroborating: bool = False,
-                    own_span: bool = False) -> None:
-        self.engine._explain(self.conn, into, ranked=rows, job_topo=self.job_topo, view=self.view(k),
-                             corroborating=corroborating, own_span=own_span)
+    def explain_row(
+        self, k: int, into: Attribution, rows: RankRows, corroborating: bool = False, own_span: bool = False
+    ) -> None:
+        self.engine._explain(
+            self.conn,
+            into,
+            ranked=rows,
+            job_topo=self.job_topo,
+            view=self.view(k),
+            corroborating=corroborating,
+            own_span=own_span,
+        )
 
     def explain(self, into: Attribution, corroborating: bool = False, own_span: bool = False) -> None:
         self.explain_row(self.i, into, self.ranked, corroborating, own_span)
@@ -285,12 +315,14 @@ class AttributionEngine:
         # only when its inputs changed: a 4,096-rank job's scoring set takes seconds to rebuild, and
         # rebuilding it every topo_ttl_s put those seconds into one attribution in every few.
         self._topo: LruCache[tuple[str, str], tuple[tuple[Any, ...], float, JobTopo, float]] = LruCache(
-            max_size=config.topo_cache_size)
+            max_size=config.topo_cache_size
+        )
         # The scoring arrays of each cached `meta` frame (queries.scoring_arrays), by identity.
         self._arrays: LruCache[int, tuple[pd.DataFrame, Scoring]] = LruCache(max_size=config.topo_cache_size)
         # Only final steps go in (they no longer change), so no TTL.
         self._summaries: LruCache[tuple[str, str, int], tuple[Any, ...] | None] = LruCache(
-            max_size=config.summary_cache_size)
+            max_size=config.summary_cache_size
+        )
 
     # -- data access with caches ---------------------------------------------------------------
 
@@ -308,14 +340,18 @@ class AttributionEngine:
             return hit[2]
         ranks = q.job_ranks(conn, job=job)
         hosts = sorted(set(ranks["host"])) if len(ranks) else []
-        topo = build_topo(ranks, q.links(conn), q.host_volumes(conn, hosts=hosts),
-                          q.checkpoint_sources(conn, job=job))
+        topo = build_topo(ranks, q.links(conn), q.host_volumes(conn, hosts=hosts), q.checkpoint_sources(conn, job=job))
         # Something changed, maybe not for this job (a series or a volume of another job's host): the
         # scoring set, the costly part, is kept when this job's topology is the same and none of its
         # sources has a new series since the cached one was built.
-        if (hit is not None and hit[2][1] == topo and hit[0][q.STAMP_SERIES] is not None
-                and not q.has_series_after(conn, sources=topo.sources, metrics=list(FLOORS),
-                                           after=int(hit[0][q.STAMP_SERIES]))):
+        if (
+            hit is not None
+            and hit[2][1] == topo
+            and hit[0][q.STAMP_SERIES] is not None
+            and not q.has_series_after(
+                conn, sources=topo.sources, metrics=list(FLOORS), after=int(hit[0][q.STAMP_SERIES])
+            )
+        ):
             built, built_at = (ranks, hit[2][1], hit[2][2]), hit[3]
         else:
             meta = series_groups(q.series_meta(conn, sources=topo.sources, metrics=list(FLOORS)), topo)
@@ -366,8 +402,16 @@ class AttributionEngine:
         out, have = q.outliers(conn, meta=meta, ws=ws, we=we, arrays=self._scoring_arrays(meta), edges=False)
         return out, min(1.0, have / max(int(meta["net"].sum()), 1))
 
-    def _scored(self, conn: Any, meta: pd.DataFrame, out: pd.DataFrame, ws: float, we: float,
-                past: float | None = None, edges: bool = True) -> pd.DataFrame:
+    def _scored(
+        self,
+        conn: Any,
+        meta: pd.DataFrame,
+        out: pd.DataFrame,
+        ws: float,
+        we: float,
+        past: float | None = None,
+        edges: bool = True,
+    ) -> pd.DataFrame:
         """`out` (_window) scored against own history (the own_history_s before `past`, default ws);
         `edges`: less what coarse counters' edge samples owe to a change outside [ws, we]
         (queries.without_edge_changes), as queries.outliers reads them by default."""
@@ -397,8 +441,14 @@ class AttributionEngine:
         _, topo, _ = self._job_topo(conn, job)
         for invariant, how in violations(answer, topo.role):
             ENGINE_INVARIANT_VIOLATIONS.labels(invariant).inc()
-            log.error("engine invariant %s broken: job %s step %s: %s (rules %s)", invariant, job,
-                      answer["step"], how, answer.get("rules"))
+            log.error(
+                "engine invariant %s broken: job %s step %s: %s (rules %s)",
+                invariant,
+                job,
+                answer["step"],
+                how,
+                answer.get("rules"),
+            )
 
     def _attribute(self, conn: Any, *, job: str, step: int, store: bool, borrow: bool) -> Attribution | None:
         case = self._case(conn, job=job, step=step)
@@ -458,8 +508,9 @@ class AttributionEngine:
             # step row `k`'s own window (as a corroborated step's) shows `component`'s own state
             at = int(summ["step"].iat[k])
             into: Attribution = {**out, "step": at, "slow": True, "evidence": [], "causes": []}
-            case.explain_row(k, into, cache(lambda: _rank_frame(conn, job=job, step=at, placement=case.ranks)),
-                             corroborating=True)
+            case.explain_row(
+                k, into, cache(lambda: _rank_frame(conn, job=job, step=at, placement=case.ranks)), corroborating=True
+            )
             return has_state_row(into["evidence"], component)
 
         probes = Probes(
@@ -468,9 +519,11 @@ class AttributionEngine:
             # the step's rank rows are read for the rules that need them only
             straggler=cache(lambda: _straggler(case.ranked)),
             cover=lambda gpu, span: origin_cover(conn, gpu, span, cfg),
-            state_at=state_at)
-        promoted = hidden_slow(out, bl=case.bl, summ=summ, i=case.i, cfg=cfg, host_of=case.topo.host_of,
-                               probes=probes, borrow=borrow)
+            state_at=state_at,
+        )
+        promoted = hidden_slow(
+            out, bl=case.bl, summ=summ, i=case.i, cfg=cfg, host_of=case.topo.host_of, probes=probes, borrow=borrow
+        )
         if promoted is None:
             self._healthy(out, case)
             decide(out, ids.VERDICT_UNDER_BAR)
@@ -486,8 +539,12 @@ class AttributionEngine:
         # its own span shows counts, not the next step's first second (the pad) where the fault
         # may have begun, nor a signal's aftermath from before it
         case.explain(out, own_span=bool(bl.onset[i]))
-        decide(out, (ids.VERDICT_CHECKPOINT_BAR if row["ckpt_max"] > 0 else ids.VERDICT_BAR) if bl.step_slow[i]
-               else ids.VERDICT_SEQUENTIAL)
+        decide(
+            out,
+            (ids.VERDICT_CHECKPOINT_BAR if row["ckpt_max"] > 0 else ids.VERDICT_BAR)
+            if bl.step_slow[i]
+            else ids.VERDICT_SEQUENTIAL,
+        )
         weak = out["layer"] == "unknown" or out["confidence"] < cfg.episode_weak_confidence
         # only the sequential test put this step in the shift, and its onset is the least sure
         # step of it (Baselines.onset): with nothing of its own to show (or only a weak
@@ -495,22 +552,40 @@ class AttributionEngine:
         unsure_onset = bool(bl.onset[i]) and weak and not cfg.off(ids.DEMOTE_UNSURE_ONSET)
         if not unsure_onset and borrow and weak and bl.episode[i] >= 0 and not cfg.off(ids.CAUSE_EPISODE):
             conn, job = case.conn, case.job
-            from_episode(conn, out, job=job, summ=case.summ, bl=bl, i=i, cfg=cfg,
-                         attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False))
+            from_episode(
+                conn,
+                out,
+                job=job,
+                summ=case.summ,
+                bl=bl,
+                i=i,
+                cfg=cfg,
+                attribute=lambda s: self._attribute(conn, job=job, step=s, store=False, borrow=False),
+            )
         # ...nor is a later step of it that ran at the job's level (under the faint bar) when
         # neither it nor its episode names a cause: nothing says it lost time (a +0.3 %
         # step of a shift whose onset, a noisy step before a fault, was healthy by the rule
         # above)
-        unnamed_level = (cfg.unnamed_level_healthy and not cfg.off(ids.DEMOTE_UNNAMED_LEVEL)
-                         and bool(bl.unproven[i]) and out["layer"] == "unknown"
-                         and case.d - float(bl.centre[i]) < FAINT_REL * case.base)
+        unnamed_level = (
+            cfg.unnamed_level_healthy
+            and not cfg.off(ids.DEMOTE_UNNAMED_LEVEL)
+            and bool(bl.unproven[i])
+            and out["layer"] == "unknown"
+            and case.d - float(bl.centre[i]) < FAINT_REL * case.base
+        )
         if unsure_onset or unnamed_level:
             self._healthy(out, case)
             out["evidence"] = [step_row("", case.d, case.base, float(bl.sigma[i]), ONSET_KIND)]
             decide(out, ids.DEMOTE_UNSURE_ONSET if unsure_onset else ids.DEMOTE_UNNAMED_LEVEL)
-        untimed = None if cfg.off(ids.DEMOTE_UNTIMED) else first_timed(
-            out, lambda o: untimed_row(case.ranked, o, bl, i, row=row, topo=case.topo, cfg=cfg),
-            yield_to_next=not cfg.off(ids.ADJUST_NEXT_TIMED))
+        untimed = (
+            None
+            if cfg.off(ids.DEMOTE_UNTIMED)
+            else first_timed(
+                out,
+                lambda o: untimed_row(case.ranked, o, bl, i, row=row, topo=case.topo, cfg=cfg),
+                yield_to_next=not cfg.off(ids.ADJUST_NEXT_TIMED),
+            )
+        )
         if untimed is not None:
             # only the sequential test put this step in the shift (a noisy step beside a fault,
             # whose coarse samples cover the fault's first or last seconds too), and the loss its
@@ -519,8 +594,17 @@ class AttributionEngine:
             out["evidence"] = [untimed]
             decide(out, ids.DEMOTE_UNTIMED)
 
-    def _explain(self, conn: Any, out: Attribution, *, ranked: RankRows, job_topo: JobTopo, view: _StepView,
-                 corroborating: bool = False, own_span: bool = False) -> None:
+    def _explain(
+        self,
+        conn: Any,
+        out: Attribution,
+        *,
+        ranked: RankRows,
+        job_topo: JobTopo,
+        view: _StepView,
+        corroborating: bool = False,
+        own_span: bool = False,
+    ) -> None:
         """Fill `out` (a slow step) with its causes: split the lost time into local work and network.
         `corroborating` (a step under the bar, `corroborate.corroborated`): telemetry of the step's own window
         only, without the aftermath of a signal in the seconds before it (AFTERMATH_S: that explains a
@@ -564,8 +648,9 @@ class AttributionEngine:
         if checkpoint and not cfg.off(ids.CAUSE_WRITTEN_VOLUME):
             topo = _with_written(conn, topo, start, start + d)
         if loaders is not None and topo.shared_volumes:
-            loaders = replace(loaders, volumes=tuple(q.volumes_read(conn, volumes=list(topo.shared_volumes),
-                                                                    ws=start, we=start + d)))
+            loaders = replace(
+                loaders, volumes=tuple(q.volumes_read(conn, volumes=list(topo.shared_volumes), ws=start, we=start + d))
+            )
         data = steps_df["data"].dropna() if "data" in steps_df else pd.Series(dtype=float)
         data_s = float(data.median()) if len(data) else None  # None: the job records no phases
         ckpt_s = float(row["ckpt_med"]) if checkpoint and pd.notna(row["ckpt_med"]) else None
@@ -580,14 +665,28 @@ class AttributionEngine:
 
         def causes_of(ev: pd.DataFrame) -> list[CauseDraft]:
             return combine_causes(
-                lost, e_work / total, e_comm / total, lambda: work(ev),
-                lambda: gpu_or_network(conn, net_cause(ev, coverage, cfg), topo, win, cfg,
-                                       scan=e_comm / total >= cfg.min_share and not cfg.off(ids.CAUSE_RING_GPU)),
-                cfg)
+                lost,
+                e_work / total,
+                e_comm / total,
+                lambda: work(ev),
+                lambda: gpu_or_network(
+                    conn,
+                    net_cause(ev, coverage, cfg),
+                    topo,
+                    win,
+                    cfg,
+                    scan=e_comm / total >= cfg.min_share and not cfg.off(ids.CAUSE_RING_GPU),
+                ),
+                cfg,
+            )
 
         causes = causes_of(ev)
-        if (all(c["layer"] == "unknown" for c in causes) and not corroborating and cfg.edge_spread_fallback
-                and not cfg.off(ids.ADJUST_EDGE_SPREAD)):
+        if (
+            all(c["layer"] == "unknown" for c in causes)
+            and not corroborating
+            and cfg.edge_spread_fallback
+            and not cfg.off(ids.ADJUST_EDGE_SPREAD)
+        ):
             # a coarse counter's edge sample read as a change outside the window (edges.py) is the
             # lower estimate, the right one when something else slowed the step; a slow step that
             # nothing else explains is read at what the sample itself says, its even spread (a
@@ -598,11 +697,13 @@ class AttributionEngine:
             if spread and any(c["layer"] != "unknown" for c in spread):
                 spread = [noted(c, ids.ADJUST_EDGE_SPREAD) for c in spread]
             causes = spread or causes
-        self._answer(out, causes or [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}], lost=lost, st=st,
-                     topo=topo)
+        self._answer(
+            out, causes or [{**unknown_cause(cfg.unknown_confidence), "lost_s": lost}], lost=lost, st=st, topo=topo
+        )
 
-    def _answer(self, out: Attribution, causes: list[CauseDraft], *, lost: float, st: Straggler | None,
-                topo: Topo) -> None:
+    def _answer(
+        self, out: Attribution, causes: list[CauseDraft], *, lost: float, st: Straggler | None, topo: Topo
+    ) -> None:
         """`out` answered with `causes` (a slow step's, unranked): ordered, adjusted, capped."""
         cfg = self.config
         if not cfg.off(ids.ADJUST_LAYER_FROM_KIND):
@@ -611,31 +712,62 @@ class AttributionEngine:
         if not cfg.off(ids.ADJUST_GPU_STATE_FIRST):
             causes = gpu_state_first(causes)
         top = causes[0]
-        out.update({
-            "layer": top["layer"], "component": top["component"], "confidence": self._capped(top["confidence"]),
-            "lost_s": round(lost, 6), "evidence": [e for c in causes for e in c["evidence"]],
-            "causes": [{"layer": c["layer"], "component": c["component"], "lost_s": round(c.get("lost_s", 0.0), 6),
-                        "confidence": self._capped(c["confidence"]), "rule": c.get("rule", ids.CAUSE_UNKNOWN)}
-                       for c in causes],
-            "rules": {"verdict": out.get("rules", {}).get("verdict", ""), "cause": top.get("rule", ids.CAUSE_UNKNOWN),
-                      "adjust": list(top.get("adjust", []))}})
+        out.update(
+            {
+                "layer": top["layer"],
+                "component": top["component"],
+                "confidence": self._capped(top["confidence"]),
+                "lost_s": round(lost, 6),
+                "evidence": [e for c in causes for e in c["evidence"]],
+                "causes": [
+                    {
+                        "layer": c["layer"],
+                        "component": c["component"],
+                        "lost_s": round(c.get("lost_s", 0.0), 6),
+                        "confidence": self._capped(c["confidence"]),
+                        "rule": c.get("rule", ids.CAUSE_UNKNOWN),
+                    }
+                    for c in causes
+                ],
+                "rules": {
+                    "verdict": out.get("rules", {}).get("verdict", ""),
+                    "cause": top.get("rule", ids.CAUSE_UNKNOWN),
+                    "adjust": list(top.get("adjust", [])),
+                },
+            }
+        )
 
     def _healthy(self, out: Attribution, case: _StepCase) -> None:
         """`out` as a step that is not slow, surer the further under the bar it is."""
         cfg = self.config
         d, base, thr = case.d, case.base, float(case.bl.threshold[case.i])
         below = min(1.0, max(0.0, (thr - d) / max(thr - base, 1e-9)))
-        out.update({"slow": False, "layer": "none", "component": None, "lost_s": 0.0, "evidence": [],
-                    "causes": [], "confidence": round(cfg.healthy_confidence_base
-                                                      + cfg.healthy_confidence_span * below, 3)})
+        out.update(
+            {
+                "slow": False,
+                "layer": "none",
+                "component": None,
+                "lost_s": 0.0,
+                "evidence": [],
+                "causes": [],
+                "confidence": round(cfg.healthy_confidence_base + cfg.healthy_confidence_span * below, 3),
+            }
+        )
 
     def _capped(self, confidence: float) -> float:
         return round(float(min(max(confidence, 0.0), self.config.max_confidence)), 3)
 
     # -- listings and background work -----------------------------------------------------------
 
-    def list_steps(self, conn: Any, *, job: str, from_ts: datetime | None = None, to_ts: datetime | None = None,
-                   slow_only: bool = False) -> list[StepRow]:
+    def list_steps(
+        self,
+        conn: Any,
+        *,
+        job: str,
+        from_ts: datetime | None = None,
+        to_ts: datetime | None = None,
+        slow_only: bool = False,
+    ) -> list[StepRow]:
         """docs/API.md steps listing: step, start, duration_s, baseline_s, slow, verdict. A judged step
         (its attribution stored) is listed with the verdict judge_step gave it and that verdict's rule;
         one not judged yet with the baseline's flag and no rule (`verdict: None`): the background pass
@@ -644,8 +776,9 @@ class AttributionEngine:
         if rng is None:
             return []
         ranks, _, _ = self._job_topo(conn, job)
-        summ = self._step_summaries(conn, job, rng[0] - self.config.history_steps, rng[1] + SEQ_LOOKAHEAD_STEPS,
-                                    len(ranks))
+        summ = self._step_summaries(
+            conn, job, rng[0] - self.config.history_steps, rng[1] + SEQ_LOOKAHEAD_STEPS, len(ranks)
+        )
         bl = _baselines_for(summ, self.config)
         judged = q.stored_verdicts(conn, job=job, lo=rng[0], hi=rng[1])
         lo = from_ts.timestamp() if from_ts else -math.inf
@@ -657,9 +790,16 @@ class AttributionEngine:
             if not rng[0] <= s <= rng[1] or not lo <= start <= hi or (slow_only and not slow):
                 continue
             b = bl.base[j]
-            out.append({"step": int(s), "start": _iso(float(start)), "duration_s": round(float(d), 6),
-                        "baseline_s": None if math.isnan(b) else round(float(b), 6), "slow": slow,
-                        "verdict": None if verdict is None else verdict[1]})
+            out.append(
+                {
+                    "step": int(s),
+                    "start": _iso(float(start)),
+                    "duration_s": round(float(d), 6),
+                    "baseline_s": None if math.isnan(b) else round(float(b), 6),
+                    "slow": slow,
+                    "verdict": None if verdict is None else verdict[1],
+                }
+            )
         return out
 
     def process_pending(self, conn: Any, *, job: str | None = None, limit: int | None = None) -> int:
@@ -674,14 +814,15 @@ class AttributionEngine:
                 continue
             ranks, topo, _ = self._job_topo(conn, j)
             top_step = q.last_step(conn, job=j)
-            nics = [s for s, r in topo.role.items() if r == "nic"][:cfg.horizon_probe_nics]
+            nics = [s for s, r in topo.role.items() if r == "nic"][: cfg.horizon_probe_nics]
             horizon = q.telemetry_horizon(conn, sources=nics) if nics else None
             now = time.time()
             judged: list[int] = []
             for step, end, n in rows:
                 complete = n >= len(ranks) or (top_step is not None and step <= top_step - cfg.final_lag_steps)
-                telemetry_in = (horizon is None or horizon >= end + cfg.telemetry_margin_s
-                                or end < now - cfg.telemetry_stale_s)
+                telemetry_in = (
+                    horizon is None or horizon >= end + cfg.telemetry_margin_s or end < now - cfg.telemetry_stale_s
+                )
                 if not (complete and telemetry_in):
                     break  # later steps wait too: baselines are built in order
                 self.attribute_step(conn, job=j, step=step, store=True)
@@ -713,12 +854,18 @@ class AttributionEngine:
         # healthy while only the sequential test flags it (it showed nothing of its own, or not its
         # network cause's loss): judge_step's verdict is re-judged only when what decided it changed
         unproven = dict(zip(steps, bl.unproven, strict=True))
-        changed = [s for s, (slow, rule) in sorted(verdicts.items())
-                   if s in now and bool(now[s]) != slow and not (slow and rule.startswith("promote."))
-                   and not (not slow and unproven[s] and rule.startswith("demote."))]
+        changed = [
+            s
+            for s, (slow, rule) in sorted(verdicts.items())
+            if s in now
+            and bool(now[s]) != slow
+            and not (slow and rule.startswith("promote."))
+            and not (not slow and unproven[s] and rule.startswith("demote."))
+        ]
         # ...or answered `unknown` before a step of its episode named a cause (episode.py)
-        changed += [s for s in restate_unknown(rows, dict(zip(steps, bl.episode, strict=True)))
-                    if s < hi and s not in changed]
+        changed += [
+            s for s in restate_unknown(rows, dict(zip(steps, bl.episode, strict=True))) if s < hi and s not in changed
+        ]
         # ...or stored healthy before the slow steps either side of it (the next one, or the nearest
         # within fill_gap_steps) were judged to have one cause (_between: it may be inside that fault)
         answer = {int(r[0]): (r[3], r[4]) for r in rows if r[1]}
@@ -728,16 +875,19 @@ class AttributionEngine:
         def inside(s: int) -> bool:
             near = [([s - 1], [s + 1])] if weak.get(s) else []
             near += [x for x in [slow_around(bl, summ, at[s], self.config.fill_gap_steps)] if x is not None]
-            return any(any(answer.get(a) is not None and answer.get(a) == answer.get(b) for a in left for b in right)
-                       for left, right in near)
+            return any(
+                any(answer.get(a) is not None and answer.get(a) == answer.get(b) for a in left for b in right)
+                for left, right in near
+            )
 
         changed += [s for s, slow in sorted(stored.items()) if not slow and s in at and s not in changed and inside(s)]
         for s in changed:
             self.attribute_step(conn, job=job, step=s, store=True)
         return len(changed)
 
-    def job_report(self, conn: Any, *, job: str, from_ts: datetime | None = None,
-                   to_ts: datetime | None = None) -> dict[str, Any]:
+    def job_report(
+        self, conn: Any, *, job: str, from_ts: datetime | None = None, to_ts: datetime | None = None
+    ) -> dict[str, Any]:
         """Time lost per layer and per component over a time range, worst first (attributes the
         range's steps that have no stored attribution yet)."""
         rng = q.step_range(conn, job=job, from_ts=from_ts, to_ts=to_ts)

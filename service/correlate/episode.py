@@ -46,21 +46,42 @@ def best_cause(answers: Iterable[tuple[int, Any]]) -> tuple[int, dict[str, Any]]
     return None if best is None else (best[1], best[2])
 
 
-def borrowed(out: Attribution, donor_step: int, donor: dict[str, Any], first_step: int,
-             cfg: EngineConfig = DEFAULT_CONFIG) -> CauseDraft:
+def borrowed(
+    out: Attribution, donor_step: int, donor: dict[str, Any], first_step: int, cfg: EngineConfig = DEFAULT_CONFIG
+) -> CauseDraft:
     """The donor's cause for this step: its lost time, the donor's confidence scaled down (the step's
     own evidence did not confirm it), one evidence row naming the step it came from."""
-    return {"layer": donor["layer"], "component": donor["component"], "rule": ids.CAUSE_EPISODE,
-            "confidence": float(donor.get("confidence", 0.0)) * cfg.episode_confidence_factor,
-            "lost_s": float(out["lost_s"]),
-            "evidence": [{"source": str(donor["component"]), "metric": "episode_cause",
-                          "value": float(donor_step), "baseline": float(first_step),
-                          "score": round(float(donor.get("confidence", 0.0)), 3), "unit": "step",
-                          "kind": "episode"}]}
+    return {
+        "layer": donor["layer"],
+        "component": donor["component"],
+        "rule": ids.CAUSE_EPISODE,
+        "confidence": float(donor.get("confidence", 0.0)) * cfg.episode_confidence_factor,
+        "lost_s": float(out["lost_s"]),
+        "evidence": [
+            {
+                "source": str(donor["component"]),
+                "metric": "episode_cause",
+                "value": float(donor_step),
+                "baseline": float(first_step),
+                "score": round(float(donor.get("confidence", 0.0)), 3),
+                "unit": "step",
+                "kind": "episode",
+            }
+        ],
+    }
 
 
-def from_episode(conn: Any, out: Attribution, *, job: str, summ: pd.DataFrame, bl: Baselines, i: int,
-                 cfg: EngineConfig, attribute: Callable[[int], Attribution | None]) -> None:
+def from_episode(
+    conn: Any,
+    out: Attribution,
+    *,
+    job: str,
+    summ: pd.DataFrame,
+    bl: Baselines,
+    i: int,
+    cfg: EngineConfig,
+    attribute: Callable[[int], Attribution | None],
+) -> None:
     """`out` (slow step `i` of `summ`, the job's step summaries, in an episode; its own evidence
     naming nothing) lists the cause that the episode's best-evidenced step names. The stored answers
     of the episode's other steps first; with none stored, those the per-step test flagged (they show
@@ -70,11 +91,14 @@ def from_episode(conn: Any, out: Attribution, *, job: str, summ: pd.DataFrame, b
     if not ep:
         return
     at = {int(steps[k]): k for k in ep}
-    answers = [(int(r[0]), r[5]) for r in q.stored_attributions(conn, job=job, lo=min(at), hi=max(at))
-               if int(r[0]) in at and named(r[3])]
+    answers = [
+        (int(r[0]), r[5])
+        for r in q.stored_attributions(conn, job=job, lo=min(at), hi=max(at))
+        if int(r[0]) in at and named(r[3])
+    ]
     if not answers:
         lost = dur - bl.base
-        worst = sorted((k for k in ep if bl.step_slow[k]), key=lambda k: -lost[k])[:cfg.episode_max_donors]
+        worst = sorted((k for k in ep if bl.step_slow[k]), key=lambda k: -lost[k])[: cfg.episode_max_donors]
         for k in worst:
             a = attribute(int(steps[k]))
             if a is not None:
@@ -86,13 +110,25 @@ def from_episode(conn: Any, out: Attribution, *, job: str, summ: pd.DataFrame, b
     conf = round(float(min(max(c["confidence"], 0.0), cfg.max_confidence)), 3)  # as the engine caps its own
     if named(out["layer"]) and (c["component"] == out["component"] or conf <= out["confidence"]):
         return  # its own answer is the episode's, or stronger than the borrowed one
-    first: Cause = {"layer": c["layer"], "component": c["component"], "lost_s": round(c["lost_s"], 6),
-                    "confidence": conf, "rule": ids.CAUSE_EPISODE}
+    first: Cause = {
+        "layer": c["layer"],
+        "component": c["component"],
+        "lost_s": round(c["lost_s"], 6),
+        "confidence": conf,
+        "rule": ids.CAUSE_EPISODE,
+    }
     own = [x for x in out["causes"] if named(x["layer"]) and x["component"] != c["component"]]
     if own:  # a weak own cause: the episode's takes the lost time it claimed, it keeps the rest
         first["lost_s"] = own[0]["lost_s"]
-    out.update({"layer": c["layer"], "component": c["component"], "confidence": conf,
-                "evidence": c["evidence"] + out["evidence"], "causes": [first] + own})
+    out.update(
+        {
+            "layer": c["layer"],
+            "component": c["component"],
+            "confidence": conf,
+            "evidence": c["evidence"] + out["evidence"],
+            "causes": [first] + own,
+        }
+    )
     out.setdefault("rules", {"verdict": "", "cause": None, "adjust": []})["cause"] = ids.CAUSE_EPISODE
 
 
@@ -100,6 +136,5 @@ def restate_unknown(rows: list[tuple[Any, ...]], episode: dict[int, int]) -> lis
     """Stored steps (`rows` as queries.stored_attributions gives them) answered `unknown` whose episode
     (step -> its episode's first index, -1 none) has a step that names a cause now: re-attributed,
     they list it (background attribution judges steps in order, so the donor can come later)."""
-    donors = {episode[int(r[0])] for r in rows
-              if named(r[3]) and r[4] is not None and episode.get(int(r[0]), -1) >= 0}
+    donors = {episode[int(r[0])] for r in rows if named(r[3]) and r[4] is not None and episode.get(int(r[0]), -1) >= 0}
     return [int(r[0]) for r in rows if r[1] and r[3] == "unknown" and episode.get(int(r[0]), -1) in donors]

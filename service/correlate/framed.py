@@ -61,5 +61,7 @@ def window_samples(conn: Any, sc: win.Scoring, *, ws: float, hi: float, we: floa
 def increments(conn: Any, *, ws: float, lb: float, ids: str) -> list[tuple[int, float]]:
     """(series id, highest rate) of the increment series `ids` (an array literal) that rose in the
     `lb` seconds before ws."""
-    return [(int(i), float(m)) for i, m in conn.execute(
-        INCREMENTS_SQL, {"ws": ws, "lb": lb, "lb_ids": ids}, prepare=False).fetchall()]
+    return [
+        (int(i), float(m))
+        for i, m in conn.execute(INCREMENTS_SQL, {"ws": ws, "lb": lb, "lb_ids": ids}, prepare=False).fetchall()
+    ]

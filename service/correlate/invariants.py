@@ -63,6 +63,11 @@ def violations(answer: Mapping[str, Any], role_of: Mapping[str, str] | None = No
         kind = roles.get(c.get("component") or "", "")
         allowed = KIND_LAYERS.get(kind)
         if allowed and c.get("layer") not in (*allowed, "unknown"):
-            out.append(("layer_from_kind", f"component {c.get('component')!r} of kind {kind!r} answered with layer "
-                                           f"{c.get('layer')!r} (allowed: {', '.join(allowed)})"))
+            out.append(
+                (
+                    "layer_from_kind",
+                    f"component {c.get('component')!r} of kind {kind!r} answered with layer "
+                    f"{c.get('layer')!r} (allowed: {', '.join(allowed)})",
+                )
+            )
     return sorted(set(out))

@@ -71,18 +71,33 @@ SIGNALS: dict[tuple[str, str], tuple[str, str, float]] = {
 # Smallest excess that can matter, per metric (per second for counters, the unit for gauges):
 # keeps a quiet counter (0 errors, MAD 0) from turning one stray increment into a huge score.
 FLOORS: dict[str, float] = {
-    "rx_out_of_buffer_total": 50, "tx_pause_frames_total": 200, "rx_pause_frames_total": 200,
-    "ecn_marked_packets_total": 200, "cnp_handled_total": 500, "cnp_sent_total": 500,
-    "rx_discards_total": 20, "tx_discards_total": 20, "rx_fcs_errors_total": 5, "symbol_errors_total": 20,
-    "rx_errors_total": 5, "link_down_total": 0.02, "rdma_retransmits_total": 50, "rdma_timeouts_total": 5,
-    "queue_occupancy_bytes": 1e6, "port_xmit_wait_total": 1e5,
-    "read_latency_seconds": 0.002, "write_latency_seconds": 0.002,
+    "rx_out_of_buffer_total": 50,
+    "tx_pause_frames_total": 200,
+    "rx_pause_frames_total": 200,
+    "ecn_marked_packets_total": 200,
+    "cnp_handled_total": 500,
+    "cnp_sent_total": 500,
+    "rx_discards_total": 20,
+    "tx_discards_total": 20,
+    "rx_fcs_errors_total": 5,
+    "symbol_errors_total": 20,
+    "rx_errors_total": 5,
+    "link_down_total": 0.02,
+    "rdma_retransmits_total": 50,
+    "rdma_timeouts_total": 5,
+    "queue_occupancy_bytes": 1e6,
+    "port_xmit_wait_total": 1e5,
+    "read_latency_seconds": 0.002,
+    "write_latency_seconds": 0.002,
     # egress queues, PFC watchdog, InfiniBand: a few drops, a MB of buffer, one storm or recovery
-    "queue_dropped_packets_total": 20, "queue_watermark_bytes": 1e6, "pfc_deadlock_total": 0.02,
+    "queue_dropped_packets_total": 20,
+    "queue_watermark_bytes": 1e6,
+    "pfc_deadlock_total": 0.02,
     "link_error_recovery_total": 0.02,
     # hosts: a few retransmits per second are background (control traffic, one lost segment);
     # a retransmission timeout is rare on a healthy host, one every two seconds is not background.
-    "tcp_retransmitted_segments_total": 50, "tcp_timeouts_total": 0.5,
+    "tcp_retransmitted_segments_total": 50,
+    "tcp_timeouts_total": 0.5,
 }
 # Metrics whose smallest excess that matters is a share of their level (window.level_floor): a
 # volume's read latency. 2 ms is noise on a disk array and five times a local NVMe volume's whole read
@@ -129,8 +144,9 @@ class Topo:
         return tuple(sorted(v for v, r in self.role.items() if r == "volume" and self.host_of.get(v) not in hosts))
 
 
-def build_topo(ranks: pd.DataFrame, links: pd.DataFrame, volumes: list[str],
-               checkpoint_sources: frozenset[str] = frozenset()) -> Topo:
+def build_topo(
+    ranks: pd.DataFrame, links: pd.DataFrame, volumes: list[str], checkpoint_sources: frozenset[str] = frozenset()
+) -> Topo:
     """`ranks`: host, nic; `links`: a, b. Candidates: the job's NICs, the ports they plug into,
     those leaves' uplinks and the spine ports at their other end, and the job hosts' volumes.
     `checkpoint_sources`: sources of the job's `checkpoint` events (`host:/mount`)."""
@@ -212,8 +228,9 @@ def finish_scores(out: pd.DataFrame, meta: pd.DataFrame, hist: pd.DataFrame) -> 
     score counts, discounted."""
     # The outliers' rows of meta first: meta holds every series of the job (115,000 at 4,096 ranks),
     # and copying its columns for the merge cost more than the scoring, every step.
-    mine = meta.loc[meta["series_id"].isin(out["series_id"]), ["series_id", "source", "metric", "labels", "role",
-                                                                  "floor"]]
+    mine = meta.loc[
+        meta["series_id"].isin(out["series_id"]), ["series_id", "source", "metric", "labels", "role", "floor"]
+    ]
     df = out.merge(mine, on="series_id")
     df = df.merge(hist, on="series_id", how="left")
     # The same arithmetic on the columns' arrays: a step's few dozen rows cost pandas ~0.1 ms per
@@ -231,8 +248,9 @@ def finish_scores(out: pd.DataFrame, meta: pd.DataFrame, hist: pd.DataFrame) -> 
     # own level; without history there is nothing to compare it with (score NaN, never a candidate).
     solo = np.isnan(peer_z)
     if solo.any():
-        solo_floor = np.maximum.reduce([sigma0[solo], SOLO_REL_FLOOR * np.abs(hist_med[solo]),
-                                        SOLO_FLOOR_SHARE * floor[solo]])
+        solo_floor = np.maximum.reduce(
+            [sigma0[solo], SOLO_REL_FLOOR * np.abs(hist_med[solo]), SOLO_FLOOR_SHARE * floor[solo]]
+        )
         score[solo] = (cur[solo] - hist_med[solo]) / solo_floor
     df["score"] = score
     if "cur_w" in df.columns:  # anomalous only through the seconds before the window (AFTERMATH_S)?
@@ -274,6 +292,5 @@ def rank_candidates(ev: pd.DataFrame, layers: tuple[str, ...]) -> pd.DataFrame:
     sub = ev[ev["layer"].isin(layers)]
     if sub.empty:
         return pd.DataFrame(columns=["layer", "component", "total", "origin"])
-    out = sub.groupby(["layer", "component"], as_index=False).agg(
-        total=("contrib", "sum"), origin=("weight", "max"))
+    out = sub.groupby(["layer", "component"], as_index=False).agg(total=("contrib", "sum"), origin=("weight", "max"))
     return out.sort_values(["total"], ascending=False, kind="stable").reset_index(drop=True)

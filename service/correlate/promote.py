@@ -88,9 +88,21 @@ class _Step:
     def gpu_judged(self, st: Straggler | None, *, origin_state: bool = False, error_rate: bool = False) -> bool:
         # one GPU the ranks waited for (not a host), whose own span's telemetry names it with its own
         # state (`origin_state`) or its error counters running (`error_rate`)
-        return (st is not None and st.gpu is not None and not st.host_level
-                and self.holds(self.out, Demand(self.cfg.corroborate_min_confidence, own_timing=True, own_span=True,
-                                                origin_state=origin_state, error_rate=error_rate)))
+        return (
+            st is not None
+            and st.gpu is not None
+            and not st.host_level
+            and self.holds(
+                self.out,
+                Demand(
+                    self.cfg.corroborate_min_confidence,
+                    own_timing=True,
+                    own_span=True,
+                    origin_state=origin_state,
+                    error_rate=error_rate,
+                ),
+            )
+        )
 
     # -- the rules, in precedence order ---------------------------------------------------------
 
@@ -101,17 +113,28 @@ class _Step:
         bl, i, cfg = self.bl, self.i, self.cfg
         faint, ck_faint, own = bool(bl.faint[i]), bool(bl.ckpt_faint[i]), bool(bl.near_slow[i])
         need = cfg.corroborate_faint_confidence if faint else cfg.corroborate_min_confidence
-        return self.borderline and self.holds(self.out, Demand(
-            need, own_timing=own or ck_faint, own_device=ck_faint,
-            between=self.named_by() if self.borrow and (faint or own) else None, net_timing=bool(bl.net_timing[i]),
-            data_timing=bool(bl.data_timing[i]), only_layers=only_layers(bl, i),
-            net_lost=bl.transfer_lost(i, self.row["transfer"])))
+        return self.borderline and self.holds(
+            self.out,
+            Demand(
+                need,
+                own_timing=own or ck_faint,
+                own_device=ck_faint,
+                between=self.named_by() if self.borrow and (faint or own) else None,
+                net_timing=bool(bl.net_timing[i]),
+                data_timing=bool(bl.data_timing[i]),
+                only_layers=only_layers(bl, i),
+                net_lost=bl.transfer_lost(i, self.row["transfer"]),
+            ),
+        )
 
     def straggler_clocks(self) -> bool:
         # its timing alone decided nothing: the ranks' own clocks may still show what it hid
-        return (self.over_centre and not self.checkpoint
-                and self.straggler(self.cfg.corroborate_straggler_loss) is not None
-                and self.holds(self.out, Demand(self.cfg.corroborate_min_confidence, own_timing=True)))
+        return (
+            self.over_centre
+            and not self.checkpoint
+            and self.straggler(self.cfg.corroborate_straggler_loss) is not None
+            and self.holds(self.out, Demand(self.cfg.corroborate_min_confidence, own_timing=True))
+        )
 
     def origin_state_straggler(self) -> bool:
         # a borderline step whose ranks waited for one GPU that reports, in the step's own span, a
@@ -146,9 +169,15 @@ class _Step:
         if near is None:
             return False
         st = self.straggler(self.cfg.beside_straggler_loss, ring=self.cfg.beside_ring_loss)
-        return st is not None and self.holds(self.out, Demand(
-            self.cfg.corroborate_min_confidence, between=self.named_by(near), require_between=True,
-            straggler_host=st.host))
+        return st is not None and self.holds(
+            self.out,
+            Demand(
+                self.cfg.corroborate_min_confidence,
+                between=self.named_by(near),
+                require_between=True,
+                straggler_host=st.host,
+            ),
+        )
 
     def inside(self, reach: int, far: bool) -> bool:
         """Inside a fault that spans steps, whose cause's own device still shows it in this step's
@@ -166,10 +195,21 @@ class _Step:
             return False
         self.tried.append(around)
         gap: Attribution = {**self.out}
-        ok = (self.holds(gap, Demand(cfg.corroborate_min_confidence, require_between=True, own_state=True,
-                                     own_span=far, origin_state=far, between=self.named_by(around)))
-              and (far or not cfg.fill_gap_state_throughout
-                   or _state_throughout(self.probes, summ, i, around, str(gap["component"]))))
+        ok = self.holds(
+            gap,
+            Demand(
+                cfg.corroborate_min_confidence,
+                require_between=True,
+                own_state=True,
+                own_span=far,
+                origin_state=far,
+                between=self.named_by(around),
+            ),
+        ) and (
+            far
+            or not cfg.fill_gap_state_throughout
+            or _state_throughout(self.probes, summ, i, around, str(gap["component"]))
+        )
         if ok:
             self.out.update(gap)
         return ok
@@ -196,9 +236,19 @@ class _Step:
             return False
         start, d = float(self.row["start"]), float(self.row["dur"])
         trial: Attribution = {**self.out}
-        ok = (self.holds(trial, Demand(self.cfg.corroborate_min_confidence, require_between=True, origin_state=True,
-                                       own_span=True, between=self.named_by(edge)))
-              and self.probes.cover(str(trial["component"]), (start, start + d)) >= self.cfg.fill_edge_share * d)
+        ok = (
+            self.holds(
+                trial,
+                Demand(
+                    self.cfg.corroborate_min_confidence,
+                    require_between=True,
+                    origin_state=True,
+                    own_span=True,
+                    between=self.named_by(edge),
+                ),
+            )
+            and self.probes.cover(str(trial["component"]), (start, start + d)) >= self.cfg.fill_edge_share * d
+        )
         if ok:
             self.out.update(trial)
         return ok
@@ -217,8 +267,17 @@ PROMOTIONS: tuple[tuple[str, Callable[[_Step], bool]], ...] = (
 )
 
 
-def hidden_slow(out: Attribution, *, bl: Baselines, summ: pd.DataFrame, i: int, cfg: EngineConfig,
-                host_of: dict[str, str], probes: Probes, borrow: bool) -> str | None:
+def hidden_slow(
+    out: Attribution,
+    *,
+    bl: Baselines,
+    summ: pd.DataFrame,
+    i: int,
+    cfg: EngineConfig,
+    host_of: dict[str, str],
+    probes: Probes,
+    borrow: bool,
+) -> str | None:
     """The promotion rule (rules/ids.py) by which step `i` of `summ`, under the slow bar, was slowed
     all the same, None when none holds; `out` is then its attribution. `borrow`: the step may ask its
     neighbours (not when it is itself a neighbour asked)."""

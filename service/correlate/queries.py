@@ -101,8 +101,11 @@ SCORING_SETTINGS = "SELECT set_config('jit', 'off', true), set_config('max_paral
 # A job with most of the database's series (window.use_bitmap) reads the window's time range and keeps
 # its series by one bit each: the hashed `= ANY` over 125,000 ids cost ~0.1 us a row, 90 of the 300 ms
 # of this query at 4,096 ranks (a million rows in the range, half of them the job's); get_bit ~0.01.
-WINDOW_BITS_SQL = WINDOW_COLUMNS + """series_id BETWEEN %(lo)s::int AND %(hi)s::int
+WINDOW_BITS_SQL = (
+    WINDOW_COLUMNS
+    + """series_id BETWEEN %(lo)s::int AND %(hi)s::int
   AND get_bit(%(bits)s::varbit, series_id - %(lo)s::int) = 1"""
+)
 
 # One index probe per series of `need` (no sample in the scan after the window: a slower collector):
 # its first sample further on, bounded by MAX_SAMPLE_GAP_S.
@@ -183,8 +186,9 @@ def step_summaries(conn: Any, *, job: str, lo: int, hi: int) -> pd.DataFrame:
     return _frame(conn, SUMMARY_SQL, {"job": job, "lo": lo, "hi": hi})
 
 
-def rank_rows(conn: Any, *, job: str, step: int,
-              placement: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def rank_rows(
+    conn: Any, *, job: str, step: int, placement: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every rank's row of `step` (time, phases, and its host, GPU and NIC from `placement`: job_ranks'
     rows, read here when not given) and the step's collectives. The placement is joined here, not in
     the database: the planner, with statistics from before a large job's ranks were stored, took
@@ -192,8 +196,9 @@ def rank_rows(conn: Any, *, job: str, step: int,
     steps = _frame(conn, RANKS_SQL, {"job": job, "step": step})
     where = job_ranks(conn, job=job) if placement is None else placement
     if len(steps) and len(where):
-        steps = steps.merge(where[["rank", *PLACEMENT_COLS]].astype({"rank": steps["rank"].dtype}), on="rank",
-                            how="left")
+        steps = steps.merge(
+            where[["rank", *PLACEMENT_COLS]].astype({"rank": steps["rank"].dtype}), on="rank", how="left"
+        )
     for c in PLACEMENT_COLS:  # an unplaced rank's: None, as a LEFT JOIN gave
         steps[c] = steps[c].astype(object).where(steps[c].notna(), None) if c in steps else None
     coll = _collectives(conn, job=job, step=step)
@@ -247,16 +252,26 @@ def scoring_arrays(meta: pd.DataFrame) -> Scoring:
     member = np.zeros(int(ids[-1]) + 1 if len(ids) else 0, bool)
     member[ids] = True
     metric = meta["metric"] if "metric" in meta else pd.Series("", index=meta.index)
-    return Scoring(ids=ids, grp=meta["grp"].to_numpy(np.int64),
-                   gauge=meta["gauge"].to_numpy(bool), floor=meta["floor"].to_numpy(float),
-                   net=meta["net"].to_numpy(bool), solo=solo.to_numpy(bool),
-                   lit={"ids": pg_array(meta["series_id"].to_numpy()), **bits},
-                   lookback=tuple((float(s), bool(g), pg_array(x["series_id"].to_numpy()),
-                                   not g and bool(metric[x.index].isin(INCREMENT_METRICS).all()))
-                                  for (s, g), x in meta[lb].groupby(["lookback", "gauge"])),
-                   member=member,
-                   floor_rel=(meta["floor_rel"] if "floor_rel" in meta else pd.Series(0.0, index=meta.index))
-                   .to_numpy(float))
+    return Scoring(
+        ids=ids,
+        grp=meta["grp"].to_numpy(np.int64),
+        gauge=meta["gauge"].to_numpy(bool),
+        floor=meta["floor"].to_numpy(float),
+        net=meta["net"].to_numpy(bool),
+        solo=solo.to_numpy(bool),
+        lit={"ids": pg_array(meta["series_id"].to_numpy()), **bits},
+        lookback=tuple(
+            (
+                float(s),
+                bool(g),
+                pg_array(x["series_id"].to_numpy()),
+                not g and bool(metric[x.index].isin(INCREMENT_METRICS).all()),
+            )
+            for (s, g), x in meta[lb].groupby(["lookback", "gauge"])
+        ),
+        member=member,
+        floor_rel=(meta["floor_rel"] if "floor_rel" in meta else pd.Series(0.0, index=meta.index)).to_numpy(float),
+    )
 
 
 def unsend_array(buf: bytes | None, dtype: str) -> np.ndarray:
@@ -267,8 +282,17 @@ def unsend_array(buf: bytes | None, dtype: str) -> np.ndarray:
     return np.frombuffer(buf, dtype=[("n", ">i4"), ("v", dtype)], offset=20)["v"].astype(dtype.lstrip(">"))
 
 
-def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: float = PEER_MIN_Z,
-             limit: int = MAX_OUTLIERS, arrays: Scoring | None = None, edges: bool = True) -> tuple[pd.DataFrame, int]:
+def outliers(
+    conn: Any,
+    *,
+    meta: pd.DataFrame,
+    ws: float,
+    we: float,
+    min_z: float = PEER_MIN_Z,
+    limit: int = MAX_OUTLIERS,
+    arrays: Scoring | None = None,
+    edges: bool = True,
+) -> tuple[pd.DataFrame, int]:
     """Series whose window value stands out from their peer group (`meta`: series_id, grp, gauge,
     floor, net, solo, lookback: seconds the window reaches back for that series), and how many
     network series had a sample overlapping the window (see window.py for how samples weigh).
@@ -293,9 +317,17 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
         rows = conn.execute(PROBES_SQL, {**p, "need": pg_array(need)}).fetchall()
         probe = np.array(sorted((i, t, v, np.nan if r is None else r) for i, t, v, r in rows), float).reshape(-1, 4)
         raw = win.with_probes(raw, win.Samples(probe[:, 0].astype(np.int64), probe[:, 1], probe[:, 2], probe[:, 3]))
-        lbs = [r for lb_s, gauge, ids, inc in sc.lookback for r in (
-            framed.increments(conn, ws=ws, lb=lb_s, ids=ids) if inc and framed_ok else conn.execute(
-                LOOKBACK_SQL, {"ws": ws, "lb": lb_s, "gauge": gauge, "lb_ids": ids}, prepare=False).fetchall())]
+        lbs = [
+            r
+            for lb_s, gauge, ids, inc in sc.lookback
+            for r in (
+                framed.increments(conn, ws=ws, lb=lb_s, ids=ids)
+                if inc and framed_ok
+                else conn.execute(
+                    LOOKBACK_SQL, {"ws": ws, "lb": lb_s, "gauge": gauge, "lb_ids": ids}, prepare=False
+                ).fetchall()
+            )
+        ]
     wlen = max(we - ws, 1e-3)
     pos, cur_w, share = win.window_values(raw, sc, ws, we, wlen)
     one_id, one_t = win.single_samples(raw)
@@ -314,13 +346,15 @@ def outliers(conn: Any, *, meta: pd.DataFrame, ws: float, we: float, min_z: floa
     shares = np.ones(len(allpos))
     shares[np.searchsorted(allpos, pos)] = share
     # the least share: a span from MAX_SAMPLE_GAP_S before the window to as long after it
-    out, n_net = win.peer_scores(sc, allpos, cur, cw, min_z, limit,
-                                 win.Shares(shares, wlen / (wlen + 2 * MAX_SAMPLE_GAP_S), resolve))
+    out, n_net = win.peer_scores(
+        sc, allpos, cur, cw, min_z, limit, win.Shares(shares, wlen / (wlen + 2 * MAX_SAMPLE_GAP_S), resolve)
+    )
     return (without_edge_changes(conn, out, sc, ws=ws, we=we, min_z=min_z) if edges else out), n_net
 
 
-def without_edge_changes(conn: Any, out: pd.DataFrame, sc: win.Scoring, *, ws: float, we: float,
-                         min_z: float = PEER_MIN_Z) -> pd.DataFrame:
+def without_edge_changes(
+    conn: Any, out: pd.DataFrame, sc: win.Scoring, *, ws: float, we: float, min_z: float = PEER_MIN_Z
+) -> pd.DataFrame:
     """`out` (peer_scores) with the window value of each counter sampled slower than the window less
     what its edge samples owe to a change outside it (edges.py); a peer outlier that no longer
     stands out by `min_z` is dropped. One read of those few series' samples around the window."""
@@ -334,8 +368,9 @@ def without_edge_changes(conn: Any, out: pd.DataFrame, sc: win.Scoring, *, ws: f
     ask = np.flatnonzero(coarse & ~sc.gauge[pos] & (cur == cur_w))
     if not len(ask):
         return out
-    rows = conn.execute(NEIGHBOURS_SQL, {"ids": pg_array(sc.ids[pos[ask]]), "ws": ws, "we": we,
-                                         "gap": MAX_SAMPLE_GAP_S}).fetchall()
+    rows = conn.execute(
+        NEIGHBOURS_SQL, {"ids": pg_array(sc.ids[pos[ask]]), "ws": ws, "we": we, "gap": MAX_SAMPLE_GAP_S}
+    ).fetchall()
     got = np.array(rows, float).reshape(-1, 3)
     cur = cur.copy()
     for k in ask:
@@ -376,8 +411,14 @@ def links(conn: Any) -> pd.DataFrame:
 # A host's source is a volume when it reports block I/O (what the storage collectors post for a mount
 # point and for a disk alike), never because of how it is spelled: `node7:/mnt/ckpt`, `node7:nvme0n1`
 # and `node7:vol7` are volumes, `node7:mlx5_0` is not.
-VOLUME_METRICS = ["read_ops_total", "write_ops_total", "read_bytes_total", "write_bytes_total",
-                  "read_latency_seconds", "write_latency_seconds"]
+VOLUME_METRICS = [
+    "read_ops_total",
+    "write_ops_total",
+    "read_bytes_total",
+    "write_bytes_total",
+    "read_latency_seconds",
+    "write_latency_seconds",
+]
 
 
 def host_volumes(conn: Any, *, hosts: list[str]) -> list[str]:
@@ -386,7 +427,9 @@ def host_volumes(conn: Any, *, hosts: list[str]) -> list[str]:
         "SELECT src.name FROM sources src WHERE (src.device = ANY(%(h)s) AND EXISTS ("
         "  SELECT 1 FROM series se JOIN metrics m ON m.id = se.metric_id"
         "  WHERE se.source_id = src.id AND m.name = ANY(%(m)s))) "
-        "OR src.device IN (SELECT name FROM devices WHERE kind = 'storage')", {"h": hosts, "m": VOLUME_METRICS})
+        "OR src.device IN (SELECT name FROM devices WHERE kind = 'storage')",
+        {"h": hosts, "m": VOLUME_METRICS},
+    )
     return [r[0] for r in cur.fetchall()]
 
 
@@ -404,15 +447,31 @@ ORDER BY 1
 
 def volumes_read(conn: Any, *, volumes: list[str], ws: float, we: float) -> list[str]:
     """The volumes of `volumes` the step's window saw read (read ops or bytes counted)."""
-    cur = conn.execute(VOLUMES_READ_SQL, {"volumes": volumes, "metrics": ["read_ops_total", "read_bytes_total"],
-                                          "ws": ws, "we": we, "gap": MAX_SAMPLE_GAP_S})
+    cur = conn.execute(
+        VOLUMES_READ_SQL,
+        {
+            "volumes": volumes,
+            "metrics": ["read_ops_total", "read_bytes_total"],
+            "ws": ws,
+            "we": we,
+            "gap": MAX_SAMPLE_GAP_S,
+        },
+    )
     return [r[0] for r in cur.fetchall()]
 
 
 def volumes_written(conn: Any, *, volumes: list[str], ws: float, we: float) -> list[str]:
     """The volumes of `volumes` the step's window saw written (write ops or bytes counted)."""
-    cur = conn.execute(VOLUMES_READ_SQL, {"volumes": volumes, "metrics": ["write_ops_total", "write_bytes_total"],
-                                          "ws": ws, "we": we, "gap": MAX_SAMPLE_GAP_S})
+    cur = conn.execute(
+        VOLUMES_READ_SQL,
+        {
+            "volumes": volumes,
+            "metrics": ["write_ops_total", "write_bytes_total"],
+            "ws": ws,
+            "we": we,
+            "gap": MAX_SAMPLE_GAP_S,
+        },
+    )
     return [r[0] for r in cur.fetchall()]
 
 
@@ -439,7 +498,9 @@ def checkpoint_sources(conn: Any, *, job: str) -> frozenset[str]:
 # devices, the newest source and series ids (new volumes and series; none are deleted) and where it
 # wrote checkpoints. One round trip of index look-ups and small aggregates instead of rebuilding the
 # job's scoring set (120,000 series at 4,096 ranks) whenever the cache entry's time is up.
-TOPO_STAMP_SQL = CHECKPOINT_SOURCES_CTE + """
+TOPO_STAMP_SQL = (
+    CHECKPOINT_SOURCES_CTE
+    + """
 SELECT (SELECT count(*) || ':' || coalesce(sum(hashtext(concat_ws('|', rank, host, gpu, nic))), 0)
         FROM job_ranks WHERE job = %(job)s),
        (SELECT count(*) || ':' || coalesce(sum(hashtext(a || '|' || b)), 0) FROM links),
@@ -447,6 +508,7 @@ SELECT (SELECT count(*) || ':' || coalesce(sum(hashtext(concat_ws('|', rank, hos
        (SELECT max(id) FROM sources), (SELECT max(id) FROM series),
        (SELECT string_agg(source, '|' ORDER BY source) FROM ckpt WHERE source IS NOT NULL)
 """
+)
 
 
 STAMP_SERIES = 4  # the stamp's newest series id
@@ -463,17 +525,21 @@ def has_series_after(conn: Any, *, sources: list[str], metrics: list[str], after
     r = conn.execute(
         "SELECT 1 FROM series se JOIN sources src ON src.id = se.source_id JOIN metrics m ON m.id = se.metric_id "
         "WHERE se.id > %(after)s AND src.name = ANY(%(sources)s) AND m.name = ANY(%(metrics)s) LIMIT 1",
-        {"after": after, "sources": sources, "metrics": metrics}).fetchone()
+        {"after": after, "sources": sources, "metrics": metrics},
+    ).fetchone()
     return r is not None
 
 
 # -- steps, attributions and jobs ---------------------------------------------------------------
 
+
 def step_range(conn: Any, *, job: str, from_ts: datetime | None, to_ts: datetime | None) -> tuple[int, int] | None:
     """First and last step of `job` starting within [from_ts, to_ts] (open ends when None)."""
-    r = conn.execute("SELECT min(step), max(step) FROM steps WHERE job = %s AND (%s::timestamptz IS NULL OR "
-                     "start_ts >= %s) AND (%s::timestamptz IS NULL OR start_ts <= %s)",
-                     (job, from_ts, from_ts, to_ts, to_ts)).fetchone()
+    r = conn.execute(
+        "SELECT min(step), max(step) FROM steps WHERE job = %s AND (%s::timestamptz IS NULL OR "
+        "start_ts >= %s) AND (%s::timestamptz IS NULL OR start_ts <= %s)",
+        (job, from_ts, from_ts, to_ts, to_ts),
+    ).fetchone()
     return None if r is None or r[0] is None else (int(r[0]), int(r[1]))
 
 
@@ -493,11 +559,16 @@ def last_step(conn: Any, *, job: str) -> int | None:
 
 def unattributed_steps(conn: Any, *, job: str, after: int) -> list[tuple[int, float, int]]:
     """Steps after `after` with no attribution yet: (step, latest end as epoch seconds, ranks reported)."""
-    return [(int(s), float(e), int(n)) for s, e, n in conn.execute(
-        """SELECT s.step, extract(epoch FROM max(s.end_ts))::float8, count(*) FROM steps s
+    return [
+        (int(s), float(e), int(n))
+        for s, e, n in conn.execute(
+            """SELECT s.step, extract(epoch FROM max(s.end_ts))::float8, count(*) FROM steps s
            WHERE s.job = %s AND s.step > %s AND NOT EXISTS
              (SELECT 1 FROM attributions a WHERE a.job = s.job AND a.step = s.step)
-           GROUP BY s.step ORDER BY s.step""", (job, after)).fetchall()]
+           GROUP BY s.step ORDER BY s.step""",
+            (job, after),
+        ).fetchall()
+    ]
 
 
 def telemetry_horizon(conn: Any, *, sources: list[str]) -> float | None:
@@ -505,26 +576,40 @@ def telemetry_horizon(conn: Any, *, sources: list[str]) -> float | None:
     r = conn.execute(
         """SELECT extract(epoch FROM max(x.ts))::float8 FROM series se JOIN sources src ON src.id = se.source_id,
            LATERAL (SELECT ts FROM samples s WHERE s.series_id = se.id ORDER BY ts DESC LIMIT 1) x
-           WHERE src.name = ANY(%s)""", (sources,)).fetchone()
+           WHERE src.name = ANY(%s)""",
+        (sources,),
+    ).fetchone()
     return None if r is None or r[0] is None else float(r[0])
 
 
 def step_numbers(conn: Any, *, job: str, lo: int, hi: int) -> list[int]:
-    return [int(r[0]) for r in conn.execute(
-        "SELECT DISTINCT step FROM steps WHERE job = %s AND step BETWEEN %s AND %s ORDER BY step",
-        (job, lo, hi)).fetchall()]
+    return [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT DISTINCT step FROM steps WHERE job = %s AND step BETWEEN %s AND %s ORDER BY step", (job, lo, hi)
+        ).fetchall()
+    ]
 
 
 def attributed_steps(conn: Any, *, job: str, lo: int, hi: int) -> set[int]:
-    return {int(r[0]) for r in conn.execute(
-        "SELECT step FROM attributions WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall()}
+    return {
+        int(r[0])
+        for r in conn.execute(
+            "SELECT step FROM attributions WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)
+        ).fetchall()
+    }
 
 
 def stored_attributions(conn: Any, *, job: str, lo: int, hi: int) -> list[tuple[Any, ...]]:
     """(step, slow, lost_s, layer, component, causes) of the stored attributions in [lo, hi]."""
-    return [tuple(r) for r in conn.execute(
-        "SELECT step, slow, lost_s, layer, component, causes FROM attributions "
-        "WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall()]
+    return [
+        tuple(r)
+        for r in conn.execute(
+            "SELECT step, slow, lost_s, layer, component, causes FROM attributions "
+            "WHERE job = %s AND step BETWEEN %s AND %s",
+            (job, lo, hi),
+        ).fetchall()
+    ]
 
 
 def stored_verdicts(conn: Any, *, job: str, lo: int, hi: int) -> dict[int, tuple[bool, str]]:
@@ -533,13 +618,23 @@ def stored_verdicts(conn: Any, *, job: str, lo: int, hi: int) -> dict[int, tuple
     was a promotion, an `onset` or `untimed` row a demotion, else the bar."""
     out: dict[int, tuple[bool, str]] = {}
     for step, slow, verdict, promoted, onset, untimed in conn.execute(
-            "SELECT step, slow, rules->>'verdict', evidence @> '[{\"kind\": \"corroborated\"}]'::jsonb, "
-            "evidence @> '[{\"kind\": \"onset\"}]'::jsonb, evidence @> '[{\"kind\": \"untimed\"}]'::jsonb "
-            "FROM attributions WHERE job = %s AND step BETWEEN %s AND %s", (job, lo, hi)).fetchall():
+        "SELECT step, slow, rules->>'verdict', evidence @> '[{\"kind\": \"corroborated\"}]'::jsonb, "
+        'evidence @> \'[{"kind": "onset"}]\'::jsonb, evidence @> \'[{"kind": "untimed"}]\'::jsonb '
+        "FROM attributions WHERE job = %s AND step BETWEEN %s AND %s",
+        (job, lo, hi),
+    ).fetchall():
         if not verdict:
-            verdict = (ids.PROMOTE_BORDERLINE if slow and promoted else ids.DEMOTE_UNSURE_ONSET if not slow and onset
-                       else ids.DEMOTE_UNTIMED if not slow and untimed else ids.VERDICT_BAR if slow
-                       else ids.VERDICT_UNDER_BAR)
+            verdict = (
+                ids.PROMOTE_BORDERLINE
+                if slow and promoted
+                else ids.DEMOTE_UNSURE_ONSET
+                if not slow and onset
+                else ids.DEMOTE_UNTIMED
+                if not slow and untimed
+                else ids.VERDICT_BAR
+                if slow
+                else ids.VERDICT_UNDER_BAR
+            )
         out[int(step)] = (bool(slow), str(verdict))
     return out
 
@@ -555,9 +650,22 @@ def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) ->
              layer = EXCLUDED.layer, component = EXCLUDED.component, confidence = EXCLUDED.confidence,
              lost_s = EXCLUDED.lost_s, evidence = EXCLUDED.evidence, causes = EXCLUDED.causes,
              rules = EXCLUDED.rules""",
-        (job, a["step"], a["start"], a["slow"], a["duration_s"], a["baseline_s"], a["layer"], a["component"],
-         a["confidence"], a["lost_s"], json.dumps(a["evidence"]), json.dumps(a["causes"]),
-         json.dumps(a["rules"]) if a.get("rules") else None))
+        (
+            job,
+            a["step"],
+            a["start"],
+            a["slow"],
+            a["duration_s"],
+            a["baseline_s"],
+            a["layer"],
+            a["component"],
+            a["confidence"],
+            a["lost_s"],
+            json.dumps(a["evidence"]),
+            json.dumps(a["causes"]),
+            json.dumps(a["rules"]) if a.get("rules") else None,
+        ),
+    )
 
 
 # -- GPU and host evidence ------------------------------------------------------------------------
@@ -607,12 +715,16 @@ ORDER BY start_ts
 """
 
 
-def device_rows(conn: Any, *, sources: list[str], metrics: list[str], ws: float, we: float, hs: float,
-                he: float) -> pd.DataFrame:
+def device_rows(
+    conn: Any, *, sources: list[str], metrics: list[str], ws: float, we: float, hs: float, he: float
+) -> pd.DataFrame:
     """Window and own-history values of the GPU/host series of `sources` (see DEVICE_SQL): the window
     [ws, we] is the step's own; the readings around it that describe it are found per series."""
-    df = _frame(conn, DEVICE_SQL, {"sources": sources, "metrics": metrics, "ws": ws, "we": we, "hs": hs,
-                                   "he": he, "gap": MAX_SAMPLE_GAP_S})
+    df = _frame(
+        conn,
+        DEVICE_SQL,
+        {"sources": sources, "metrics": metrics, "ws": ws, "we": we, "hs": hs, "he": he, "gap": MAX_SAMPLE_GAP_S},
+    )
     for c in ("wmin", "wmax", "wrate", "hval", "hrate", "hsig"):
         df[c] = pd.to_numeric(df[c], errors="coerce")
     return df
@@ -659,6 +771,7 @@ WHERE mx IS NOT NULL
 
 def peer_median(conn: Any, *, sources: list[str], metric: str, ws: float, we: float) -> float | None:
     """Median over `sources` of each one's highest `metric` value in the window (None without data)."""
-    r = conn.execute(PEER_SQL, {"sources": sources, "metric": metric, "ws": ws, "we": we,
-                                "gap": MAX_SAMPLE_GAP_S}).fetchone()
+    r = conn.execute(
+        PEER_SQL, {"sources": sources, "metric": metric, "ws": ws, "we": we, "gap": MAX_SAMPLE_GAP_S}
+    ).fetchone()
     return None if r is None or r[0] is None else float(r[0])

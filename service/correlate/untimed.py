@@ -24,11 +24,15 @@ def _phase_row(metric: str, x: float, base_x: float, sigma_x: float) -> Evidence
     `data` phase) against its baseline, which says why the cause its episode names was not the
     step's own (`kind`: untimed)."""
     ok = math.isfinite(x) and math.isfinite(base_x)
-    return {"source": "", "metric": metric, "value": round(x, 6) if ok else 0.0,
-            "baseline": round(base_x, 6) if ok else 0.0,
-            "score": round((x - base_x) / max(sigma_x, 1e-9), 3) if ok and math.isfinite(sigma_x) else 0.0,
-            "unit": "seconds", "kind": UNTIMED_KIND}
-
+    return {
+        "source": "",
+        "metric": metric,
+        "value": round(x, 6) if ok else 0.0,
+        "baseline": round(base_x, 6) if ok else 0.0,
+        "score": round((x - base_x) / max(sigma_x, 1e-9), 3) if ok and math.isfinite(sigma_x) else 0.0,
+        "unit": "seconds",
+        "kind": UNTIMED_KIND,
+    }
 
 
 # (work: a rank's local work, what a GPU's or a host's fault slows).
@@ -44,14 +48,20 @@ def _untimed_phase(out: Attribution, bl: Baselines, i: int, topo: Topo) -> tuple
         return None
     if out["layer"] in NET_LAYERS and not bl.net_timing[i]:
         return "transfer", float(bl.base_transfer[i]), float(bl.sigma_transfer[i])
-    if (out["layer"] == "storage" and out["component"] in topo.shared_volumes and not bl.data_timing[i]
-            and bl.data_base is not None and bl.data_sigma is not None):
+    if (
+        out["layer"] == "storage"
+        and out["component"] in topo.shared_volumes
+        and not bl.data_timing[i]
+        and bl.data_base is not None
+        and bl.data_sigma is not None
+    ):
         return "data", float(bl.data_base[i]), float(bl.data_sigma[i])
     return None
 
 
-def untimed_row(ranked: RankRows, out: Attribution, bl: Baselines, i: int, *, row: Any, topo: Topo,
-                cfg: EngineConfig) -> EvidenceRow | None:
+def untimed_row(
+    ranked: RankRows, out: Attribution, bl: Baselines, i: int, *, row: Any, topo: Topo, cfg: EngineConfig
+) -> EvidenceRow | None:
     """The `untimed` row of step `i` when its answer's cause did not slow the phase it slows by its
     nature (_untimed_phase, _untimed_work); None when the answer stands."""
     phase = _untimed_phase(out, bl, i, topo)
@@ -67,8 +77,9 @@ def ring_loss(out: Attribution, bl: Baselines, i: int, row: Any, gpu_source: str
     return bl.transfer_lost(i, row["transfer"]) if has_origin_state(out["evidence"], gpu_source) else 0.0
 
 
-def _untimed_work(ranked: RankRows, out: Attribution, bl: Baselines, i: int, *, row: Any, topo: Topo,
-                  cfg: EngineConfig) -> EvidenceRow | None:
+def _untimed_work(
+    ranked: RankRows, out: Attribution, bl: Baselines, i: int, *, row: Any, topo: Topo, cfg: EngineConfig
+) -> EvidenceRow | None:
     """_untimed_phase for a GPU (`compute`) or a host cause: such a fault slows the local work of
     its own ranks, so a step only the sequential test flagged whose ranks there did no more work
     than the others, by straggler_min_share of the step's excess, was not slowed by it (a noisy step
@@ -77,12 +88,17 @@ def _untimed_work(ranked: RankRows, out: Attribution, bl: Baselines, i: int, *, 
     when, for such a GPU, its work and the collectives' unproven loss together hold that share (a
     downtrain's step whose GPU's work holds a third of the excess and its collectives' transfer as
     much again). The `untimed` row: the most local work of the cause's ranks against all ranks' median."""
-    if (not out["slow"] or not bl.unproven[i] or out["layer"] not in WORK_LAYERS or bl.net_timing[i]
-            or not out["component"]):
+    if (
+        not out["slow"]
+        or not bl.unproven[i]
+        or out["layer"] not in WORK_LAYERS
+        or bl.net_timing[i]
+        or not out["component"]
+    ):
         return None
     comp = str(out["component"])
     host = topo.host_of.get(comp, comp)
-    gpu = comp[len(host) + 1:] if out["layer"] == "compute" and comp.startswith(f"{host}:") else None
+    gpu = comp[len(host) + 1 :] if out["layer"] == "compute" and comp.startswith(f"{host}:") else None
     if out["layer"] == "compute" and not gpu:
         return None
     steps_df, per_rank = ranked()
@@ -92,5 +108,4 @@ def _untimed_work(ranked: RankRows, out: Attribution, bl: Baselines, i: int, *, 
     x, med, sigma = work
     excess = float(out["duration_s"]) - float(bl.base[i])
     lost = x - med + (ring_loss(out, bl, i, row, comp) if gpu else 0.0)
-    return None if lost >= cfg.straggler_min_share * excess else _phase_row(
-        PHASE_METRIC["work"], x, med, sigma)
+    return None if lost >= cfg.straggler_min_share * excess else _phase_row(PHASE_METRIC["work"], x, med, sigma)

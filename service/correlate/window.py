@@ -106,8 +106,12 @@ def use_bitmap(sc: Scoring, n_series: float) -> bool:
     least BITMAP_MIN_SERIES series and BITMAP_MIN_SHARE of the database's (`n_series`: the planner's
     count, -1 when unknown), the range is mostly the job's and reading it all costs less than
     ~3 us of index descent per series. Both give the same samples."""
-    return ("bits" in sc.lit and len(sc.ids) >= BITMAP_MIN_SERIES and n_series > 0
-            and len(sc.ids) >= BITMAP_MIN_SHARE * n_series)
+    return (
+        "bits" in sc.lit
+        and len(sc.ids) >= BITMAP_MIN_SERIES
+        and n_series > 0
+        and len(sc.ids) >= BITMAP_MIN_SHARE * n_series
+    )
 
 
 def use_frames(sc: Scoring, n_series: float) -> bool:
@@ -153,8 +157,9 @@ def with_probes(s: Samples, p: Samples) -> Samples:
     if not len(p.sid):
         return s
     at = np.searchsorted(s.sid, p.sid, side="right")
-    return Samples(*(np.insert(a, at, b) for a, b in ((s.sid, p.sid), (s.t, p.t), (s.value, p.value),
-                                                        (s.rate, p.rate))))
+    return Samples(
+        *(np.insert(a, at, b) for a, b in ((s.sid, p.sid), (s.t, p.t), (s.value, p.value), (s.rate, p.rate)))
+    )
 
 
 def single_samples(s: Samples) -> tuple[np.ndarray, np.ndarray]:
@@ -177,8 +182,9 @@ def share_of(wlen: float, t: np.ndarray, prev: np.ndarray | float) -> np.ndarray
         return np.where(span > wlen, wlen / span, 1.0)
 
 
-def window_values(s: Samples, sc: Scoring, ws: float, we: float,
-                  wlen: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def window_values(
+    s: Samples, sc: Scoring, ws: float, we: float, wlen: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Positions (in sc.ids) of the series with a usable sample in the window, their values, and the
     share of each one's sampling interval the window is (1 for a gauge or an interval no longer than
     the window; NaN for a counter whose interval is unseen: peer_scores resolves it where it matters;
@@ -225,8 +231,9 @@ def window_values(s: Samples, sc: Scoring, ws: float, we: float,
     return at, np.maximum.reduceat(v, bst), share
 
 
-def with_lookback(sc: Scoring, pos: np.ndarray, cur_w: np.ndarray, lb_ids: np.ndarray,
-                  lb_max: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def with_lookback(
+    sc: Scoring, pos: np.ndarray, cur_w: np.ndarray, lb_ids: np.ndarray, lb_max: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The series with a window value or a look-back maximum (what SQL's FULL JOIN of the two kept):
     their positions, greatest(window, look-back) and the window's alone (NaN: none)."""
     lb_pos = np.searchsorted(sc.ids, lb_ids)
@@ -279,8 +286,15 @@ class Shares:
     resolve: Callable[[np.ndarray], np.ndarray] | None = None
 
 
-def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray, min_z: float,
-                limit: int, shares: Shares | None = None) -> tuple[pd.DataFrame, int]:
+def peer_scores(
+    sc: Scoring,
+    pos: np.ndarray,
+    cur: np.ndarray,
+    cur_w: np.ndarray,
+    min_z: float,
+    limit: int,
+    shares: Shares | None = None,
+) -> tuple[pd.DataFrame, int]:
     """Series whose value stands out from their peer group's median by `min_z` MADs (the highest
     `limit`), the solo series (no peers: no peer score), and how many network series have a value.
     `share` (window_values; default 1): each series' floor counts at that share (`window_floor`).
@@ -320,7 +334,15 @@ def peer_scores(sc: Scoring, pos: np.ndarray, cur: np.ndarray, cur_w: np.ndarray
     alone = alone[np.argsort(sc.ids[pos[alone]], kind="stable")][:limit]
     pick = np.concatenate([hit, alone])
     zz = z[pick]
-    zz[len(hit):] = np.nan
-    return pd.DataFrame({"series_id": sc.ids[pos[pick]], "cur": cur[pick], "peer_med": med[pick],
-                         "peer_mad": mad[pick], "peer_z": zz, "cur_w": cur_w[pick],
-                         "window_floor": floor[pick]}), n_net
+    zz[len(hit) :] = np.nan
+    return pd.DataFrame(
+        {
+            "series_id": sc.ids[pos[pick]],
+            "cur": cur[pick],
+            "peer_med": med[pick],
+            "peer_mad": mad[pick],
+            "peer_z": zz,
+            "cur_w": cur_w[pick],
+            "window_floor": floor[pick],
+        }
+    ), n_net

@@ -10,12 +10,15 @@ from fabricscope.service.correlate.rules.catalogue import PLUMBING, RULES
 from fabricscope.service.correlate.rules.model import Rule
 
 BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
-FAMILIES = {"evidence": "Evidence: what counts as a signal",
-            "baseline": "Baseline: what every verdict is measured against", "verdict": "Verdict: is the step slow?",
-            "promote": "Promote: a step under the bar that was slowed all the same",
-            "demote": "Demote: a step only the sequential test flagged that shows nothing of its own",
-            "cause": "Cause: which layer and component lost the time",
-            "adjust": "Adjust: rules that re-weigh, reorder or rename the causes found"}
+FAMILIES = {
+    "evidence": "Evidence: what counts as a signal",
+    "baseline": "Baseline: what every verdict is measured against",
+    "verdict": "Verdict: is the step slow?",
+    "promote": "Promote: a step under the bar that was slowed all the same",
+    "demote": "Demote: a step only the sequential test flagged that shows nothing of its own",
+    "cause": "Cause: which layer and component lost the time",
+    "adjust": "Adjust: rules that re-weigh, reorder or rename the causes found",
+}
 
 
 def catalogue_markdown() -> str:
