@@ -138,6 +138,8 @@ def test_listing_report_and_pending(service_url: str, db_conn: psycopg.Connectio
     f = _fault("nic_degradation", "", seed=21)
     sc = _send(service_url, [f], seed=22, name="report")
     assert ENGINE.attribute_step(db_conn, job=sc.job, step=999) is None
+    # nothing judged yet: the listing says so (verdict None) and gives the baseline's flag meanwhile
+    assert {s["verdict"] for s in ENGINE.list_steps(db_conn, job=sc.job)} == {None}
     n = ENGINE.process_pending(db_conn, job=sc.job)
     assert n == STEPS
     assert ENGINE.process_pending(db_conn, job=sc.job) == 0
@@ -147,7 +149,9 @@ def test_listing_report_and_pending(service_url: str, db_conn: psycopg.Connectio
     assert stored == (STEPS, want_slow)
     steps = ENGINE.list_steps(db_conn, job=sc.job, slow_only=True)
     assert [s["step"] for s in steps] == [t.step for t in sc.truth.values() if t.slow]
-    assert all(set(s) == {"step", "start", "duration_s", "baseline_s", "slow"} for s in steps)
+    assert all(set(s) == {"step", "start", "duration_s", "baseline_s", "slow", "verdict"} for s in steps)
+    # every step was judged: the listing gives judge_step's stored verdict and the rule that decided it
+    assert all(s["verdict"] in BY_ID and s["verdict"].split(".")[0] in ("verdict", "promote") for s in steps)
     rep = ENGINE.job_report(db_conn, job=sc.job)
     assert rep["layers"][0]["layer"] == "nic" and rep["components"][0]["component"] == f.component
     assert rep["lost_s"] == pytest.approx(sum(c["lost_s"] for c in rep["layers"]))

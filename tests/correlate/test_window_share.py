@@ -46,7 +46,8 @@ def _hits(rates: list[float], share: np.ndarray | None, resolve: object = None) 
     sc = _scoring(len(rates))
     pos = np.arange(len(rates))
     cur = np.array(rates, float)
-    out, _ = win.peer_scores(sc, pos, cur, cur, 3.0, 64, win.Shares(share, 0.05, resolve))  # type: ignore[arg-type]
+    shares = None if share is None else win.Shares(share, 0.05, resolve)  # type: ignore[arg-type]
+    out, _ = win.peer_scores(sc, pos, cur, cur, 3.0, 64, shares)
     return sorted(out["series_id"].tolist())
 
 
