@@ -13,22 +13,32 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import datetime
 from functools import cache
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from fabricscope.service.correlate import pending
 from fabricscope.service.correlate import queries as q
-from fabricscope.service.correlate.around import slow_around
-from fabricscope.service.correlate.baseline import Baselines, compute_baselines, time_lost, work_lost
+from fabricscope.service.correlate.baseline import time_lost, work_lost
 from fabricscope.service.correlate.cache import LruCache
+from fabricscope.service.correlate.case import (
+    JobTopo,
+    _baselines_for,
+    _between,
+    _db,
+    _rank_frame,
+    _StepCase,
+    _StepView,
+    _straggler,
+    _unreported_gpus,
+    _waited_for,
+    _with_written,
+)
 from fabricscope.service.correlate.causes import (
     CauseDraft,
-    LoaderLoss,
     WorkLoss,
     combine_causes,
     first_timed,
@@ -43,18 +53,14 @@ from fabricscope.service.correlate.causes import (
 )
 from fabricscope.service.correlate.constants import (
     DEFAULT_CONFIG,
-    DEFAULT_SEQ,
     FAINT_REL,
     SEQ_LOOKAHEAD_STEPS,
     EngineConfig,
 )
-from fabricscope.service.correlate.corroborate import CauseKey, Probes, Sides, step_row
+from fabricscope.service.correlate.corroborate import Probes, step_row
 from fabricscope.service.correlate.decompose import (
     RankRows,
     Straggler,
-    checkpoint_straggler,
-    decompose,
-    find_straggler,
     straggler_loss,
 )
 from fabricscope.service.correlate.device_probe import (
@@ -64,7 +70,7 @@ from fabricscope.service.correlate.device_probe import (
     with_device_evidence,
 )
 from fabricscope.service.correlate.direction import follow_backpressure
-from fabricscope.service.correlate.episode import from_episode, restate_unknown
+from fabricscope.service.correlate.episode import from_episode
 from fabricscope.service.correlate.invariants import violations, with_kind_layer
 from fabricscope.service.correlate.localize import (
     FLOORS,
@@ -77,7 +83,6 @@ from fabricscope.service.correlate.localize import (
 )
 from fabricscope.service.correlate.promote import hidden_slow
 from fabricscope.service.correlate.records import Attribution, StepRow
-from fabricscope.service.correlate.report import summarize
 from fabricscope.service.correlate.rules import ids
 from fabricscope.service.correlate.rules.trace import decide, noted
 from fabricscope.service.correlate.untimed import untimed_row
@@ -87,221 +92,6 @@ from fabricscope.service.observability.metrics import ENGINE_INVARIANT_VIOLATION
 log = logging.getLogger(__name__)
 ONSET_KIND = "onset"  # the evidence row of an onset step that showed nothing of its own
 _SUMMARY_COLS = ["step", "n", "dur", "start", "ckpt_max", "ckpt_med", "transfer", "data"]
-JobTopo = tuple[pd.DataFrame, Topo, pd.DataFrame]  # the job's ranks, its topology, its series' peer groups
-
-
-def _db(conn: Any) -> str:
-    i = conn.info
-    return f"{i.host}:{i.port}/{i.dbname}"
-
-
-def _iso(ts: float | None) -> str | None:
-    return None if ts is None or not math.isfinite(ts) else datetime.fromtimestamp(ts, UTC).isoformat()
-
-
-def _loader_loss(bl: Baselines, i: int, row: Any) -> LoaderLoss | None:
-    """Step `i`'s loaders' loss when its median data phase lost the time itself (Baselines.data_timing)."""
-    if bl.data_base is None or bl.data_sigma is None or not bl.data_timing[i] or not pd.notna(row["data"]):
-        return None
-    return LoaderLoss(float(row["data"]), float(bl.data_base[i]), float(bl.data_sigma[i]))
-
-
-def _unreported_gpus(ranks: pd.DataFrame, steps_df: pd.DataFrame) -> list[str]:
-    """The GPUs (`host:gpu`) of the job's placed ranks that sent no record of the step."""
-    if not len(ranks) or "gpu" not in ranks or "rank" not in steps_df:
-        return []
-    gone = ranks[~ranks["rank"].isin(steps_df["rank"]) & ranks["host"].notna() & ranks["gpu"].notna()]
-    return sorted({f"{h}:{g}" for h, g in zip(gone["host"], gone["gpu"], strict=True)})
-
-
-def _history_end(starts: np.ndarray, episode: np.ndarray, i: int, cfg: EngineConfig) -> float | None:
-    """Where step `i`'s own-history window ends (None: at the step): before the earliest sustained
-    episode that reaches into it. A minute into a fault, or just after it, the own_history_s before the
-    step is the fault itself: the culprit's counters no longer stand out from it, while a victim's
-    newest symptom does. Not past an episode that began over episode_history_max_s before the step."""
-    lo = int(np.searchsorted(starts, starts[i] - cfg.own_history_s))
-    eps = episode[lo : i + 1]
-    eps = eps[eps >= 0]
-    if not len(eps):
-        return None
-    k = int(eps.min())
-    if k >= i or starts[i] - starts[k] > cfg.episode_history_max_s:
-        return None
-    return float(starts[k])
-
-
-def _between(
-    attribute: Callable[[int], Attribution | None], *, step: int, cause: CauseKey, around: Sides | None = None
-) -> bool:
-    """Whether the steps before and after `step` are both slow with `cause` as their answer
-    (`attribute`: a step's answer, not borrowing in turn); `around` (around.slow_around, or one side:
-    around.slow_beside): on each side it holds, the first of these steps that is slow."""
-    for side in around or ([step - 1], [step + 1]):
-        a = None
-        for s in side:
-            a = attribute(s)
-            if a is not None and a["slow"]:
-                break
-        if a is None or not a["slow"] or (a["layer"], a["component"]) != cause:
-            return False
-    return True
-
-
-def _rank_frame(conn: Any, *, job: str, step: int, placement: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The step's rank rows and their decomposition (decompose.RankRows); `placement`: the job's
-    ranks (queries.job_ranks) as the topology cache holds them."""
-    steps_df, coll = q.rank_rows(conn, job=job, step=step, placement=placement)
-    return steps_df, decompose(steps_df, coll) if len(steps_df) else steps_df
-
-
-def _straggler(ranked: RankRows) -> tuple[Straggler, float] | None:
-    """The straggler the step's ranks waited for and how much longer (seconds) than for the
-    next-slowest rank (decompose.straggler_loss); None: none. Asked only for steps under every
-    timing bar that corroborate.hidden_slow's straggler rules ask about."""
-    steps_df, per_rank = ranked()
-    if len(steps_df) < 3:
-        return None
-    st = find_straggler(per_rank)
-    return None if st is None else (st, straggler_loss(per_rank, st))
-
-
-def _waited_for(per_rank: pd.DataFrame, topo: Topo, *, checkpoint: bool, corroborating: bool) -> Straggler | None:
-    """The straggler the step's ranks waited for (decompose.find_straggler), None: none. At a
-    checkpoint step the ranks may have waited for another rank than the phase's outlier: one host's
-    slow write outweighs a GPU's few-sigma compute, and a straggler no rank waited for is not the
-    step's cause; while corroborating a checkpoint step, a host that wrote its checkpoint slowly is a
-    straggler at a lower bar (decompose.checkpoint_straggler)."""
-    if not len(per_rank):
-        return None
-    st = find_straggler(per_rank)
-    if st is not None and checkpoint and straggler_loss(per_rank, st) <= 0.0:
-        st = None
-    if st is None and corroborating and topo.checkpoint_volumes and checkpoint:
-        st = checkpoint_straggler(per_rank, {topo.host_of[v] for v in topo.checkpoint_volumes if v in topo.host_of})
-    return st
-
-
-def _with_written(conn: Any, topo: Topo, ws: float, we: float) -> Topo:
-    """`topo` whose checkpoint volumes, at a checkpoint step, also hold the volumes written during it:
-    which volume a checkpoint went to is learnt from what the job did (its events, when it posts
-    them), and a job that only marks the phase, or writes to a storage system's volume every host
-    shares, shows it in the written bytes alone."""
-    vols = [v for v, r in topo.role.items() if r == "volume" and v not in topo.checkpoint_volumes]
-    wrote = q.volumes_written(conn, volumes=vols, ws=ws, we=we) if vols else []
-    return replace(topo, checkpoint_volumes=topo.checkpoint_volumes | frozenset(wrote)) if wrote else topo
-
-
-def _baselines_for(df: pd.DataFrame, cfg: EngineConfig = DEFAULT_CONFIG) -> Baselines:
-    seq = replace(DEFAULT_SEQ, enabled=False) if cfg.off(ids.VERDICT_SEQUENTIAL) else DEFAULT_SEQ
-    return compute_baselines(
-        df["dur"].to_numpy(float),
-        df["transfer"].to_numpy(float),
-        (df["ckpt_max"].fillna(0) > 0).to_numpy(),
-        df["ckpt_med"].fillna(0).to_numpy(float),
-        seq=seq,
-        data=df["data"].to_numpy(float),
-        ckpt_max=df["ckpt_max"].fillna(0).to_numpy(float),
-    )
-
-
-@dataclass(frozen=True)
-class _StepView:
-    """One summary row as _explain reads it: the row, its baselines (total and transfer), start and
-    duration (seconds), where its own-history window ends (None: at the step) and its loaders' loss."""
-
-    row: Any
-    base_t: float
-    base: float
-    start: float
-    d: float
-    past: float | None
-    loaders: LoaderLoss | None
-
-
-@dataclass
-class _StepCase:
-    """One step being judged (AttributionEngine.judge_step), with what every rule reads: its row `i`
-    of the job's step summaries, their baselines, the job's topology and its rank rows (read once,
-    when a rule asks)."""
-
-    engine: AttributionEngine
-    conn: Any
-    job: str
-    i: int
-    summ: pd.DataFrame
-    bl: Baselines
-    job_topo: JobTopo
-    ranked: RankRows
-
-    @property
-    def row(self) -> Any:
-        return self.summ.iloc[self.i]
-
-    @property
-    def step(self) -> int:
-        return int(self.summ["step"].iat[self.i])
-
-    @property
-    def d(self) -> float:
-        return float(self.row["dur"])
-
-    @property
-    def base(self) -> float:
-        return float(self.bl.base[self.i])
-
-    @property
-    def ranks(self) -> pd.DataFrame:
-        return self.job_topo[0]
-
-    @property
-    def topo(self) -> Topo:
-        return self.job_topo[1]
-
-    def blank(self) -> Attribution:
-        """The step's answer before any rule: the baseline's flag, no cause."""
-        base, start = self.base, float(self.row["start"])
-        return {
-            "step": self.step,
-            "slow": bool(self.bl.slow[self.i]),
-            "duration_s": round(self.d, 6),
-            "baseline_s": None if math.isnan(base) else round(base, 6),
-            "start": _iso(start),
-            "layer": "none",
-            "component": None,
-            "confidence": 1.0,
-            "lost_s": 0.0,
-            "evidence": [],
-            "causes": [],
-        }
-
-    def view(self, k: int) -> _StepView:
-        r, bl = self.summ.iloc[k], self.bl
-        past = _history_end(self.summ["start"].to_numpy(float), bl.episode, k, self.engine.config)
-        return _StepView(
-            r,
-            float(bl.base_transfer[k]),
-            float(bl.base[k]),
-            float(r["start"]),
-            float(r["dur"]),
-            past,
-            _loader_loss(bl, k, r),
-        )
-
-    def explain_row(
-        self, k: int, into: Attribution, rows: RankRows, corroborating: bool = False, own_span: bool = False
-    ) -> None:
-        self.engine._explain(
-            self.conn,
-            into,
-            ranked=rows,
-            job_topo=self.job_topo,
-            view=self.view(k),
-            corroborating=corroborating,
-            own_span=own_span,
-        )
-
-    def explain(self, into: Attribution, corroborating: bool = False, own_span: bool = False) -> None:
-        self.explain_row(self.i, into, self.ranked, corroborating, own_span)
 
 
 class AttributionEngine:
@@ -768,136 +558,22 @@ class AttributionEngine:
         to_ts: datetime | None = None,
         slow_only: bool = False,
     ) -> list[StepRow]:
-        """docs/API.md steps listing: step, start, duration_s, baseline_s, slow, verdict. A judged step
-        (its attribution stored) is listed with the verdict judge_step gave it and that verdict's rule;
-        one not judged yet with the baseline's flag and no rule (`verdict: None`): the background pass
-        judges each step as its data comes in, and restates a stored one when later steps change it."""
-        rng = q.step_range(conn, job=job, from_ts=from_ts, to_ts=to_ts)
-        if rng is None:
-            return []
-        ranks, _, _ = self._job_topo(conn, job)
-        summ = self._step_summaries(
-            conn, job, rng[0] - self.config.history_steps, rng[1] + SEQ_LOOKAHEAD_STEPS, len(ranks)
-        )
-        bl = _baselines_for(summ, self.config)
-        judged = q.stored_verdicts(conn, job=job, lo=rng[0], hi=rng[1])
-        lo = from_ts.timestamp() if from_ts else -math.inf
-        hi = to_ts.timestamp() if to_ts else math.inf
-        out: list[StepRow] = []
-        for j, (s, start, d) in enumerate(zip(summ["step"], summ["start"], summ["dur"], strict=False)):
-            verdict = judged.get(int(s))
-            slow = verdict[0] if verdict is not None else bool(bl.slow[j])
-            if not rng[0] <= s <= rng[1] or not lo <= start <= hi or (slow_only and not slow):
-                continue
-            b = bl.base[j]
-            out.append(
-                {
-                    "step": int(s),
-                    "start": _iso(float(start)),
-                    "duration_s": round(float(d), 6),
-                    "baseline_s": None if math.isnan(b) else round(float(b), 6),
-                    "slow": slow,
-                    "verdict": None if verdict is None else verdict[1],
-                }
-            )
-        return out
+        """See pending.list_steps."""
+        return pending.list_steps(self, conn, job=job, from_ts=from_ts, to_ts=to_ts, slow_only=slow_only)
 
     def process_pending(self, conn: Any, *, job: str | None = None, limit: int | None = None) -> int:
-        """Attribute (and store) steps that have no attribution yet and whose data is in."""
-        cfg = self.config
-        limit = cfg.pending_limit if limit is None else limit
-        done = 0
-        for j in [job] if job else q.job_names(conn):
-            last = q.last_attributed_step(conn, job=j)
-            rows = q.unattributed_steps(conn, job=j, after=-1 if last is None else last - cfg.history_steps)
-            if not rows:
-                continue
-            ranks, topo, _ = self._job_topo(conn, j)
-            top_step = q.last_step(conn, job=j)
-            nics = [s for s, r in topo.role.items() if r == "nic"][: cfg.horizon_probe_nics]
-            horizon = q.telemetry_horizon(conn, sources=nics) if nics else None
-            now = time.time()
-            judged: list[int] = []
-            for step, end, n in rows:
-                complete = n >= len(ranks) or (top_step is not None and step <= top_step - cfg.final_lag_steps)
-                telemetry_in = (
-                    horizon is None or horizon >= end + cfg.telemetry_margin_s or end < now - cfg.telemetry_stale_s
-                )
-                if not (complete and telemetry_in):
-                    break  # later steps wait too: baselines are built in order
-                self.attribute_step(conn, job=j, step=step, store=True)
-                judged.append(step)
-                done += 1
-                if done >= limit:
-                    break
-            if judged:
-                done += self._restate(conn, job=j, lo=judged[0] - SEQ_LOOKAHEAD_STEPS, hi=judged[-1])
-            if done >= limit:
-                return done
-        return done
+        """See pending.process_pending."""
+        return pending.process_pending(self, conn, job=job, limit=limit)
 
     def _restate(self, conn: Any, *, job: str, lo: int, hi: int) -> int:
-        """Re-attribute the stored steps in [lo, hi) whose slow flag the steps since changed: a
-        shift proven only now began earlier (its onset is marked back), or a segment's end is now
-        proven (the steps after it are healthy). Steps before `lo` were stored with their whole
-        look-ahead already. Returns how many were re-attributed."""
-        ranks, _, _ = self._job_topo(conn, job)
-        summ = self._step_summaries(conn, job, lo - self.config.history_steps, hi + SEQ_LOOKAHEAD_STEPS, len(ranks))
-        bl = _baselines_for(summ, self.config)
-        steps = summ["step"].astype(int)
-        now = dict(zip(steps, bl.slow, strict=True))
-        rows = q.stored_attributions(conn, job=job, lo=lo, hi=hi)
-        verdicts = {s: v for s, v in q.stored_verdicts(conn, job=job, lo=lo, hi=hi).items() if s < hi}
-        stored = {s: slow for s, (slow, _) in verdicts.items()}
-        # a step a promotion rule made slow (its telemetry: borderline, or inside a fault its noise
-        # hid) keeps its verdict, which later steps do not change; so does one a demotion rule made
-        # healthy while only the sequential test flags it (it showed nothing of its own, or not its
-        # network cause's loss): judge_step's verdict is re-judged only when what decided it changed
-        unproven = dict(zip(steps, bl.unproven, strict=True))
-        changed = [
-            s
-            for s, (slow, rule) in sorted(verdicts.items())
-            if s in now
-            and bool(now[s]) != slow
-            and not (slow and rule.startswith("promote."))
-            and not (not slow and unproven[s] and rule.startswith("demote."))
-        ]
-        # ...or answered `unknown` before a step of its episode named a cause (episode.py)
-        changed += [
-            s for s in restate_unknown(rows, dict(zip(steps, bl.episode, strict=True))) if s < hi and s not in changed
-        ]
-        # ...or stored healthy before the slow steps either side of it (the next one, or the nearest
-        # within fill_gap_steps) were judged to have one cause (_between: it may be inside that fault)
-        answer = {int(r[0]): (r[3], r[4]) for r in rows if r[1]}
-        at = {int(s): k for k, s in enumerate(steps)}
-        weak = dict(zip(steps, bl.faint | bl.near_slow, strict=True))
-
-        def inside(s: int) -> bool:
-            near = [([s - 1], [s + 1])] if weak.get(s) else []
-            near += [x for x in [slow_around(bl, summ, at[s], self.config.fill_gap_steps)] if x is not None]
-            return any(
-                any(answer.get(a) is not None and answer.get(a) == answer.get(b) for a in left for b in right)
-                for left, right in near
-            )
-
-        changed += [s for s, slow in sorted(stored.items()) if not slow and s in at and s not in changed and inside(s)]
-        for s in changed:
-            self.attribute_step(conn, job=job, step=s, store=True)
-        return len(changed)
+        """See pending.restate."""
+        return pending.restate(self, conn, job=job, lo=lo, hi=hi)
 
     def job_report(
         self, conn: Any, *, job: str, from_ts: datetime | None = None, to_ts: datetime | None = None
     ) -> dict[str, Any]:
-        """Time lost per layer and per component over a time range, worst first (attributes the
-        range's steps that have no stored attribution yet)."""
-        rng = q.step_range(conn, job=job, from_ts=from_ts, to_ts=to_ts)
-        if rng is not None:
-            have = q.attributed_steps(conn, job=job, lo=rng[0], hi=rng[1])
-            for s in q.step_numbers(conn, job=job, lo=rng[0], hi=rng[1]):
-                if s not in have:
-                    self.attribute_step(conn, job=job, step=s, store=True)
-        rows = [] if rng is None else q.stored_attributions(conn, job=job, lo=rng[0], hi=rng[1])
-        return summarize(job=job, from_ts=from_ts, to_ts=to_ts, rows=rows)
+        """See pending.job_report."""
+        return pending.job_report(self, conn, job=job, from_ts=from_ts, to_ts=to_ts)
 
     def clear_caches(self) -> None:
         """Forget cached topologies and step summaries (after a topology change, in tests)."""
