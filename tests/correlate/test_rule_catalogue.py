@@ -14,6 +14,7 @@ from fabricscope.service.correlate.rules import BY_ID, PLUMBING, RULES, catalogu
 
 ENGINE = Path(constants.__file__).resolve().parent
 DOCS = ENGINE.parent.parent / "docs" / "correlation-engine.md"
+TESTS = Path(__file__).resolve().parent.parent
 ID_NAMES = {k: v for k, v in vars(ids).items() if k.isupper() and isinstance(v, str)}
 
 
@@ -72,3 +73,39 @@ def test_docs_hold_the_generated_catalogue() -> None:
     assert inner.strip() == catalogue_markdown().strip(), (
         "docs/correlation-engine.md's rule catalogue is stale: regenerate it with "
         "`python -m fabricscope.service.correlate.rules`")
+
+
+# The deciding rules (families verdict, promote, demote, cause) that no test asserts yet: each is an
+# answer a different rule could produce by accident without any test noticing. Keep this list short;
+# remove an id as soon as a test asserts it (the test below fails on a stale entry too).
+NOT_ASSERTED_YET = frozenset({
+    ids.VERDICT_HISTORY,  # a step with too little history: no test reads its rules yet
+    ids.VERDICT_CHECKPOINT_BAR,  # the checkpoint-class tests check slow/healthy, not the bar's id
+    ids.PROMOTE_BORDERLINE,  # test_rule_promote_borderline_telemetry.py tests corroborated() alone
+    ids.PROMOTE_STRAGGLER,  # no scenario whose step the straggler clocks alone promote
+    ids.PROMOTE_ERROR_RATE,  # no scenario of a PCIe link retrying under the borderline bar
+    ids.DEMOTE_UNNAMED_LEVEL,  # no scenario of a shift's later step at the job's level naming nothing
+    ids.CAUSE_HOST_STRAGGLER,  # host faults are checked by layer and component only
+    ids.CAUSE_STRAGGLER_VOLUME,  # a host volume named with its straggler: by component only
+    ids.CAUSE_WRITTEN_VOLUME,  # a switch (which volumes count as checkpoint volumes), never an answer's cause
+    ids.CAUSE_RING_GPU,  # the ring-GPU answer is checked by component and evidence only
+    ids.CAUSE_UNREPORTED_GPU,  # no scenario of a GPU whose rank record was lost
+})
+
+
+def test_every_deciding_rule_is_asserted_by_a_test() -> None:
+    """Every verdict, promote, demote and cause rule is referenced (as `ids.NAME` or its id string) by
+    some test besides this file, so that a test fails when another rule produces the right answer by
+    accident; except NOT_ASSERTED_YET, which lists the gaps."""
+    deciding = {k: v for k, v in ID_NAMES.items() if v.split(".")[0] in ("verdict", "promote", "demote", "cause")}
+    assert set(NOT_ASSERTED_YET) <= set(deciding.values()), sorted(set(NOT_ASSERTED_YET) - set(deciding.values()))
+    me = Path(__file__).resolve()
+    text = "\n".join(p.read_text() for p in sorted(TESTS.rglob("*.py")) if p.resolve() != me)
+
+    def referenced(name: str, rule: str) -> bool:
+        return bool(re.search(rf"\bids\.{name}\b", text)) or f'"{rule}"' in text or f"'{rule}'" in text
+
+    missing = sorted(v for k, v in deciding.items() if not referenced(k, v) and v not in NOT_ASSERTED_YET)
+    assert not missing, f"deciding rules no test asserts: {missing}"
+    stale = sorted(v for k, v in deciding.items() if referenced(k, v) and v in NOT_ASSERTED_YET)
+    assert not stale, f"asserted now, take them off NOT_ASSERTED_YET: {stale}"

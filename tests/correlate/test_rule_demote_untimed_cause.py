@@ -68,7 +68,8 @@ def _long_step_after(service_url: str, api: httpx.Client, db_conn: psycopg.Conne
 def test_a_long_step_after_a_network_fault_is_not_slow_when_its_collectives_lost_nothing(
         service_url: str, api: httpx.Client, db_conn: psycopg.Connection) -> None:
     _long_step_after(service_url, api, db_conn, SPEC, "nic_degradation", 4, 1.7865e9, "net_timing",
-                     "collective_transfer_seconds", "nic", frozenset({ids.CAUSE_NETWORK_SIGNAL, ids.CAUSE_BACKPRESSURE}))
+                     "collective_transfer_seconds", "nic",
+                     frozenset({ids.CAUSE_NETWORK_SIGNAL, ids.CAUSE_BACKPRESSURE}))
 
 
 def test_a_long_step_after_a_shared_volume_slowdown_is_not_slow_when_its_loaders_lost_nothing(
