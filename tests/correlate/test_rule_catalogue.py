@@ -79,14 +79,10 @@ def test_docs_hold_the_generated_catalogue() -> None:
 # answer a different rule could produce by accident without any test noticing. Keep this list short;
 # remove an id as soon as a test asserts it (the test below fails on a stale entry too).
 NOT_ASSERTED_YET = frozenset({
-    ids.VERDICT_HISTORY,  # a step with too little history: no test reads its rules yet
-    ids.VERDICT_CHECKPOINT_BAR,  # the checkpoint-class tests check slow/healthy, not the bar's id
     ids.PROMOTE_BORDERLINE,  # test_rule_promote_borderline_telemetry.py tests corroborated() alone
     ids.PROMOTE_STRAGGLER,  # no scenario whose step the straggler clocks alone promote
     ids.PROMOTE_ERROR_RATE,  # no scenario of a PCIe link retrying under the borderline bar
     ids.DEMOTE_UNNAMED_LEVEL,  # no scenario of a shift's later step at the job's level naming nothing
-    ids.CAUSE_HOST_STRAGGLER,  # host faults are checked by layer and component only
-    ids.CAUSE_STRAGGLER_VOLUME,  # a host volume named with its straggler: by component only
     ids.CAUSE_WRITTEN_VOLUME,  # a switch (which volumes count as checkpoint volumes), never an answer's cause
     ids.CAUSE_RING_GPU,  # the ring-GPU answer is checked by component and evidence only
     ids.CAUSE_UNREPORTED_GPU,  # no scenario of a GPU whose rank record was lost
