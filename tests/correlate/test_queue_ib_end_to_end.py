@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate.rules import ids
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
@@ -49,6 +50,7 @@ def test_queue_and_infiniband_faults_are_attributed(service_url: str, db_conn: p
         assert (a["layer"], a["component"]) == (f.layer, f.component), a
         ev = [e for e in a["evidence"] if e.get("kind") != "timing"]
         assert ev and ev[0]["source"] == f.component, ev  # the culprit's own counter leads
+        assert a["rules"]["cause"] in (ids.CAUSE_NETWORK_SIGNAL, ids.CAUSE_BACKPRESSURE), (t.step, a["rules"])
         if kind == "queue_incast":
             q = str(spec.lossless_priority if variant == "lossless" else spec.lossy_queue)
             queue_rows = [e for e in ev if e["source"] == f.component and e.get("labels") == {"queue": q}]
@@ -70,6 +72,7 @@ def test_lossless_incast_victims_receive_more_pause_than_the_culprit_shows(servi
     f = sc.faults[0]
     a = ENGINE.attribute_step(db_conn, job=sc.job, step=21)
     assert a is not None and (a["layer"], a["component"]) == ("fabric", f.component), a
+    assert a["rules"]["cause"] == ids.CAUSE_BACKPRESSURE, a["rules"]  # the victims' pause followed to it
     rows = db_conn.execute(
         "SELECT source, max(rate) FROM sample_view WHERE metric = 'rx_pause_frames_total' AND ts BETWEEN "
         "to_timestamp(%s) AND to_timestamp(%s) AND source LIKE 'spine%%' GROUP BY source",
