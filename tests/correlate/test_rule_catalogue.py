@@ -83,7 +83,6 @@ NOT_ASSERTED_YET = frozenset({
     ids.PROMOTE_STRAGGLER,  # no scenario whose step the straggler clocks alone promote
     ids.PROMOTE_ERROR_RATE,  # no scenario of a PCIe link retrying under the borderline bar
     ids.DEMOTE_UNNAMED_LEVEL,  # no scenario of a shift's later step at the job's level naming nothing
-    ids.CAUSE_WRITTEN_VOLUME,  # a switch (which volumes count as checkpoint volumes), never an answer's cause
     ids.CAUSE_UNREPORTED_GPU,  # no scenario of a GPU whose rank record was lost
 })
 
