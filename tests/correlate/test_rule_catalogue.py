@@ -81,9 +81,6 @@ def test_docs_hold_the_generated_catalogue() -> None:
 NOT_ASSERTED_YET = frozenset({
     ids.PROMOTE_BORDERLINE,  # test_rule_promote_borderline_telemetry.py tests corroborated() alone
     ids.PROMOTE_STRAGGLER,  # no scenario whose step the straggler clocks alone promote
-    ids.PROMOTE_ERROR_RATE,  # no scenario of a PCIe link retrying under the borderline bar
-    ids.DEMOTE_UNNAMED_LEVEL,  # no scenario of a shift's later step at the job's level naming nothing
-    ids.CAUSE_UNREPORTED_GPU,  # no scenario of a GPU whose rank record was lost
 })
 
 
