@@ -13,6 +13,7 @@ import pytest
 
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
 from fabricscope.service.correlate.invariants import violations
+from fabricscope.service.correlate.records import Attribution
 from fabricscope.service.correlate.rules import BY_ID, ids
 from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
@@ -49,7 +50,7 @@ def _send(url: str, faults: list[Fault], *, seed: int, name: str, **kw: Any) -> 
     return post(url, sc)
 
 
-def _check_evidence(conn: psycopg.Connection, a: dict[str, Any], start: float) -> None:
+def _check_evidence(conn: psycopg.Connection, a: Attribution, start: float) -> None:
     """Every telemetry evidence row names a stored source+metric whose values show the anomaly."""
     for e in a["evidence"]:
         if e.get("kind") == "timing":

@@ -4,13 +4,13 @@ attributed: the engine names the GPU, host or NIC, and its evidence rows say why
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import numpy as np
 import psycopg
 import pytest
 
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate.records import EvidenceRow
 from fabricscope.service.correlate.rules import ids
 from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
@@ -45,7 +45,7 @@ def _send(url: str, faults: list[Fault], *, seed: int, name: str, spec: ClusterS
     return post(url, sc)
 
 
-def _stored(conn: psycopg.Connection, e: dict[str, Any], lo: float, hi: float) -> tuple[float, float]:
+def _stored(conn: psycopg.Connection, e: EvidenceRow, lo: float, hi: float) -> tuple[float, float]:
     """The min and max a telemetry evidence row's series had (value for gauges, rate for counters)."""
     row = conn.execute(
         "SELECT min(CASE WHEN metric LIKE '%%_total' THEN rate ELSE value END), "

@@ -111,7 +111,7 @@ def test_a_straggler_the_step_time_hides_is_slow_and_named(service_url: str, db_
 
 def test_a_shared_volume_loss_the_step_time_hides_is_slow_and_named(service_url: str,
                                                                      db_conn: psycopg.Connection) -> None:
-    spec = dataclasses.replace(SPEC, **random_storage_names(np.random.default_rng(13)))
+    spec = dataclasses.replace(SPEC, **random_storage_names(np.random.default_rng(13)))  # type: ignore[arg-type]
     f = make_fault(build_cluster(spec), "shared_volume_slow", start_step=START, steps=LENGTH, severity=0.08,
                    rng=np.random.default_rng(13))
     sc = generate(spec, job="hidden-shared-volume", steps=STEPS, faults=[f], seed=13, t0=1.781e9,
@@ -240,7 +240,7 @@ def test_a_checkpoint_step_inside_a_fault_is_slow_by_its_loss_on_the_work_beside
     steps_df, coll = q.rank_rows(db_conn, job=sc.job, step=step)
     per_rank = decompose(steps_df, coll)
     st = find_straggler(per_rank)
-    assert st is not None and st.host == f.component  # type: ignore[attr-defined]
+    assert st is not None and st.host == f.component
     loss, base = straggler_loss(per_rank, st), float(bl.base[i])
     work = base - float(q.step_summaries(db_conn, job=sc.job, lo=step, hi=step)["ckpt_med"].iloc[0])
     assert 0.0 < work < base
@@ -249,7 +249,7 @@ def test_a_checkpoint_step_inside_a_fault_is_slow_by_its_loss_on_the_work_beside
         a = engine.attribute_step(db_conn, job=sc.job, step=step, store=False)
         assert a is not None and a["slow"] is slow, (share, a)
         if slow:
-            assert (a["layer"], a["component"]) == (f.layer, f.component), a  # type: ignore[attr-defined]
+            assert (a["layer"], a["component"]) == (f.layer, f.component), a
             assert a["evidence"][-1]["kind"] == "corroborated"
             _promoted_by(a, ids.PROMOTE_BESIDE_SLOW)
 
@@ -294,9 +294,9 @@ def test_a_downtrained_gpus_last_step_counts_its_rings_loss_beside_its_slow_step
                                                                                       ring, bar)
     engine = AttributionEngine()
     n = engine.attribute_step(db_conn, job=sc.job, step=step - 1, store=False)
-    assert n is not None and n["slow"] and (n["layer"], n["component"]) == ("compute", f.component), n  # type: ignore[attr-defined]
+    assert n is not None and n["slow"] and (n["layer"], n["component"]) == ("compute", f.component), n
     a = engine.attribute_step(db_conn, job=sc.job, step=step, store=False)
-    assert a is not None and a["slow"] and (a["layer"], a["component"]) == ("compute", f.component), a  # type: ignore[attr-defined]
+    assert a is not None and a["slow"] and (a["layer"], a["component"]) == ("compute", f.component), a
     assert a["evidence"][-1]["kind"] == "corroborated"
     _promoted_by(a, ids.PROMOTE_BESIDE_SLOW)
     off = AttributionEngine(replace(DEFAULT_CONFIG, beside_ring_loss=False))

@@ -12,7 +12,7 @@ import pandas as pd
 from fabricscope.service.correlate.causes import LoaderLoss, WorkLoss, work_cause
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
 from fabricscope.service.correlate.decompose import Straggler
-from fabricscope.service.correlate.localize import build_topo
+from fabricscope.service.correlate.localize import Topo, build_topo
 from fabricscope.service.correlate.rules import ids
 
 RANKS = pd.DataFrame({"host": ["h1", "h1", "h2", "h2"], "gpu": ["g0", "g1", "g0", "g1"], "nic": ["n0"] * 4})
@@ -25,7 +25,7 @@ def _reading(*volumes: str) -> LoaderLoss:
     return LoaderLoss(value_s=0.235, base_s=0.059, sigma_s=0.004, volumes=volumes)
 
 
-def _topo(volumes: list[str], ckpt: frozenset[str] = frozenset()):  # type: ignore[no-untyped-def]
+def _topo(volumes: list[str], ckpt: frozenset[str] = frozenset()) -> Topo:
     return build_topo(RANKS, NO_LINKS, volumes, ckpt)
 
 

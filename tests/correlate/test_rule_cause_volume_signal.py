@@ -3,11 +3,13 @@ shared volume that is anomalous while the ranks' `data` phase stayed short does 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from fabricscope.service.correlate.causes import WorkLoss, work_cause
-from fabricscope.service.correlate.localize import build_topo, candidates, finish_scores, series_groups
+from fabricscope.service.correlate.localize import Topo, build_topo, candidates, finish_scores, series_groups
 from fabricscope.service.correlate.rules import ids
 
 RANKS = pd.DataFrame({"host": ["h1", "h2"], "gpu": ["g0", "g0"], "nic": ["n0", "n0"]})
@@ -41,7 +43,7 @@ def test_a_volume_cannot_explain_lost_work_the_ranks_did_not_spend_reading() -> 
     assert work_cause(None, ev, topo, 1.0, loss=WorkLoss(data_s=None, work_s=0.26))["layer"] == "storage"
 
 
-def _write_latency(volume: str, peers: list[str]) -> tuple[pd.DataFrame, object]:
+def _write_latency(volume: str, peers: list[str]) -> tuple[pd.DataFrame, Topo]:
     """779 run 20 step 20: a host's checkpoint volume at 20 ms a write against its peers' 4 ms."""
     vols = [volume, *peers]
     topo = build_topo(RANKS, NO_LINKS, vols, checkpoint_sources=frozenset(vols))
@@ -60,7 +62,7 @@ def test_a_checkpoint_volume_explains_lost_work_the_ranks_spent_writing_their_ch
     write is too short to hold the lost time."""
     ev, topo = _write_latency("h1:/mnt/md0", ["h2:/mnt/md0"])
     assert len(ev) == 1
-    kw: dict[str, float] = {"data_s": 0.06, "work_s": 0.19}
+    kw: dict[str, Any] = {"data_s": 0.06, "work_s": 0.19}
     at_ckpt = work_cause(None, ev, topo, 1.0, loss=WorkLoss(ckpt_s=0.96, **kw))
     assert (at_ckpt["layer"], at_ckpt["component"]) == ("storage", "h1:/mnt/md0")
     assert at_ckpt["rule"] == ids.CAUSE_VOLUME_SIGNAL

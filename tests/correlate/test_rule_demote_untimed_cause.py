@@ -8,6 +8,7 @@ the time, stay slow with the NIC. Through the real ingest API and database."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import httpx
 import numpy as np
@@ -77,7 +78,7 @@ def test_a_long_step_after_a_shared_volume_slowdown_is_not_slow_when_its_loaders
     """The same of a shared volume every host's loader reads (731 run 2 step 30): its slowdown is in
     the ranks' `data` phase by its nature, so a step whose loaders read at their usual pace is not
     slowed by it, whatever the volume's 6-s samples covering its seconds say."""
-    spec = dataclasses.replace(SPEC, **random_storage_names(np.random.default_rng(5)))
+    spec = dataclasses.replace(SPEC, **random_storage_names(np.random.default_rng(5)))  # type: ignore[arg-type]
     _long_step_after(service_url, api, db_conn, spec, "shared_volume_slow", 5, 1.7872e9, "data_timing",
                      "data_seconds", "storage", frozenset({ids.CAUSE_SHARED_STORAGE, ids.CAUSE_VOLUME_SIGNAL}))
 
@@ -93,7 +94,7 @@ def test_a_long_step_after_a_gpu_fault_is_not_slow_when_that_gpus_rank_did_no_mo
                      "local_work_seconds", "compute", frozenset({ids.CAUSE_STRAGGLER}))
 
 
-def _gpu_answer(metric: str) -> dict[str, object]:
+def _gpu_answer(metric: str) -> Any:
     return {"layer": "compute", "component": "n1:gpu2", "evidence": [
         {"source": "n1:gpu2", "metric": metric, "value": 4.0, "baseline": 16.0, "score": 12.0, "unit": "lanes"}]}
 

@@ -56,7 +56,7 @@ def _judge(loss_share: float, rows: list[dict[str, Any]], cfg: EngineConfig = DE
     def explain(into: Attribution, corroborating: bool = False, own_span: bool = False) -> None:
         assert corroborating
         into.update({"layer": "compute", "component": "h3" if host_level else GPU, "confidence": 0.745,
-                     "evidence": [dict(r) for r in rows]})  # type: ignore[typeddict-item]
+                     "evidence": [dict(r) for r in rows]})  # type: ignore[misc]
 
     out: Attribution = {"step": STEP, "slow": False, "duration_s": float(summ["dur"][STEP]), "baseline_s": 2.0,
                         "start": None, "layer": "none", "component": None, "confidence": 1.0, "lost_s": 0.0,

@@ -25,7 +25,7 @@ ENGINE = AttributionEngine()
 
 def _spec(seed: int) -> ClusterSpec:
     return dataclasses.replace(ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2),
-                               **random_storage_names(np.random.default_rng(seed)))
+                               **random_storage_names(np.random.default_rng(seed)))  # type: ignore[arg-type]
 
 
 def _send(url: str, spec: ClusterSpec, faults: list[Fault], *, seed: int, name: str) -> Scenario:
@@ -62,8 +62,8 @@ def test_a_slow_shared_volume_is_named_from_its_own_history(service_url: str, db
         assert a["rules"]["cause"] == ids.CAUSE_VOLUME_SIGNAL, a["rules"]  # the volume's own signal, no straggler
         assert a["confidence"] > 0.3, a
     for s in (t.step for t in sc.truth.values() if t.slow is False and t.step > 8):
-        a = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
-        assert a is not None and not a["slow"], a
+        b = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
+        assert b is not None and not b["slow"], b
 
 
 def test_a_quiet_shared_volume_is_not_blamed(service_url: str, db_conn: psycopg.Connection) -> None:
