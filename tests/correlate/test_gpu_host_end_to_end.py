@@ -84,7 +84,7 @@ def test_gpu_and_host_faults_are_named_with_evidence(service_url: str, db_conn: 
     healthy = [t.step for t in sc.truth.values() if t.slow is False and t.step > 8]
     for s in healthy:
         a = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
-        assert a is not None and not a["slow"], a
+        assert a is not None and not a["slow"] and a["rules"]["verdict"] == ids.VERDICT_UNDER_BAR, a
 
 
 def test_a_throttled_gpu_reports_clock_and_flag_against_its_references(service_url: str,

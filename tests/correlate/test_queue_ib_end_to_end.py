@@ -74,7 +74,7 @@ def test_queue_and_infiniband_faults_are_attributed(service_url: str, db_conn: p
     assert rule in seen, seen
     for s in (t.step for t in sc.truth.values() if t.slow is False and t.step > 8):
         a = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
-        assert a is not None and not a["slow"], a
+        assert a is not None and not a["slow"] and a["rules"]["verdict"] == ids.VERDICT_UNDER_BAR, a
 
 
 def test_lossless_incast_victims_receive_more_pause_than_the_culprit_shows(service_url: str,

@@ -63,7 +63,7 @@ def test_a_slow_shared_volume_is_named_from_its_own_history(service_url: str, db
         assert a["confidence"] > 0.3, a
     for s in (t.step for t in sc.truth.values() if t.slow is False and t.step > 8):
         b = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
-        assert b is not None and not b["slow"], b
+        assert b is not None and not b["slow"] and b["rules"]["verdict"] == ids.VERDICT_UNDER_BAR, b
 
 
 def test_a_quiet_shared_volume_is_not_blamed(service_url: str, db_conn: psycopg.Connection) -> None:
