@@ -8,6 +8,7 @@ import psycopg
 
 from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG
 from fabricscope.service.correlate.engine import _baselines_for
 from fabricscope.service.simulate.generator import Scenario
 from fabricscope.service.simulate.model import Timeline
@@ -35,7 +36,7 @@ def stored_baselines(conn: psycopg.Connection, job: str, hi: int) -> tuple[Basel
     """The engine's baselines of the job's steps 0..hi from their stored summaries, and the steps'
     numbers (index i of the baselines is step steps[i])."""
     summ = stored_summaries(conn, job, hi)
-    return _baselines_for(summ), summ["step"].to_numpy(int)
+    return _baselines_for(summ, DEFAULT_CONFIG), summ["step"].to_numpy(int)
 
 
 def longer_step(tl: Timeline, step: int, by_s: float) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from fabricscope.service.correlate import AttributionEngine, EngineConfig
 from fabricscope.service.correlate.invariants import violations
+from fabricscope.service.correlate.records import Attribution
 from fabricscope.service.correlate.rules import BY_ID, ids
 from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
@@ -29,6 +30,13 @@ CASES = [("gpu_straggler", ""), ("host_contention", ""), ("nic_degradation", "")
          ("link_flap", "uplink"), ("fabric_congestion", "leaf_down_pfc"), ("fabric_congestion", "leaf_down_ecn"),
          ("fabric_congestion", "leaf_up_ecn"), ("fabric_congestion", "spine_pfc"),
          ("storage_slow", "ckpt"), ("storage_slow", "data")]
+# the cause rule that names each case: a straggler's timing (with its volume), or the network's signals:
+# the degraded NIC through the pause its peers received (followed back to it), the others by their own
+CAUSE_RULES: dict[str, str] = {
+    "gpu_straggler": ids.CAUSE_STRAGGLER, "host_contention": ids.CAUSE_HOST_STRAGGLER,
+    "nic_degradation": ids.CAUSE_BACKPRESSURE, "link_errors": ids.CAUSE_NETWORK_SIGNAL,
+    "link_flap": ids.CAUSE_NETWORK_SIGNAL, "fabric_congestion": ids.CAUSE_NETWORK_SIGNAL,
+    "storage_slow": ids.CAUSE_STRAGGLER_VOLUME}
 
 
 def _fault(kind: str, variant: str, seed: int, start: int = 20, steps: int = 3, sev: float = 0.3) -> Fault:
@@ -43,7 +51,7 @@ def _send(url: str, faults: list[Fault], *, seed: int, name: str, **kw: Any) -> 
     return post(url, sc)
 
 
-def _check_evidence(conn: psycopg.Connection, a: dict[str, Any], start: float) -> None:
+def _check_evidence(conn: psycopg.Connection, a: Attribution, start: float) -> None:
     """Every telemetry evidence row names a stored source+metric whose values show the anomaly."""
     for e in a["evidence"]:
         if e.get("kind") == "timing":
@@ -78,6 +86,9 @@ def test_fault_kind_is_attributed(service_url: str, db_conn: psycopg.Connection,
         assert rules["verdict"] in BY_ID and rules["verdict"].split(".")[0] in ("verdict", "promote"), rules
         assert rules["cause"] in BY_ID and rules["cause"].startswith("cause."), rules
         assert all(c["rule"] in BY_ID for c in a["causes"]) and a["causes"][0]["rule"] == rules["cause"]
+        assert rules["cause"] == CAUSE_RULES[kind], (t.step, rules)
+        bar = ids.VERDICT_CHECKPOINT_BAR if sc.timeline.ckpt_steps[t.step] else ids.VERDICT_BAR
+        assert rules["verdict"] in (bar, ids.VERDICT_SEQUENTIAL), (t.step, rules)
         assert violations(a, ENGINE._job_topo(db_conn, sc.job)[1].role) == [], a
     healthy = [t.step for t in sc.truth.values() if t.slow is False and t.step > 8]
     for s in healthy:
@@ -132,6 +143,10 @@ def test_clock_skew_does_not_change_the_answer(service_url: str, db_conn: psycop
         a, b = (ENGINE.attribute_step(db_conn, job=r.job, step=s) for r in runs)
         assert a and b
         assert (a["slow"], a["layer"], a["component"]) == (b["slow"], b["layer"], b["component"]), s
+        assert a["rules"] == b["rules"], s
+        if a["baseline_s"] is None:  # a job's first steps: too little history to judge
+            assert a["rules"]["verdict"] == ids.VERDICT_HISTORY and not a["slow"], (s, a)
+    assert ENGINE.attribute_step(db_conn, job=runs[0].job, step=0)["rules"]["verdict"] == ids.VERDICT_HISTORY  # type: ignore[index]
 
 
 def test_listing_report_and_pending(service_url: str, db_conn: psycopg.Connection) -> None:
@@ -149,9 +164,11 @@ def test_listing_report_and_pending(service_url: str, db_conn: psycopg.Connectio
     assert stored == (STEPS, want_slow)
     steps = ENGINE.list_steps(db_conn, job=sc.job, slow_only=True)
     assert [s["step"] for s in steps] == [t.step for t in sc.truth.values() if t.slow]
+    # judged steps are listed with the rule that judged them (nic_degradation at +30 %: the per-step
+    # bar, a checkpoint step's own bar at a checkpoint step)
     assert all(set(s) == {"step", "start", "duration_s", "baseline_s", "slow", "verdict"} for s in steps)
-    # every step was judged: the listing gives judge_step's stored verdict and the rule that decided it
-    assert all(s["verdict"] in BY_ID and s["verdict"].split(".")[0] in ("verdict", "promote") for s in steps)
+    assert [s["verdict"] for s in steps] == [ids.VERDICT_CHECKPOINT_BAR if sc.timeline.ckpt_steps[s["step"]]
+                                             else ids.VERDICT_BAR for s in steps], steps
     rep = ENGINE.job_report(db_conn, job=sc.job)
     assert rep["layers"][0]["layer"] == "nic" and rep["components"][0]["component"] == f.component
     assert rep["lost_s"] == pytest.approx(sum(c["lost_s"] for c in rep["layers"]))

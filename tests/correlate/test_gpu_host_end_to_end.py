@@ -4,13 +4,14 @@ attributed: the engine names the GPU, host or NIC, and its evidence rows say why
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import numpy as np
 import psycopg
 import pytest
 
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate.records import EvidenceRow
+from fabricscope.service.correlate.rules import ids
 from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
@@ -20,6 +21,11 @@ SPEC = ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2
 STEPS = 32
 _slot = itertools.count()
 ENGINE = AttributionEngine()
+
+# the cause rule that names each kind: the GPU or host its ranks waited for, or the network's signals
+CAUSE_RULES = {"gpu_thermal_throttle": ids.CAUSE_STRAGGLER, "pcie_downtrain": ids.CAUSE_STRAGGLER,
+               "gpu_xid": ids.CAUSE_STRAGGLER, "cpu_starved_loader": ids.CAUSE_HOST_STRAGGLER,
+               "tcp_retransmits": ids.CAUSE_NETWORK_SIGNAL}
 
 # kind, variant, the evidence metrics of which at least one must be present on every slow step
 CASES: list[tuple[str, str, set[str]]] = [
@@ -39,7 +45,7 @@ def _send(url: str, faults: list[Fault], *, seed: int, name: str, spec: ClusterS
     return post(url, sc)
 
 
-def _stored(conn: psycopg.Connection, e: dict[str, Any], lo: float, hi: float) -> tuple[float, float]:
+def _stored(conn: psycopg.Connection, e: EvidenceRow, lo: float, hi: float) -> tuple[float, float]:
     """The min and max a telemetry evidence row's series had (value for gauges, rate for counters)."""
     row = conn.execute(
         "SELECT min(CASE WHEN metric LIKE '%%_total' THEN rate ELSE value END), "
@@ -62,6 +68,7 @@ def test_gpu_and_host_faults_are_named_with_evidence(service_url: str, db_conn: 
         a = ENGINE.attribute_step(db_conn, job=sc.job, step=t.step)
         assert a is not None and a["slow"], (t, a)
         assert (a["layer"], a["component"]) == (f.layer, f.component), a
+        assert a["rules"]["cause"] == CAUSE_RULES[kind], (t.step, a["rules"])
         device = [e for e in a["evidence"] if e.get("kind") != "timing"]
         assert {e["metric"] for e in device} & why, a["evidence"]
         start = sc.t0 + float(sc.timeline.start[t.step].min())
@@ -77,7 +84,7 @@ def test_gpu_and_host_faults_are_named_with_evidence(service_url: str, db_conn: 
     healthy = [t.step for t in sc.truth.values() if t.slow is False and t.step > 8]
     for s in healthy:
         a = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
-        assert a is not None and not a["slow"], a
+        assert a is not None and not a["slow"] and a["rules"]["verdict"] == ids.VERDICT_UNDER_BAR, a
 
 
 def test_a_throttled_gpu_reports_clock_and_flag_against_its_references(service_url: str,
@@ -88,6 +95,7 @@ def test_a_throttled_gpu_reports_clock_and_flag_against_its_references(service_u
     sc = _send(service_url, [f], seed=9, name="throttle")
     a = ENGINE.attribute_step(db_conn, job=sc.job, step=19)
     assert a is not None and (a["layer"], a["component"]) == ("compute", f.component)
+    assert a["rules"]["cause"] == ids.CAUSE_STRAGGLER and ids.ADJUST_DEVICE_EVIDENCE in a["rules"]["adjust"], a["rules"]
     by = {e["metric"]: e for e in a["evidence"]}
     assert by["gpu_throttle_active"]["labels"] == {"reason": "sw_thermal"} and by["gpu_throttle_active"]["value"] == 1
     clock = by["gpu_sm_clock_hz"]
@@ -107,6 +115,7 @@ def test_tcp_retransmits_name_the_hosts_only_nic(service_url: str, db_conn: psyc
         assert a is not None and (a["layer"], a["component"]) == ("nic", f.component), a
         assert a["evidence"][0]["source"] == f.component.split(":")[0]
         assert a["evidence"][0]["metric"] == "tcp_retransmitted_segments_total"
+        assert a["rules"]["cause"] == ids.CAUSE_NETWORK_SIGNAL, a["rules"]
 
 
 def test_a_downtrained_gpu_that_only_slows_the_ring_is_named_from_its_telemetry(
@@ -125,6 +134,7 @@ def test_a_downtrained_gpu_that_only_slows_the_ring_is_named_from_its_telemetry(
         a = ENGINE.attribute_step(db_conn, job=sc.job, step=t.step)
         assert a is not None and (a["layer"], a["component"]) == ("compute", f.component), a
         assert not [e for e in a["evidence"] if e.get("kind") == "timing"]  # the timings did not say who
+        assert a["rules"]["cause"] == ids.CAUSE_RING_GPU, a["rules"]  # the scan of the ring's GPUs named it
         assert a["evidence"][0]["metric"] == "pcie_link_width" and a["evidence"][0]["value"] < 16
 
 
@@ -144,6 +154,7 @@ def test_retransmits_in_the_step_outweigh_a_link_that_flapped_before_it(service_
     assert gap < 10.0  # within the link-down look-back (AFTERMATH_S)
     a = ENGINE.attribute_step(db_conn, job=sc.job, step=19)
     assert a is not None and (a["layer"], a["component"]) == ("nic", tcp.component), a
+    assert a["rules"]["cause"] == ids.CAUSE_NETWORK_SIGNAL, a["rules"]
     # weighing the look-back like in-window evidence, the flapped link would have been named
     monkeypatch.setattr(localize, "AFTERMATH_WEIGHT", 1.0)
     b = AttributionEngine().attribute_step(db_conn, job=sc.job, step=19, store=False)

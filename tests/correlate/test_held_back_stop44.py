@@ -25,6 +25,7 @@ from bench.attribution import accuracy_runs
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
 from fabricscope.service.correlate.queries import rank_rows
+from fabricscope.service.correlate.rules import ids
 from fabricscope.service.simulate.generator import Scenario
 from tests.correlate.scenarios import post
 
@@ -68,11 +69,13 @@ def test_a_faint_step_whose_straggler_gpus_pcie_replays_ran_is_slow_with_that_gp
     rows = {(e["metric"], e.get("kind")) for e in a["evidence"]}
     assert ("compute_seconds", "timing") in rows and ("pcie_replays_total", None) in rows, a
     assert ("step_duration_seconds", "corroborated") in rows, a
+    assert a["rules"]["verdict"] == ids.PROMOTE_ERROR_RATE, a["rules"]
+    assert [e["rule"] for e in a["evidence"] if e.get("kind") == "corroborated"] == [ids.PROMOTE_ERROR_RATE], a
     # no link state in the step's own span: the rule that asks for one does not make it slow
     assert not any(e["metric"].startswith("pcie_link_") for e in a["evidence"]), a
     off = AttributionEngine(replace(DEFAULT_CONFIG, error_rate_straggler=False)).attribute_step(
         db_conn, job=sc.job, step=step, store=False)
-    assert off is not None and not off["slow"], off
+    assert off is not None and not off["slow"] and off["rules"]["verdict"] == ids.VERDICT_UNDER_BAR, off
 
 
 def test_a_slow_step_whose_straggler_sent_no_record_is_named_from_its_gpus_state(
@@ -88,10 +91,12 @@ def test_a_slow_step_whose_straggler_sent_no_record_is_named_from_its_gpus_state
     a = AttributionEngine().attribute_step(db_conn, job=sc.job, step=19, store=False)
     assert a is not None and a["slow"] and (a["layer"], a["component"]) == ("compute", f.component), a
     assert any(e["metric"] == "gpu_throttle_active" and e["source"] == f.component for e in a["evidence"]), a
+    assert a["rules"]["cause"] == ids.CAUSE_UNREPORTED_GPU, a["rules"]
     # its other steps, whose records came, name it from the ranks' clocks as before
     a = AttributionEngine().attribute_step(db_conn, job=sc.job, step=21, store=False)
     assert a is not None and a["component"] == f.component
     assert any(e.get("kind") == "timing" for e in a["evidence"]), a
+    assert a["rules"]["cause"] == ids.CAUSE_STRAGGLER, a["rules"]
 
 
 def test_a_level_step_only_the_sequential_test_flagged_that_names_nothing_is_healthy(
@@ -105,9 +110,11 @@ def test_a_level_step_only_the_sequential_test_flagged_that_names_nothing_is_hea
     engine = AttributionEngine()
     a = engine.attribute_step(db_conn, job=sc.job, step=52, store=False)
     assert a is not None and not a["slow"] and [e["kind"] for e in a["evidence"]] == ["onset"], a
+    assert a["rules"] == {"verdict": ids.DEMOTE_UNNAMED_LEVEL, "cause": None, "adjust": []}, a["rules"]
     for s in (55, 56):  # the fault's steps keep their cause
         a = engine.attribute_step(db_conn, job=sc.job, step=s, store=False)
         assert a is not None and a["slow"] and a["layer"] == "nic", (s, a)
     off = AttributionEngine(replace(DEFAULT_CONFIG, unnamed_level_healthy=False)).attribute_step(
         db_conn, job=sc.job, step=52, store=False)
     assert off is not None and off["slow"] and off["layer"] == "unknown", off
+    assert off["rules"]["verdict"] == ids.VERDICT_SEQUENTIAL and off["rules"]["cause"] == ids.CAUSE_UNKNOWN, off

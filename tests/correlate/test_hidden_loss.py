@@ -20,6 +20,8 @@ from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
 from fabricscope.service.correlate.decompose import Straggler, decompose, find_straggler, straggler_loss
+from fabricscope.service.correlate.records import Attribution
+from fabricscope.service.correlate.rules import ids
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.model import JobSpec, Timeline
@@ -70,6 +72,12 @@ def _flags(conn: psycopg.Connection, job: str, step: int) -> tuple[Baselines, in
     return bl, int(np.flatnonzero(steps == step)[0])
 
 
+def _promoted_by(a: Attribution, rule: str) -> None:
+    """`a` was made slow by promotion rule `rule`: its verdict, and the rule on its corroborated row."""
+    assert a["rules"]["verdict"] == rule, (a["step"], a["rules"])
+    assert [e.get("rule") for e in a["evidence"] if e.get("kind") == "corroborated"] == [rule], a["evidence"]
+
+
 def test_a_straggler_the_step_time_hides_is_slow_and_named(service_url: str, db_conn: psycopg.Connection) -> None:
     sc, step, f = _masked("hidden", 3)
     post(service_url, sc)
@@ -82,6 +90,7 @@ def test_a_straggler_the_step_time_hides_is_slow_and_named(service_url: str, db_
     assert (a["layer"], a["component"]) == (f.layer, f.component), a  # type: ignore[attr-defined]
     kinds = [e.get("kind") for e in a["evidence"]]
     assert "timing" in kinds and kinds[-1] == "corroborated", a["evidence"]
+    _promoted_by(a, ids.PROMOTE_STRAGGLER)  # over its centre: the ranks' clocks alone
     # the ranks' clocks: the others waited for the GPU by more than the bar
     steps_df, coll = q.rank_rows(db_conn, job=sc.job, step=step)
     per_rank = decompose(steps_df, coll)
@@ -102,7 +111,7 @@ def test_a_straggler_the_step_time_hides_is_slow_and_named(service_url: str, db_
 
 def test_a_shared_volume_loss_the_step_time_hides_is_slow_and_named(service_url: str,
                                                                      db_conn: psycopg.Connection) -> None:
-    spec = dataclasses.replace(SPEC, **random_storage_names(np.random.default_rng(13)))
+    spec = dataclasses.replace(SPEC, **random_storage_names(np.random.default_rng(13)))  # type: ignore[arg-type]
     f = make_fault(build_cluster(spec), "shared_volume_slow", start_step=START, steps=LENGTH, severity=0.08,
                    rng=np.random.default_rng(13))
     sc = generate(spec, job="hidden-shared-volume", steps=STEPS, faults=[f], seed=13, t0=1.781e9,
@@ -120,6 +129,7 @@ def test_a_shared_volume_loss_the_step_time_hides_is_slow_and_named(service_url:
     assert a is not None and a["slow"] and (a["layer"], a["component"]) == ("storage", f.component), a
     assert a["evidence"][-1]["kind"] == "corroborated"
     assert not [e for e in a["evidence"] if e.get("kind") == "timing"]  # no rank straggled
+    _promoted_by(a, ids.PROMOTE_BORDERLINE)  # data only: its telemetry names a storage cause
     # ...and its step time alone does not make it slow: without corroboration it is healthy
     off = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_min_confidence=0.0))
     b = off.attribute_step(db_conn, job=sc.job, step=step, store=False)
@@ -170,6 +180,7 @@ def test_a_fault_step_its_noise_brought_under_the_centre_is_slow_between_its_nei
     assert a is not None and a["slow"], a
     assert (a["layer"], a["component"]) == (f.layer, f.component), a  # type: ignore[attr-defined]
     assert a["evidence"][-1]["kind"] == "corroborated"
+    _promoted_by(a, ids.PROMOTE_BESIDE_SLOW)  # under its centre: only beside its slow steps
     # ...the ranks' clocks are what made it: without the straggler-loss rule it is healthy
     off = AttributionEngine(replace(DEFAULT_CONFIG, corroborate_straggler_loss=math.inf,
                                     beside_straggler_loss=math.inf))
@@ -195,6 +206,7 @@ def test_a_faults_last_step_its_noise_hid_is_slow_beside_its_slow_steps(
     a = engine.attribute_step(db_conn, job=sc.job, step=step, store=False)
     assert a is not None and a["slow"] and (a["layer"], a["component"]) == (f.layer, f.component), a  # type: ignore[attr-defined]
     assert a["evidence"][-1]["kind"] == "corroborated"
+    _promoted_by(a, ids.PROMOTE_BESIDE_SLOW)
     off = AttributionEngine(replace(DEFAULT_CONFIG, beside_straggler_loss=math.inf))
     b = off.attribute_step(db_conn, job=sc.job, step=step, store=False)
     assert b is not None and not b["slow"], b
@@ -228,7 +240,7 @@ def test_a_checkpoint_step_inside_a_fault_is_slow_by_its_loss_on_the_work_beside
     steps_df, coll = q.rank_rows(db_conn, job=sc.job, step=step)
     per_rank = decompose(steps_df, coll)
     st = find_straggler(per_rank)
-    assert st is not None and st.host == f.component  # type: ignore[attr-defined]
+    assert st is not None and st.host == f.component
     loss, base = straggler_loss(per_rank, st), float(bl.base[i])
     work = base - float(q.step_summaries(db_conn, job=sc.job, lo=step, hi=step)["ckpt_med"].iloc[0])
     assert 0.0 < work < base
@@ -237,8 +249,9 @@ def test_a_checkpoint_step_inside_a_fault_is_slow_by_its_loss_on_the_work_beside
         a = engine.attribute_step(db_conn, job=sc.job, step=step, store=False)
         assert a is not None and a["slow"] is slow, (share, a)
         if slow:
-            assert (a["layer"], a["component"]) == (f.layer, f.component), a  # type: ignore[attr-defined]
+            assert (a["layer"], a["component"]) == (f.layer, f.component), a
             assert a["evidence"][-1]["kind"] == "corroborated"
+            _promoted_by(a, ids.PROMOTE_BESIDE_SLOW)
 
 
 def _faster_forward(tl: Timeline, step: int, by_s: float) -> None:
@@ -281,10 +294,11 @@ def test_a_downtrained_gpus_last_step_counts_its_rings_loss_beside_its_slow_step
                                                                                       ring, bar)
     engine = AttributionEngine()
     n = engine.attribute_step(db_conn, job=sc.job, step=step - 1, store=False)
-    assert n is not None and n["slow"] and (n["layer"], n["component"]) == ("compute", f.component), n  # type: ignore[attr-defined]
+    assert n is not None and n["slow"] and (n["layer"], n["component"]) == ("compute", f.component), n
     a = engine.attribute_step(db_conn, job=sc.job, step=step, store=False)
-    assert a is not None and a["slow"] and (a["layer"], a["component"]) == ("compute", f.component), a  # type: ignore[attr-defined]
+    assert a is not None and a["slow"] and (a["layer"], a["component"]) == ("compute", f.component), a
     assert a["evidence"][-1]["kind"] == "corroborated"
+    _promoted_by(a, ids.PROMOTE_BESIDE_SLOW)
     off = AttributionEngine(replace(DEFAULT_CONFIG, beside_ring_loss=False))
     b = off.attribute_step(db_conn, job=sc.job, step=step, store=False)
     assert b is not None and not b["slow"], b

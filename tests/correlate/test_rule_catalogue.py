@@ -14,6 +14,7 @@ from fabricscope.service.correlate.rules import BY_ID, PLUMBING, RULES, catalogu
 
 ENGINE = Path(constants.__file__).resolve().parent
 DOCS = ENGINE.parent.parent / "docs" / "correlation-engine.md"
+TESTS = Path(__file__).resolve().parent.parent
 ID_NAMES = {k: v for k, v in vars(ids).items() if k.isupper() and isinstance(v, str)}
 
 
@@ -72,3 +73,28 @@ def test_docs_hold_the_generated_catalogue() -> None:
     assert inner.strip() == catalogue_markdown().strip(), (
         "docs/correlation-engine.md's rule catalogue is stale: regenerate it with "
         "`.venv/bin/python tools/regen_rule_catalogue.py`")
+
+
+# The deciding rules (families verdict, promote, demote, cause) that no test asserts yet: each is an
+# answer a different rule could produce by accident without any test noticing. Empty today; an id
+# goes here only with a comment saying why no test can assert it yet, and comes off as soon as one
+# does (the test below fails on a stale entry too).
+NOT_ASSERTED_YET: frozenset[str] = frozenset()
+
+
+def test_every_deciding_rule_is_asserted_by_a_test() -> None:
+    """Every verdict, promote, demote and cause rule is referenced (as `ids.NAME` or its id string) by
+    some test besides this file, so that a test fails when another rule produces the right answer by
+    accident; except NOT_ASSERTED_YET, which lists the gaps."""
+    deciding = {k: v for k, v in ID_NAMES.items() if v.split(".")[0] in ("verdict", "promote", "demote", "cause")}
+    assert set(NOT_ASSERTED_YET) <= set(deciding.values()), sorted(set(NOT_ASSERTED_YET) - set(deciding.values()))
+    me = Path(__file__).resolve()
+    text = "\n".join(p.read_text() for p in sorted(TESTS.rglob("*.py")) if p.resolve() != me)
+
+    def referenced(name: str, rule: str) -> bool:
+        return bool(re.search(rf"\bids\.{name}\b", text)) or f'"{rule}"' in text or f"'{rule}'" in text
+
+    missing = sorted(v for k, v in deciding.items() if not referenced(k, v) and v not in NOT_ASSERTED_YET)
+    assert not missing, f"deciding rules no test asserts: {missing}"
+    stale = sorted(v for k, v in deciding.items() if referenced(k, v) and v in NOT_ASSERTED_YET)
+    assert not stale, f"asserted now, take them off NOT_ASSERTED_YET: {stale}"

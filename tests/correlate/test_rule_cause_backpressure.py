@@ -17,6 +17,7 @@ from fabricscope.service.correlate.localize import (
     rank_candidates,
     series_groups,
 )
+from fabricscope.service.correlate.rules import ids
 
 Q3 = json.dumps({"queue": "3"})
 P3 = json.dumps({"priority": "3"})
@@ -43,6 +44,11 @@ def _scored(rows: list[tuple[str, str, float, str | None]], topo: Topo) -> pd.Da
 def _top(ev: pd.DataFrame) -> tuple[str, str]:
     top = rank_candidates(ev, ("nic", "link", "fabric")).iloc[0]
     return top["layer"], top["component"]
+
+
+def _rule(ev: pd.DataFrame) -> str:
+    """The cause rule that names the network cause of `ev` (causes.net_cause)."""
+    return str(net_cause(ev, 1.0)["rule"])
 
 
 def _incast(topo: Topo) -> pd.DataFrame:
@@ -72,6 +78,7 @@ def test_the_congested_queue_is_named_over_louder_victims() -> None:
     assert _top(ev) == ("fabric", "leaf1:swp1")
     cause = net_cause(ev, 1.0)
     assert (cause["layer"], cause["component"]) == ("fabric", "leaf1:swp1")
+    assert cause["rule"] == ids.CAUSE_BACKPRESSURE  # named by following the pause, not by its own signal
     first = cause["evidence"][0]  # the queue itself leads the evidence, with its label
     assert first["source"] == "leaf1:swp1" and first["labels"] == {"queue": "3"}
     assert first["metric"] == "queue_occupancy_bytes"
@@ -89,6 +96,7 @@ def test_pause_that_spread_a_hop_further_still_leads_to_the_culprit() -> None:
     ev = follow_backpressure(candidates(df, topo), topo)
     assert _top(ev) == ("fabric", "leaf1:swp1")
     assert set(ev.loc[ev["metric"].str.contains("pause"), "component"]) == {"leaf1:swp1"}
+    assert _rule(ev) == ids.CAUSE_BACKPRESSURE
 
 
 def test_a_nic_pause_storm_stays_the_nics() -> None:
@@ -100,7 +108,7 @@ def test_a_nic_pause_storm_stays_the_nics() -> None:
                   ("leaf1:swp3", "pfc_deadlock_total", 40.0, Q3),
                   ("leaf1:swp9", "tx_pause_frames_total", 20.0, P3)], topo)
     ev = follow_backpressure(candidates(df, topo), topo)
-    assert _top(ev) == ("nic", "node03:mlx5_0")
+    assert _top(ev) == ("nic", "node03:mlx5_0") and _rule(ev) == ids.CAUSE_BACKPRESSURE
     assert set(ev.loc[ev["source"] == "leaf1:swp3", "layer"]) == {"nic"}
 
 
@@ -120,6 +128,7 @@ def test_lossy_queue_drops_name_the_port() -> None:
                   ("leaf2:swp1", "queue_watermark_bytes", 20.0, json.dumps({"queue": "0"}))], topo)
     cause = net_cause(follow_backpressure(candidates(df, topo), topo), 1.0)
     assert (cause["layer"], cause["component"]) == ("fabric", "leaf2:swp1")
+    assert cause["rule"] == ids.CAUSE_NETWORK_SIGNAL  # its own drops: nothing followed
     assert cause["evidence"][0]["labels"] == {"queue": "0"}
     units = {e["metric"]: e["unit"] for e in cause["evidence"]}
     assert units == {"queue_dropped_packets_total": "per_second", "queue_watermark_bytes": "value"}
@@ -137,6 +146,7 @@ def test_infiniband_credit_waits_lead_to_the_port_that_cannot_drain() -> None:
     ev = candidates(df, topo)
     assert _top(ev) != ("fabric", "leaf1:swp1")
     assert _top(follow_backpressure(ev, topo)) == ("fabric", "leaf1:swp1")
+    assert _rule(follow_backpressure(ev, topo)) == ids.CAUSE_BACKPRESSURE
     # a spine port toward leaf2 congested: leaf1's uplink into that spine waits on it
     df = _scored([("spine1:swp2", "port_xmit_wait_total", 50.0, None),
                   ("leaf1:swp9", "port_xmit_wait_total", 500.0, None),
@@ -148,7 +158,8 @@ def test_link_error_recovery_names_the_link() -> None:
     topo = _topo()
     df = _scored([("node02:mlx5_0", "link_error_recovery_total", 30.0, None),
                   ("node02:mlx5_0", "symbol_errors_total", 20.0, None)], topo)
-    assert _top(follow_backpressure(candidates(df, topo), topo)) == ("link", "leaf1:swp2")
+    ev = follow_backpressure(candidates(df, topo), topo)
+    assert _top(ev) == ("link", "leaf1:swp2") and _rule(ev) == ids.CAUSE_NETWORK_SIGNAL
     df = _scored([("spine2:swp2", "link_error_recovery_total", 30.0, None)], topo)
     assert _top(candidates(df, topo)) == ("link", "leaf2:swp10")
 

@@ -16,6 +16,7 @@ from fabricscope.service.correlate.baseline import Baselines
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
 from fabricscope.service.correlate.episode import from_episode
 from fabricscope.service.correlate.records import Attribution
+from fabricscope.service.correlate.rules import ids
 
 N = 6
 LINK, NIC = "leaf7:p12", "h3:nic1"
@@ -55,16 +56,19 @@ def test_a_weak_own_cause_follows_the_episode_cause(db_conn: psycopg.Connection)
     assert [c["component"] for c in out["causes"]] == [LINK, NIC]  # its own cause still listed, second
     assert out["causes"][0]["lost_s"] == 0.2  # the lost time is not counted twice
     assert out["evidence"][0]["kind"] == "episode" and out["evidence"][0]["value"] == 0.0
+    assert out["rules"]["cause"] == ids.CAUSE_EPISODE and out["causes"][0]["rule"] == ids.CAUSE_EPISODE
 
 
 def test_a_strong_own_cause_is_kept(db_conn: psycopg.Connection) -> None:
     out = _borrow(db_conn, "ep-strong", _answer(N - 1, "fabric", NIC, 0.7))
     assert (out["layer"], out["component"], out["confidence"]) == ("fabric", NIC, 0.7)
     assert not out["evidence"]
+    assert "rules" not in out  # the episode rule did not decide it
 
 
 def test_a_nameless_step_borrows_and_a_step_naming_the_episode_cause_is_unchanged(db_conn: psycopg.Connection) -> None:
     out = _borrow(db_conn, "ep-unknown", _answer(N - 1, "unknown", None, 0.1))
     assert (out["layer"], out["component"]) == ("link", LINK)
+    assert out["rules"]["cause"] == ids.CAUSE_EPISODE and [c["rule"] for c in out["causes"]] == [ids.CAUSE_EPISODE]
     same = _borrow(db_conn, "ep-same", _answer(N - 1, "link", LINK, 0.1))
-    assert (same["confidence"], same["evidence"]) == (0.1, [])
+    assert (same["confidence"], same["evidence"]) == (0.1, []) and "rules" not in same

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
@@ -24,6 +25,8 @@ import psycopg
 import pytest
 
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG
+from fabricscope.service.correlate.rules import ids
 from fabricscope.service.simulate.faults import CKPT_LATENCY, SHARED_CKPT, Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.model import JobSpec, Timeline
@@ -120,6 +123,9 @@ def test_volume_write_signal_names_a_hosts_own_checkpoint_volume(service_url: st
     a = ENGINE.attribute_step(db_conn, job=sc.job, step=SLOW)
     assert a is not None and a["slow"], _answer(a)
     assert (a["layer"], a["component"]) == ("storage", f.component), _answer(a)
+    assert a["rules"]["verdict"] == ids.VERDICT_CHECKPOINT_BAR, _answer(a)
+    # its host wrote slowly (a checkpoint straggler), and the volume it wrote to is named with it
+    assert a["rules"]["cause"] == ids.CAUSE_STRAGGLER_VOLUME, _answer(a)
 
 
 @pytest.mark.parametrize("marks", MARKED_OR_NOT)
@@ -135,6 +141,14 @@ def test_volume_write_signal_names_a_shared_checkpoint_volume(service_url: str, 
     a = ENGINE.attribute_step(db_conn, job=sc.job, step=SLOW)
     assert a is not None and a["slow"], _answer(a)
     assert (a["layer"], a["component"]) == ("storage", f.component), _answer(a)
+    assert a["rules"]["verdict"] == ids.VERDICT_CHECKPOINT_BAR, _answer(a)
+    # no host straggles: the volume's own signal, the volume a checkpoint volume (cause.written_volume
+    # when the job posts no events: the volume written during the step)
+    assert a["rules"]["cause"] == ids.CAUSE_VOLUME_SIGNAL, _answer(a)
+    if marks == "phase":  # with cause.written_volume off, nothing says the write went to that volume
+        off = AttributionEngine(replace(DEFAULT_CONFIG, disabled=frozenset({ids.CAUSE_WRITTEN_VOLUME})))
+        b = off.attribute_step(db_conn, job=sc.job, step=SLOW, store=False)
+        assert b is not None and b["component"] != f.component, _answer(b)
 
 
 @pytest.mark.parametrize("earlier", (1, 2))
@@ -157,6 +171,8 @@ def test_checkpoint_bar_flags_a_checkpoint_step_twice_its_predecessors(service_u
     assert abs(d[step] / np.mean(d[list(CHECKPOINTS[:earlier])]) - 2) < 0.02
     a = ENGINE.attribute_step(db_conn, job=sc.job, step=step)
     assert a is not None and a["slow"], _answer(a)
+    # its own bar, as a checkpoint step; a job that marks none is judged as by a plain step's bar
+    assert a["rules"]["verdict"] == (ids.VERDICT_BAR if marks == "none" else ids.VERDICT_CHECKPOINT_BAR), _answer(a)
     assert a["lost_s"] > 0.5 * (d[step] - d[step - EVERY]), _answer(a)  # about what the longer write added
 
 
@@ -172,7 +188,8 @@ def test_checkpoint_bar_passes_healthy_checkpoint_steps(service_url: str, db_con
     d = sc.timeline.step_duration()
     assert min(d[c] for c in CHECKPOINTS) > 1.25 * max(d[c - 1] for c in CHECKPOINTS)  # the write is in the step
     answers = {s: ENGINE.attribute_step(db_conn, job=sc.job, step=s) for s in (*CHECKPOINTS, EVERY + 5, 2 * EVERY + 1)}
-    wrong = {s: _answer(a) for s, a in answers.items() if a is None or a["slow"] or a["layer"] != "none"}
+    wrong = {s: _answer(a) for s, a in answers.items()
+             if a is None or a["slow"] or a["layer"] != "none" or a["rules"]["verdict"] != ids.VERDICT_UNDER_BAR}
     assert not wrong, wrong  # every step judged, so that a failure names all the wrong ones
 
 

@@ -12,6 +12,7 @@ import psycopg
 
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.correlate.engine import ONSET_KIND
+from fabricscope.service.correlate.rules import ids
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.model import JobSpec
@@ -48,14 +49,19 @@ def test_a_long_healthy_step_folded_into_a_shift_is_not_slow(service_url: str, a
     a = engine.attribute_step(db_conn, job=sc.job, step=START - 1)
     assert a is not None and not a["slow"] and a["layer"] == "none", a
     assert [e["kind"] for e in a["evidence"]] == [ONSET_KIND], a["evidence"]
+    assert a["rules"] == {"verdict": ids.DEMOTE_UNSURE_ONSET, "cause": None, "adjust": []}, a["rules"]
     # the fault's own steps keep its cause
     for s in range(START, START + LENGTH):
         b = engine.attribute_step(db_conn, job=sc.job, step=s)
         assert b is not None and b["slow"] and (b["layer"], b["component"]) == (f.layer, f.component), b  # type: ignore[attr-defined]
+        assert b["rules"]["verdict"] in (ids.VERDICT_BAR, ids.VERDICT_SEQUENTIAL), (s, b["rules"])
+        assert b["rules"]["cause"] == ids.CAUSE_STRAGGLER, (s, b["rules"])
     # the steps listing agrees once the attribution is stored, and the background pass's restatement
     # does not take it up again (its flag differs from the baseline's for good)
-    listed = {r["step"]: r["slow"] for r in api.get(f"/v1/jobs/{sc.job}/steps").json()}
+    rows = {r["step"]: r for r in api.get(f"/v1/jobs/{sc.job}/steps").json()}
+    listed = {s: r["slow"] for s, r in rows.items()}
     assert listed[START - 1] is False and listed[START] is True
+    assert rows[START - 1]["verdict"] == ids.DEMOTE_UNSURE_ONSET, rows[START - 1]
     assert engine._restate(db_conn, job=sc.job, lo=START - 4, hi=START + LENGTH) == 0
 
 
@@ -68,3 +74,5 @@ def test_a_faults_first_step_its_telemetry_names_stays_slow(service_url: str, db
     a = AttributionEngine().attribute_step(db_conn, job=sc.job, step=START)
     assert a is not None and a["slow"] and (a["layer"], a["component"]) == (f.layer, f.component), a  # type: ignore[attr-defined]
     assert "timing" in [e.get("kind") for e in a["evidence"]]
+    # slow by the sequential test alone (not the per-step bar), named by its own straggler
+    assert a["rules"]["verdict"] == ids.VERDICT_SEQUENTIAL and a["rules"]["cause"] == ids.CAUSE_STRAGGLER, a["rules"]

@@ -8,6 +8,7 @@ the time, stay slow with the NIC. Through the real ingest API and database."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import httpx
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.correlate.baseline import compute_baselines
+from fabricscope.service.correlate.rules import ids
 from fabricscope.service.correlate.untimed import UNTIMED_KIND, ring_loss
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import generate
@@ -29,12 +31,13 @@ AFTER = START + LENGTH  # the first step after the fault
 
 
 def _long_step_after(service_url: str, api: httpx.Client, db_conn: psycopg.Connection, spec: ClusterSpec,
-                     kind: str, seed: int, t0: float, timed: str, metric: str, layer: str) -> None:
+                     kind: str, seed: int, t0: float, timed: str, metric: str, layer: str,
+                     causes: frozenset[str]) -> None:
     """A `kind` fault of steps START..AFTER-1 (+5 %, samples every 6 s) and a healthy step right after
     it that ran 3.5 % long (under the bar). The sequential test puts that step in the shift, the
     per-step test does not, nor does the phase the fault slows (`timed`: the Baselines flag): it is
     not slow, with one `untimed` row of `metric`, and the listing agrees; the fault's own steps keep
-    (`layer`, its component)."""
+    (`layer`, its component), named by one of the cause rules `causes`."""
     f = make_fault(build_cluster(spec), kind, start_step=START, steps=LENGTH, severity=0.05,
                    rng=np.random.default_rng(seed))
     # t0: a time range no other test of the database uses (hosts share names across tests)
@@ -52,17 +55,22 @@ def _long_step_after(service_url: str, api: httpx.Client, db_conn: psycopg.Conne
     assert a is not None and not a["slow"] and a["layer"] == "none", a
     assert [(e["kind"], e["metric"]) for e in a["evidence"]] == [(UNTIMED_KIND, metric)], a["evidence"]
     assert a["evidence"][0]["score"] < 4.0
+    assert a["rules"] == {"verdict": ids.DEMOTE_UNTIMED, "cause": None, "adjust": []}, a["rules"]
     for s in (START + 1, AFTER - 1):
         b = engine.attribute_step(db_conn, job=sc.job, step=s)
         assert b is not None and b["slow"] and (b["layer"], b["component"]) == (layer, f.component), (s, b)
-    listed = {r["step"]: r["slow"] for r in api.get(f"/v1/jobs/{sc.job}/steps").json()}
-    assert listed[AFTER] is False and listed[AFTER - 1] is True
+        assert b["rules"]["verdict"] in (ids.VERDICT_BAR, ids.VERDICT_SEQUENTIAL), (s, b["rules"])
+        assert b["rules"]["cause"] in causes, (s, b["rules"])
+    rows = {r["step"]: r for r in api.get(f"/v1/jobs/{sc.job}/steps").json()}
+    assert rows[AFTER]["slow"] is False and rows[AFTER - 1]["slow"] is True
+    assert rows[AFTER]["verdict"] == ids.DEMOTE_UNTIMED, rows[AFTER]
 
 
 def test_a_long_step_after_a_network_fault_is_not_slow_when_its_collectives_lost_nothing(
         service_url: str, api: httpx.Client, db_conn: psycopg.Connection) -> None:
     _long_step_after(service_url, api, db_conn, SPEC, "nic_degradation", 4, 1.7865e9, "net_timing",
-                     "collective_transfer_seconds", "nic")
+                     "collective_transfer_seconds", "nic",
+                     frozenset({ids.CAUSE_NETWORK_SIGNAL, ids.CAUSE_BACKPRESSURE}))
 
 
 def test_a_long_step_after_a_shared_volume_slowdown_is_not_slow_when_its_loaders_lost_nothing(
@@ -70,9 +78,9 @@ def test_a_long_step_after_a_shared_volume_slowdown_is_not_slow_when_its_loaders
     """The same of a shared volume every host's loader reads (731 run 2 step 30): its slowdown is in
     the ranks' `data` phase by its nature, so a step whose loaders read at their usual pace is not
     slowed by it, whatever the volume's 6-s samples covering its seconds say."""
-    spec = dataclasses.replace(SPEC, **random_storage_names(np.random.default_rng(5)))
+    spec = dataclasses.replace(SPEC, **random_storage_names(np.random.default_rng(5)))  # type: ignore[arg-type]
     _long_step_after(service_url, api, db_conn, spec, "shared_volume_slow", 5, 1.7872e9, "data_timing",
-                     "data_seconds", "storage")
+                     "data_seconds", "storage", frozenset({ids.CAUSE_SHARED_STORAGE, ids.CAUSE_VOLUME_SIGNAL}))
 
 
 def test_a_long_step_after_a_gpu_fault_is_not_slow_when_that_gpus_rank_did_no_more_work(
@@ -83,10 +91,10 @@ def test_a_long_step_after_a_gpu_fault_is_not_slow_when_that_gpus_rank_did_no_mo
     Rule: a GPU or host cause whose ranks did no more local work did not slow a step only the sequential test
     flagged (untimed._untimed_work)."""
     _long_step_after(service_url, api, db_conn, SPEC, "gpu_thermal_throttle", 6, 1.7879e9, "net_timing",
-                     "local_work_seconds", "compute")
+                     "local_work_seconds", "compute", frozenset({ids.CAUSE_STRAGGLER}))
 
 
-def _gpu_answer(metric: str) -> dict[str, object]:
+def _gpu_answer(metric: str) -> Any:
     return {"layer": "compute", "component": "n1:gpu2", "evidence": [
         {"source": "n1:gpu2", "metric": metric, "value": 4.0, "baseline": 16.0, "score": 12.0, "unit": "lanes"}]}
 

@@ -20,6 +20,7 @@ from bench.attribution import accuracy_runs
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
 from fabricscope.service.correlate.device_probe import origin_cover
+from fabricscope.service.correlate.rules import ids
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.model import JobSpec
@@ -53,9 +54,19 @@ def _hidden(db_conn: psycopg.Connection, sc: Scenario, steps: range) -> list[int
     return out
 
 
-def _slow_with_the_link(a: object, component: str) -> None:
+INSIDE = (ids.PROMOTE_INSIDE_FAULT, ids.PROMOTE_INSIDE_FAULT_ORIGIN)
+# a hidden step over the job's centre whose ranks waited for the GPU by a slow step's share is made slow
+# by origin_state_straggler first (it precedes the inside-fault rules): the ranks' clocks and the link's
+# width in its own span say so without its neighbours
+INSIDE_OR_OWN = (*INSIDE, ids.PROMOTE_ORIGIN_STATE)
+
+
+def _slow_with_the_link(a: object, component: str, rules: tuple[str, ...]) -> None:
+    """`a` slow with the GPU `component`, promoted by one of `rules` (its corroborated row says which)."""
     assert isinstance(a, dict) and a["slow"] and (a["layer"], a["component"]) == ("compute", component), a
     assert any(e.get("kind") == "corroborated" for e in a["evidence"]), a
+    assert a["rules"]["verdict"] in rules, (a["step"], a["rules"])
+    assert [e["rule"] for e in a["evidence"] if e.get("kind") == "corroborated"] == [a["rules"]["verdict"]], a
     # under its baseline or not, it lost no negative time
     assert a["lost_s"] >= 0.0 and all(c["lost_s"] >= 0.0 for c in a["causes"]), a
 
@@ -73,16 +84,19 @@ def test_a_step_a_device_states_fault_slowed_under_every_bar_is_slow_between_its
     engine = AttributionEngine()
     hidden = _hidden(db_conn, sc, inside)
     assert hidden, "the scenario must hold a faulty step under every timing bar"
+    gap_only = AttributionEngine(replace(DEFAULT_CONFIG, origin_state_straggler=False))
     for s in hidden:
         a = engine.attribute_step(db_conn, job=sc.job, step=s)
-        _slow_with_the_link(a, component)
+        _slow_with_the_link(a, component, INSIDE_OR_OWN)
+        # the inside-fault rules alone (origin_state_straggler, which decides first where it holds, off)
+        _slow_with_the_link(gap_only.attribute_step(db_conn, job=sc.job, step=s, store=False), component, INSIDE)
         assert a is not None and any(e["source"] == component and e["metric"] == "pcie_link_width"
                                      for e in a["evidence"]), a
         # off: with origin_state_straggler too, which makes the fault's borderline steps slow on
         # their own (test_rule_promote_origin_state_straggler.py), and so the steps between them
         off = AttributionEngine(replace(DEFAULT_CONFIG, fill_gap_steps=0, origin_state_straggler=False)
                                 ).attribute_step(db_conn, job=sc.job, step=s, store=False)
-        assert off is not None and not off["slow"], (s, off)
+        assert off is not None and not off["slow"] and off["rules"]["verdict"] == ids.VERDICT_UNDER_BAR, (s, off)
     if seed == 1:  # the rule reaches past 4 steps: with that reach, part of the run stays healthy
         near = AttributionEngine(replace(DEFAULT_CONFIG, fill_gap_origin_steps=4, origin_state_straggler=False))
         assert any(not near.attribute_step(db_conn, job=sc.job, step=s, store=False)["slow"]  # type: ignore[index]
@@ -109,15 +123,16 @@ def test_a_device_states_faults_first_or_last_step_under_every_bar_is_slow_besid
     component = sc.faults[0].component
     assert _hidden(db_conn, sc, range(edge, edge + 1)) == [edge]
     engine = AttributionEngine()
-    _slow_with_the_link(engine.attribute_step(db_conn, job=sc.job, step=edge), component)
+    _slow_with_the_link(engine.attribute_step(db_conn, job=sc.job, step=edge), component,
+                        (ids.PROMOTE_FAULT_EDGE, ids.PROMOTE_BESIDE_SLOW, ids.PROMOTE_ORIGIN_STATE))
     # the edge rule alone: the ranks' wait for the GPU with its ring's loss (beside_ring_loss,
     # test_hidden_loss.py) makes seed 13's first step slow with the link too
     edge_only = replace(DEFAULT_CONFIG, beside_ring_loss=False)
     _slow_with_the_link(AttributionEngine(edge_only).attribute_step(db_conn, job=sc.job, step=edge, store=False),
-                        component)
+                        component, (ids.PROMOTE_FAULT_EDGE,))
     off = AttributionEngine(replace(edge_only, fill_edge_steps=0)).attribute_step(
         db_conn, job=sc.job, step=edge, store=False)
-    assert off is not None and not off["slow"], off
+    assert off is not None and not off["slow"] and off["rules"]["verdict"] == ids.VERDICT_UNDER_BAR, off
     for s in beside:
         a = engine.attribute_step(db_conn, job=sc.job, step=s, store=False)
         assert a is not None and not a["slow"], (s, a)
@@ -172,9 +187,11 @@ def test_the_step_before_a_volumes_second_slowdown_is_not_filled_from_the_sample
     engine = AttributionEngine()
     a = engine.attribute_step(db_conn, job=sc.job, step=48, store=False)
     assert a is not None and not a["slow"], a
+    assert a["rules"]["verdict"] == ids.VERDICT_UNDER_BAR, a["rules"]
     off = AttributionEngine(replace(DEFAULT_CONFIG, fill_gap_state_throughout=False)).attribute_step(
         db_conn, job=sc.job, step=48, store=False)
     assert off is not None and off["slow"] and off["component"] == vol[0].component, off
+    assert off["rules"]["verdict"] == ids.PROMOTE_INSIDE_FAULT, off["rules"]
     for s in (44, 49, 50):  # the slowdowns' own steps keep the volume
         a = engine.attribute_step(db_conn, job=sc.job, step=s, store=False)
         assert a is not None and a["slow"] and a["component"] == vol[0].component, (s, a)

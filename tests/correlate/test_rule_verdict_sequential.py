@@ -14,6 +14,7 @@ import psycopg
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.correlate.baseline import CHANGE_RUN, Baselines, _median, compute_baselines
 from fabricscope.service.correlate.constants import DEFAULT_SEQ, SeqParams
+from fabricscope.service.correlate.rules import ids
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.send import HttpSink, send_scenario
@@ -163,8 +164,11 @@ def test_background_attribution_restates_the_onset_of_a_shift_proven_later(
     assert not any(v for s, v in stored.items() if s >= 57)
     # (a last step that lost a rank's row waits for later steps that never come: not stored)
     assert len(stored) >= 68
-    listed = {r["step"]: r["slow"] for r in engine.list_steps(db_conn, job=job)}
-    assert all(listed[s] == v for s, v in stored.items())
+    rows = {r["step"]: r for r in engine.list_steps(db_conn, job=job)}
+    assert all(rows[s]["slow"] == v for s, v in stored.items())
+    # the first steps, restated once the shift was proven, are slow by the sequential test
+    restated = {s: rows[s]["verdict"] for s in range(35, 38) if not first[s]}
+    assert restated and set(restated.values()) == {ids.VERDICT_SEQUENTIAL}, restated
 
 
 def test_a_slow_checkpoint_and_the_slightly_slower_steps_after_it_are_one_episode() -> None:

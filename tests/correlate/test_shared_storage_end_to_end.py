@@ -13,6 +13,7 @@ import psycopg
 
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.correlate.records import Attribution
+from fabricscope.service.correlate.rules import ids
 from fabricscope.service.simulate.faults import Fault, make_fault
 from fabricscope.service.simulate.generator import Scenario, generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster, random_storage_names
@@ -24,7 +25,7 @@ ENGINE = AttributionEngine()
 
 def _spec(seed: int) -> ClusterSpec:
     return dataclasses.replace(ClusterSpec(hosts=4, gpus_per_host=4, nics_per_host=2, leaves=2, spines=2),
-                               **random_storage_names(np.random.default_rng(seed)))
+                               **random_storage_names(np.random.default_rng(seed)))  # type: ignore[arg-type]
 
 
 def _send(url: str, spec: ClusterSpec, faults: list[Fault], *, seed: int, name: str) -> Scenario:
@@ -58,10 +59,11 @@ def test_a_slow_shared_volume_is_named_from_its_own_history(service_url: str, db
         # the evidence compares the volume with its own past: several-fold above it
         assert lat and lat[0]["value"] > 1.5 * lat[0]["baseline"], a["evidence"]
         assert not [e for e in a["evidence"] if e.get("kind") == "timing"]  # no rank straggled
+        assert a["rules"]["cause"] == ids.CAUSE_VOLUME_SIGNAL, a["rules"]  # the volume's own signal, no straggler
         assert a["confidence"] > 0.3, a
     for s in (t.step for t in sc.truth.values() if t.slow is False and t.step > 8):
-        a = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
-        assert a is not None and not a["slow"], a
+        b = ENGINE.attribute_step(db_conn, job=sc.job, step=s)
+        assert b is not None and not b["slow"] and b["rules"]["verdict"] == ids.VERDICT_UNDER_BAR, b
 
 
 def test_a_quiet_shared_volume_is_not_blamed(service_url: str, db_conn: psycopg.Connection) -> None:
@@ -77,6 +79,7 @@ def test_a_quiet_shared_volume_is_not_blamed(service_url: str, db_conn: psycopg.
         a = ENGINE.attribute_step(db_conn, job=sc.job, step=t.step)
         assert a is not None and (a["layer"], a["component"]) == ("compute", f.component), a
         assert not [e for e in a["evidence"] if e["source"].startswith(spec.storage_device + ":")], a
+        assert a["rules"]["cause"] == ids.CAUSE_STRAGGLER, a["rules"]
 
 
 def test_a_slow_checkpoint_on_a_neutrally_named_volume_names_that_volume(service_url: str,
@@ -94,6 +97,7 @@ def test_a_slow_checkpoint_on_a_neutrally_named_volume_names_that_volume(service
         assert a is not None and (a["layer"], a["component"]) == ("storage", f.component), a
         assert any(e["source"] == f.component and e["metric"] == "write_latency_seconds"
                    for e in a["evidence"]), a["evidence"]
+        assert a["rules"]["cause"] == ids.CAUSE_STRAGGLER_VOLUME, a["rules"]  # its host's slow write, its volume
 
 
 def test_a_slow_shared_volume_without_its_latency_series_is_named_from_the_loaders(
@@ -116,3 +120,6 @@ def test_a_slow_shared_volume_without_its_latency_series_is_named_from_the_loade
         assert not [e for e in a["evidence"] if e["metric"] == "read_latency_seconds"]
         row = next(e for e in a["evidence"] if e["metric"] in ("data_seconds", "episode_cause"))
         assert row["source"] == f.component, a["evidence"]
+        # named from the loaders' timing, or (a step whose own loaders say less) from its episode's
+        want = ids.CAUSE_SHARED_UNOBSERVED if row["metric"] == "data_seconds" else ids.CAUSE_EPISODE
+        assert a["rules"]["cause"] == want, (a["step"], a["rules"])
