@@ -49,8 +49,10 @@ def switchable() -> list[str]:
         p.read_text() for p in ENGINE_DIR.rglob("*.py"))))
     names.discard("")
     found = [getattr(ids, n) for n in names if hasattr(ids, n)]
-    # the fill-gap loop asks off(rule) for its two rules
-    found += [ids.PROMOTE_INSIDE_FAULT, ids.PROMOTE_INSIDE_FAULT_ORIGIN]
+    # the promotion rules are applied as data (promote.PROMOTIONS), each asked off(rule)
+    from fabricscope.service.correlate.promote import PROMOTIONS
+
+    found += [rule for rule, _ in PROMOTIONS]
     return sorted(set(found), key=lambda r: BY_ID[r].precedence)
 
 

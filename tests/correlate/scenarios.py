@@ -8,8 +8,8 @@ import psycopg
 
 from fabricscope.service.correlate import queries as q
 from fabricscope.service.correlate.baseline import Baselines
+from fabricscope.service.correlate.case import _baselines_for
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
-from fabricscope.service.correlate.engine import _baselines_for
 from fabricscope.service.simulate.generator import Scenario
 from fabricscope.service.simulate.model import Timeline
 from fabricscope.service.simulate.send import HttpSink, send_scenario

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fabricscope.service.correlate.engine import _baselines_for
+from fabricscope.service.correlate.case import _baselines_for
 
 SUMMARIES = Path(__file__).parent / "data" / "seed703_run6_step_summaries.csv"
 

@@ -13,8 +13,8 @@ import numpy as np
 import psycopg
 
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate.case import _history_end
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
-from fabricscope.service.correlate.engine import _history_end
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster

@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from fabricscope.service.correlate.baseline import compute_baselines
+from fabricscope.service.correlate.case import _baselines_for
 from fabricscope.service.correlate.constants import DEFAULT_SEQ
-from fabricscope.service.correlate.engine import _baselines_for
 
 DATA = Path(__file__).parent / "data"
 

@@ -11,7 +11,7 @@ import numpy as np
 import psycopg
 
 from fabricscope.service.correlate import AttributionEngine
-from fabricscope.service.correlate.engine import _baselines_for
+from fabricscope.service.correlate.case import _baselines_for
 from fabricscope.service.simulate.faults import make_fault
 from fabricscope.service.simulate.generator import generate
 from fabricscope.service.simulate.topology import ClusterSpec, build_cluster
