@@ -80,6 +80,18 @@ class WorkLoss:
     ckpt_s: float | None = None
 
 
+def _top_volume(pool: pd.DataFrame, ev: pd.DataFrame, cfg: EngineConfig, rule: str) -> CauseDraft:
+    """The storage cause of `pool`'s (rank_candidates) strongest volume, built by cause rule `rule`."""
+    comp = pool.iloc[0]["component"]
+    return {
+        "layer": "storage",
+        "component": comp,
+        "confidence": storage_confidence(pool, cfg),
+        "evidence": evidence_rows(ev, layer="storage", component=comp, n=cfg.evidence_per_cause),
+        "rule": rule,
+    }
+
+
 def work_cause(
     st: Straggler | None,
     ev: pd.DataFrame,
@@ -111,28 +123,14 @@ def work_cause(
         # the straggler is the usual spread across ranks (a checkpoint step's slowest writer is a few
         # sigmas out on most steps); the straggler stays the answer when nothing shared can be named
         if len(shared) and reading:
-            comp = shared.iloc[0]["component"]
-            return {
-                "layer": "storage",
-                "component": comp,
-                "confidence": storage_confidence(shared, cfg),
-                "evidence": evidence_rows(ev, layer="storage", component=comp, n=n),
-                "rule": ids.CAUSE_SHARED_STORAGE,
-            }
+            return _top_volume(shared, ev, cfg, ids.CAUSE_SHARED_STORAGE)
         unseen = _unobserved_shared(loaders, topo, cfg) if loaders is not None else None
         if unseen is not None:
             return unseen
     if st is None:
         pool = storage if len(storage) and reading else written
         if len(pool):
-            comp = pool.iloc[0]["component"]
-            return {
-                "layer": "storage",
-                "component": comp,
-                "confidence": storage_confidence(pool, cfg),
-                "evidence": evidence_rows(ev, layer="storage", component=comp, n=n),
-                "rule": ids.CAUSE_VOLUME_SIGNAL,
-            }
+            return _top_volume(pool, ev, cfg, ids.CAUSE_VOLUME_SIGNAL)
         if loaders is not None:
             return _unobserved_shared(loaders, topo, cfg) or unknown_cause(cfg.unknown_confidence)
         return unknown_cause(cfg.unknown_confidence)

@@ -445,34 +445,21 @@ ORDER BY 1
 """
 
 
-def volumes_read(conn: Any, *, volumes: list[str], ws: float, we: float) -> list[str]:
-    """The volumes of `volumes` the step's window saw read (read ops or bytes counted)."""
+def _volumes_counting(conn: Any, *, volumes: list[str], metrics: list[str], ws: float, we: float) -> list[str]:
     cur = conn.execute(
-        VOLUMES_READ_SQL,
-        {
-            "volumes": volumes,
-            "metrics": ["read_ops_total", "read_bytes_total"],
-            "ws": ws,
-            "we": we,
-            "gap": MAX_SAMPLE_GAP_S,
-        },
+        VOLUMES_READ_SQL, {"volumes": volumes, "metrics": metrics, "ws": ws, "we": we, "gap": MAX_SAMPLE_GAP_S}
     )
     return [r[0] for r in cur.fetchall()]
+
+
+def volumes_read(conn: Any, *, volumes: list[str], ws: float, we: float) -> list[str]:
+    """The volumes of `volumes` the step's window saw read (read ops or bytes counted)."""
+    return _volumes_counting(conn, volumes=volumes, metrics=["read_ops_total", "read_bytes_total"], ws=ws, we=we)
 
 
 def volumes_written(conn: Any, *, volumes: list[str], ws: float, we: float) -> list[str]:
     """The volumes of `volumes` the step's window saw written (write ops or bytes counted)."""
-    cur = conn.execute(
-        VOLUMES_READ_SQL,
-        {
-            "volumes": volumes,
-            "metrics": ["write_ops_total", "write_bytes_total"],
-            "ws": ws,
-            "we": we,
-            "gap": MAX_SAMPLE_GAP_S,
-        },
-    )
-    return [r[0] for r in cur.fetchall()]
+    return _volumes_counting(conn, volumes=volumes, metrics=["write_ops_total", "write_bytes_total"], ws=ws, we=we)
 
 
 # The distinct sources of a job's `checkpoint` events, one index probe each (a loose index scan on
