@@ -16,7 +16,7 @@ from fabricscope.service.correlate.devices import ERROR_RATE_METRICS, ORIGIN_MET
 from fabricscope.service.correlate.localize import Topo, rank_candidates
 from fabricscope.service.correlate.records import Attribution, CauseDraft, EvidenceRow, named
 from fabricscope.service.correlate.rules import ids
-from fabricscope.service.correlate.rules.trace import adjusted, noted
+from fabricscope.service.correlate.rules.trace import adjusted, caused, noted
 
 NET_LAYERS = ("nic", "link", "fabric")
 _PHASE_METRIC = {
@@ -169,14 +169,7 @@ def work_cause(
                 "evidence": [timing],
                 "rule": ids.CAUSE_CHECKPOINT_UNOBSERVED,
             }
-        return {
-            "layer": "host",
-            "component": st.host,
-            "confidence": conf,
-            "evidence": [timing],
-            "rule": ids.CAUSE_HOST_STRAGGLER,
-        }
-    if st.host_level:
+    if st.phase == "data" or st.host_level:  # a loader's time, or most ranks of one host: the host
         return {
             "layer": "host",
             "component": st.host,
@@ -415,7 +408,7 @@ def first_timed(
             }
         )
         adjusted(out, ids.ADJUST_NEXT_TIMED)
-        out["rules"]["cause"] = nxt.get("rule")
+        caused(out, nxt.get("rule"))
         untimed = untimed_of(out)
     return untimed
 

@@ -28,6 +28,7 @@ from fabricscope.service.correlate.baseline import Baselines
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG, EngineConfig
 from fabricscope.service.correlate.records import Attribution, Cause, CauseDraft, named
 from fabricscope.service.correlate.rules import ids
+from fabricscope.service.correlate.rules.trace import caused
 
 
 def best_cause(answers: Iterable[tuple[int, Any]]) -> tuple[int, dict[str, Any]] | None:
@@ -129,7 +130,7 @@ def from_episode(
             "causes": [first] + own,
         }
     )
-    out.setdefault("rules", {"verdict": "", "cause": None, "adjust": []})["cause"] = ids.CAUSE_EPISODE
+    caused(out, ids.CAUSE_EPISODE)
 
 
 def restate_unknown(rows: list[tuple[Any, ...]], episode: dict[int, int]) -> list[int]:
