@@ -23,7 +23,7 @@ from fabricscope.service.correlate.constants import (
     PEER_MIN_Z,
 )
 from fabricscope.service.correlate.edges import edge_excess
-from fabricscope.service.correlate.rules import ids
+from fabricscope.service.correlate.rules import ids as rule_ids  # `ids` names series ids here
 from fabricscope.service.correlate.window import Scoring
 from fabricscope.service.db.frames import INCREMENT_METRICS
 
@@ -612,15 +612,15 @@ def stored_verdicts(conn: Any, *, job: str, lo: int, hi: int) -> dict[int, tuple
     ).fetchall():
         if not verdict:
             verdict = (
-                ids.PROMOTE_BORDERLINE
+                rule_ids.PROMOTE_BORDERLINE
                 if slow and promoted
-                else ids.DEMOTE_UNSURE_ONSET
+                else rule_ids.DEMOTE_UNSURE_ONSET
                 if not slow and onset
-                else ids.DEMOTE_UNTIMED
+                else rule_ids.DEMOTE_UNTIMED
                 if not slow and untimed
-                else ids.VERDICT_BAR
+                else rule_ids.VERDICT_BAR
                 if slow
-                else ids.VERDICT_UNDER_BAR
+                else rule_ids.VERDICT_UNDER_BAR
             )
         out[int(step)] = (bool(slow), str(verdict))
     return out
