@@ -154,7 +154,10 @@ def _with_written(conn: Any, topo: Topo, ws: float, we: float) -> Topo:
     which volume a checkpoint went to is learnt from what the job did (its events, when it posts
     them), and a job that only marks the phase, or writes to a storage system's volume every host
     shares, shows it in the written bytes alone."""
-    vols = [v for v, r in topo.role.items() if r == "volume" and v not in topo.checkpoint_volumes]
+    # not on a host whose checkpoint volume the job's events name: they say which of its volumes (the
+    # mount, or the disk under it, both written) took the checkpoint
+    evented = {topo.host_of.get(v) for v in topo.checkpoint_volumes}
+    vols = [v for v, r in topo.role.items() if r == "volume" and topo.host_of.get(v) not in evented]
     wrote = q.volumes_written(conn, volumes=vols, ws=ws, we=we) if vols else []
     return replace(topo, checkpoint_volumes=topo.checkpoint_volumes | frozenset(wrote)) if wrote else topo
 
