@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -178,7 +178,9 @@ def _baselines_for(df: pd.DataFrame, cfg: EngineConfig = DEFAULT_CONFIG) -> Base
 @dataclass(frozen=True)
 class _StepView:
     """One summary row as _explain reads it: the row, its baselines (total and transfer), start and
-    duration (seconds), where its own-history window ends (None: at the step) and its loaders' loss."""
+    duration (seconds), where its own-history window ends (None: at the step) and its loaders' loss;
+    `memo`: what _explain read for this row once, kept for the case's other drafts of it (every
+    promotion rule drafts the step's answer anew)."""
 
     row: Any
     base_t: float
@@ -187,6 +189,7 @@ class _StepView:
     d: float
     past: float | None
     loaders: LoaderLoss | None
+    memo: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -203,6 +206,7 @@ class _StepCase:
     bl: Baselines
     job_topo: JobTopo
     ranked: RankRows
+    memos: dict[int, dict[str, Any]] = field(default_factory=dict)  # _StepView.memo of each row
 
     @property
     def row(self) -> Any:
@@ -256,6 +260,7 @@ class _StepCase:
             float(r["dur"]),
             past,
             _loader_loss(bl, k, r),
+            self.memos.setdefault(k, {}),
         )
 
     def explain_row(

@@ -436,7 +436,9 @@ class AttributionEngine:
         conf_t = min(1.0, len(steps_df) / max(len(ranks), 1)) if len(ranks) else cfg.unplaced_timing_confidence
         win = (start, start + d + pad)
         if checkpoint and not cfg.off(ids.CAUSE_WRITTEN_VOLUME):
-            topo = _with_written(conn, topo, start, start + d)
+            if "written" not in view.memo:
+                view.memo["written"] = _with_written(conn, topo, start, start + d)
+            topo = view.memo["written"]
         if loaders is not None and topo.shared_volumes:
             loaders = replace(
                 loaders, volumes=tuple(q.volumes_read(conn, volumes=list(topo.shared_volumes), ws=start, we=start + d))

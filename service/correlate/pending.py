@@ -53,7 +53,7 @@ def list_steps(
         conn, job, rng[0] - engine.config.history_steps, rng[1] + SEQ_LOOKAHEAD_STEPS, len(ranks)
     )
     bl = _baselines_for(summ, engine.config)
-    judged = q.stored_verdicts(conn, job=job, lo=rng[0], hi=rng[1])
+    judged = q.stored_verdicts(q.stored_attributions(conn, job=job, lo=rng[0], hi=rng[1], answers=False))
     lo = from_ts.timestamp() if from_ts else -math.inf
     hi = to_ts.timestamp() if to_ts else math.inf
     out: list[StepRow] = []
@@ -122,7 +122,7 @@ def restate(engine: Engine, conn: Any, *, job: str, lo: int, hi: int) -> int:
     steps = summ["step"].astype(int)
     now = dict(zip(steps, bl.slow, strict=True))
     rows = q.stored_attributions(conn, job=job, lo=lo, hi=hi)
-    verdicts = {s: v for s, v in q.stored_verdicts(conn, job=job, lo=lo, hi=hi).items() if s < hi}
+    verdicts = {s: v for s, v in q.stored_verdicts(rows).items() if s < hi}
     stored = {s: slow for s, (slow, _) in verdicts.items()}
     # a step a promotion rule made slow (its telemetry: borderline, or inside a fault its noise
     # hid) keeps its verdict, which later steps do not change; so does one a demotion rule made

@@ -587,43 +587,43 @@ def attributed_steps(conn: Any, *, job: str, lo: int, hi: int) -> set[int]:
     }
 
 
-def stored_attributions(conn: Any, *, job: str, lo: int, hi: int) -> list[tuple[Any, ...]]:
-    """(step, slow, lost_s, layer, component, causes) of the stored attributions in [lo, hi]."""
+_VERDICT_COLS = (
+    "rules->>'verdict', evidence @> '[{\"kind\": \"corroborated\"}]'::jsonb, "
+    'evidence @> \'[{"kind": "onset"}]\'::jsonb, evidence @> \'[{"kind": "untimed"}]\'::jsonb'
+)
+_STORED_SQL = (
+    "SELECT step, slow, {answers}, " + _VERDICT_COLS + " FROM attributions WHERE job = %s AND step BETWEEN %s AND %s"
+)
+_ANSWERS = "lost_s, layer, component, causes"
+
+
+def _verdict_rule(slow: bool, rule: str | None, promoted: bool, onset: bool, untimed: bool) -> str:
+    """The rule that decided a stored verdict. An answer stored before answers named their rules gets
+    the rule its evidence shows: a `corroborated` row was a promotion, an `onset` or `untimed` row a
+    demotion, else the bar."""
+    if rule:
+        return str(rule)
+    if slow:
+        return rule_ids.PROMOTE_BORDERLINE if promoted else rule_ids.VERDICT_BAR
+    if onset:
+        return rule_ids.DEMOTE_UNSURE_ONSET
+    return rule_ids.DEMOTE_UNTIMED if untimed else rule_ids.VERDICT_UNDER_BAR
+
+
+def stored_attributions(conn: Any, *, job: str, lo: int, hi: int, answers: bool = True) -> list[tuple[Any, ...]]:
+    """(step, slow, lost_s, layer, component, causes, verdict rule) of the stored attributions in
+    [lo, hi], in one read (the restate pass needs both the answers and their verdicts);
+    `answers=False`: the four answer columns None (a listing needs only the verdicts)."""
+    sql = _STORED_SQL.replace("{answers}", _ANSWERS if answers else "NULL, NULL, NULL, NULL")
     return [
-        tuple(r)
-        for r in conn.execute(
-            "SELECT step, slow, lost_s, layer, component, causes FROM attributions "
-            "WHERE job = %s AND step BETWEEN %s AND %s",
-            (job, lo, hi),
-        ).fetchall()
+        (*r[:6], _verdict_rule(bool(r[1]), r[6], bool(r[7]), bool(r[8]), bool(r[9])))
+        for r in conn.execute(sql, (job, lo, hi)).fetchall()
     ]
 
 
-def stored_verdicts(conn: Any, *, job: str, lo: int, hi: int) -> dict[int, tuple[bool, str]]:
-    """step -> (slow, the rule that decided it) of the stored attributions in [lo, hi]. An answer
-    stored before answers named their rules gets the rule its evidence shows: a `corroborated` row
-    was a promotion, an `onset` or `untimed` row a demotion, else the bar."""
-    out: dict[int, tuple[bool, str]] = {}
-    for step, slow, verdict, promoted, onset, untimed in conn.execute(
-        "SELECT step, slow, rules->>'verdict', evidence @> '[{\"kind\": \"corroborated\"}]'::jsonb, "
-        'evidence @> \'[{"kind": "onset"}]\'::jsonb, evidence @> \'[{"kind": "untimed"}]\'::jsonb '
-        "FROM attributions WHERE job = %s AND step BETWEEN %s AND %s",
-        (job, lo, hi),
-    ).fetchall():
-        if not verdict:
-            verdict = (
-                rule_ids.PROMOTE_BORDERLINE
-                if slow and promoted
-                else rule_ids.DEMOTE_UNSURE_ONSET
-                if not slow and onset
-                else rule_ids.DEMOTE_UNTIMED
-                if not slow and untimed
-                else rule_ids.VERDICT_BAR
-                if slow
-                else rule_ids.VERDICT_UNDER_BAR
-            )
-        out[int(step)] = (bool(slow), str(verdict))
-    return out
+def stored_verdicts(rows: list[tuple[Any, ...]]) -> dict[int, tuple[bool, str]]:
+    """step -> (slow, the rule that decided it) of `rows` as stored_attributions gives them."""
+    return {int(r[0]): (bool(r[1]), str(r[6])) for r in rows}
 
 
 def store_attribution(conn: Any, *, job: str, attribution: Mapping[str, Any]) -> None:

@@ -12,7 +12,7 @@ import pandas as pd
 def summarize(
     *, job: str, from_ts: datetime | None, to_ts: datetime | None, rows: Sequence[tuple[Any, ...]]
 ) -> dict[str, Any]:
-    """`rows`: (step, slow, lost_s, layer, component, causes) per stored attribution. A slow step's
+    """`rows`: (step, slow, lost_s, layer, component, causes, ...) per stored attribution. A slow step's
     lost time is split over its causes; one stored without causes counts whole for its top layer."""
     out: dict[str, Any] = {
         "job": job,
@@ -25,7 +25,7 @@ def summarize(
         "components": [],
     }
     parts = []
-    for step, slow, lost, layer, comp, causes in rows:
+    for step, slow, lost, layer, comp, causes, *_ in rows:
         if not slow:
             continue
         for c in causes or [{"layer": layer, "component": comp, "lost_s": lost}]:

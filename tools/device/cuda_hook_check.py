@@ -10,47 +10,18 @@ with CUDA events taken around the same calls, measures the hook's cost per colle
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from receiver import start_receiver  # tools/device/receiver.py, beside this script
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "out")
 OUT.mkdir(parents=True, exist_ok=True)
-received: dict[str, list[dict]] = {}
-
-
-class Receiver(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        if self.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        doc = json.loads(body)
-        kind = self.path.rsplit("/", 1)[-1]
-        received.setdefault(kind, []).extend(doc.get(kind, []))
-        out = json.dumps({"accepted": len(doc.get(kind, []))}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def do_PUT(self) -> None:  # noqa: N802 - the job registration (PUT /v1/jobs/{job})
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        received.setdefault("jobs", []).append({"path": self.path})
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def record(cmd: list[str], name: str) -> None:
@@ -64,8 +35,17 @@ def record(cmd: list[str], name: str) -> None:
 def sysfs_pci(bus_id: str) -> dict[str, str]:
     dev = Path("/sys/bus/pci/devices") / bus_id.lower().replace("00000000:", "0000:")
     attrs = {}
-    for a in ("numa_node", "local_cpulist", "current_link_speed", "current_link_width", "max_link_speed",
-              "max_link_width", "class", "vendor", "device"):
+    for a in (
+        "numa_node",
+        "local_cpulist",
+        "current_link_speed",
+        "current_link_width",
+        "max_link_speed",
+        "max_link_width",
+        "class",
+        "vendor",
+        "device",
+    ):
         try:
             attrs[a] = (dev / a).read_text().strip()
         except OSError as exc:
@@ -79,15 +59,16 @@ def main() -> None:
     import torch
     import torch.distributed as dist
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
+    url, received = start_receiver()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29511", RANK="0", WORLD_SIZE="1")
     from fabricscope.training import Recorder
 
-    report: dict[str, object] = {"torch": torch.__version__, "cuda": torch.version.cuda,
-                                 "gpu": torch.cuda.get_device_name(0),
-                                 "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
+    report: dict[str, object] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(0),
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+    }
     rec = Recorder(url=url, job="gpu-hook-check", rank=0, spool=OUT / "spool").start()
     torch.cuda.set_device(0)
     dist.init_process_group("nccl", rank=0, world_size=1)
@@ -132,12 +113,18 @@ def main() -> None:
     colls = [c for c in received.get("collectives", []) if c.get("op") == "all_reduce" and c.get("bytes") == 64 << 20]
     durs = [c["end"] - c["start"] for c in colls if "end" in c and "start" in c]
     report.update(
-        steps_received=len(steps), collectives_received=len(received.get("collectives", [])),
-        big_all_reduces=len(colls), hook_median_s=statistics.median(durs) if durs else None,
-        cuda_event_median_s=statistics.median(outer), timing_fields=sorted(colls[0]) if colls else None,
+        steps_received=len(steps),
+        collectives_received=len(received.get("collectives", [])),
+        big_all_reduces=len(colls),
+        hook_median_s=statistics.median(durs) if durs else None,
+        cuda_event_median_s=statistics.median(outer),
+        timing_fields=sorted(colls[0]) if colls else None,
         hook_cost_us_per_collective=(statistics.median(on) - statistics.median(off)) * 1e6,
-        allreduce_4k_us_on=statistics.median(on) * 1e6, allreduce_4k_us_off=statistics.median(off) * 1e6,
-        example_step=steps[-1] if steps else None, example_collective=colls[-1] if colls else None)
+        allreduce_4k_us_on=statistics.median(on) * 1e6,
+        allreduce_4k_us_off=statistics.median(off) * 1e6,
+        example_step=steps[-1] if steps else None,
+        example_collective=colls[-1] if colls else None,
+    )
     try:
         import pynvml as nv
 
@@ -146,11 +133,13 @@ def main() -> None:
         bus = nv.nvmlDeviceGetPciInfo(h).busId
         bus = bus.decode() if isinstance(bus, bytes) else bus
         report["nvml"] = {
-            "driver": nv.nvmlSystemGetDriverVersion(), "bus_id": bus,
+            "driver": nv.nvmlSystemGetDriverVersion(),
+            "bus_id": bus,
             "sm_clock_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
             "mem_clock_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
             "throttle_reasons": nv.nvmlDeviceGetCurrentClocksEventReasons(h),
-            "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000, "temp_c": nv.nvmlDeviceGetTemperature(h, 0),
+            "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000,
+            "temp_c": nv.nvmlDeviceGetTemperature(h, 0),
             "pcie_gen": [nv.nvmlDeviceGetCurrPcieLinkGeneration(h), nv.nvmlDeviceGetMaxPcieLinkGeneration(h)],
             "pcie_width": [nv.nvmlDeviceGetCurrPcieLinkWidth(h), nv.nvmlDeviceGetMaxPcieLinkWidth(h)],
             "pcie_replay": nv.nvmlDeviceGetPcieReplayCounter(h),

@@ -14,53 +14,35 @@ ring while the wrapper blocks run, so those blocks count both), with seq and a p
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import statistics
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from receiver import start_receiver  # tools/device/receiver.py, beside this script
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "out")
 OPS, ROUNDS = 2000, 5
-got: list[dict] = []
-
-
-class Receiver(BaseHTTPRequestHandler):
-    def _read(self) -> bytes:
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        return gzip.decompress(body) if self.headers.get("Content-Encoding") == "gzip" else body
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        doc = json.loads(self._read())
-        got.extend(doc.get("collectives", []))
-        self._ok()
-
-    def do_PUT(self) -> None:  # noqa: N802
-        self._read()
-        self._ok()
-
-    def _ok(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29591", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-                      FABRICSCOPE_URL=f"http://127.0.0.1:{srv.server_address[1]}", FABRICSCOPE_JOB="paths",
-                      FABRICSCOPE_SPOOL=str(OUT / "spool"), FABRICSCOPE_FLIGHT_INTERVAL_S="0.2",
-                      FABRICSCOPE_FLIGHT="1")
+    url, received = start_receiver()
+    got = received.setdefault("collectives", [])
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="29591",
+        RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_RANK="0",
+        FABRICSCOPE_URL=url,
+        FABRICSCOPE_JOB="paths",
+        FABRICSCOPE_SPOOL=str(OUT / "spool"),
+        FABRICSCOPE_FLIGHT_INTERVAL_S="0.2",
+        FABRICSCOPE_FLIGHT="1",
+    )
     import torch
     import torch.distributed as dist
 
@@ -114,18 +96,28 @@ def main() -> int:
     rec.close(10)
     base = statistics.median(res["none"])
     nccl = ".".join(map(str, torch.cuda.nccl.version()))
-    out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "nccl": nccl,
-           "ops_per_block": OPS, "us_per_op": {p: statistics.median(v) * 1e6 for p, v in res.items()},
-           "ratio_to_no_hook": {p: statistics.median(v) / base for p, v in res.items()}, "records_per_block": counts,
-           "stats": rec.stats, "TORCH_NCCL_ENABLE_TIMING": os.environ.get("TORCH_NCCL_ENABLE_TIMING")}
-    checks = {"wrapper records every op": all(c >= OPS for c in counts["wrapper"]),
-              "no hook posts nothing": all(c == 0 for c in counts["none"]),
-              "flight recorder present": fr is not None}
+    out = {
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "nccl": nccl,
+        "ops_per_block": OPS,
+        "us_per_op": {p: statistics.median(v) * 1e6 for p, v in res.items()},
+        "ratio_to_no_hook": {p: statistics.median(v) / base for p, v in res.items()},
+        "records_per_block": counts,
+        "stats": rec.stats,
+        "TORCH_NCCL_ENABLE_TIMING": os.environ.get("TORCH_NCCL_ENABLE_TIMING"),
+    }
+    checks = {
+        "wrapper records every op": all(c >= OPS for c in counts["wrapper"]),
+        "no hook posts nothing": all(c == 0 for c in counts["none"]),
+        "flight recorder present": fr is not None,
+    }
     if fr is not None:
         mine = [c for c in got if c.get("op") == "all_reduce" and c.get("bytes") == 4096]
         checks["recorder records every op"] = all(c >= OPS for c in counts["recorder"])
         checks["records have seq and a duration"] = bool(mine) and all(
-            "seq" in c and c["end"] > c["start"] for c in mine[-OPS:])
+            "seq" in c and c["end"] > c["start"] for c in mine[-OPS:]
+        )
     out["checks"] = checks
     (OUT / "hook_paths.json").write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
