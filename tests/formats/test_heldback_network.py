@@ -1,0 +1,82 @@
+"""The held-back network recordings of issue #43 collected in i43r (docs/heldback/network.md): each
+one's second run is pinned (read as ``fabricscope parse`` would, sniffed, no --format), and spot checks
+tie values back to the raw reply.
+
+Regenerate after a deliberate mapping change with ``python tests/formats/test_heldback_network.py --regen``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from fabricscope.collectors import formats  # noqa: E402
+from fabricscope.core.errors import ParseError  # noqa: E402
+from tests.host.canon import canon  # noqa: E402
+
+HELD = Path(__file__).resolve().parents[1] / "fixtures/heldback/network"
+NETCONF = sorted(p for p in HELD.glob("netconf/*/reply.xml"))
+
+
+def _parsed(raw: Path) -> dict:
+    reg = formats.load()
+    fmt = reg.sniff(raw)
+    assert fmt is not None, f"{raw} not sniffed"
+    try:
+        r = fmt.read(raw, "sw1", 1_700_000_000.0)
+    except ParseError as exc:
+        return {"format": fmt.name, "refused": str(exc)}
+    return {"format": fmt.name, "samples": canon(r.samples), "problems": r.problems, "unmapped": r.unmapped}
+
+
+@pytest.mark.parametrize("raw", NETCONF, ids=[p.parent.name for p in NETCONF])
+def test_held_back_netconf_second_run(raw: Path) -> None:
+    assert _parsed(raw) == json.loads((raw.parent / "expected.json").read_text())
+
+
+def _leaf(raw: Path, interface: str, path: str) -> float:
+    root = ET.parse(raw).getroot()
+    for phys in root.iter():
+        if phys.tag.rpartition("}")[2] == "physical-interface":
+            name = next(c for c in phys if c.tag.rpartition("}")[2] == "name")
+            if (name.text or "").strip() == interface:
+                node = phys
+                for step in path.split("/"):
+                    node = next(c for c in node if c.tag.rpartition("}")[2] == step)
+                return float((node.text or "").strip())
+    raise AssertionError(f"{interface} {path} not in {raw}")
+
+
+def _value(got: dict, source: str, metric: str) -> float:
+    hits = [s["value"] for s in got["samples"] if s["source"] == source and s["metric"] == metric and "labels" not in s]
+    assert len(hits) == 1, (source, metric, hits)
+    return hits[0]
+
+
+def test_junos_counts_come_from_the_reply_and_the_unmapped_ones_are_listed() -> None:
+    raw = HELD / "netconf/eznc-junos-factory/reply.xml"
+    got = _parsed(raw)
+    for metric, leaf in (("rx_bytes_total", "traffic-statistics/input-bytes"),
+                         ("tx_packets_total", "traffic-statistics/output-packets"),
+                         ("rx_discards_total", "input-error-list/input-drops")):
+        assert _value(got, "sw1:ge-0/0/1", metric) == _leaf(raw, "ge-0/0/1", leaf)
+    # the 24 policed discards of ge-0/0/1 are not read as a metric, so they must be named
+    assert _leaf(raw, "ge-0/0/1", "input-error-list/input-discards") == 24
+    assert "input-error-list/input-discards (2)" in got["unmapped"]
+
+
+def test_a_reply_of_logical_interfaces_only_is_refused_saying_what_it_holds() -> None:
+    got = _parsed(HELD / "netconf/eznc-junos-routing-instance-media/reply.xml")
+    assert got["refused"].endswith("it holds logical-interface x1")
+
+
+if __name__ == "__main__" and "--regen" in sys.argv:
+    for raw in NETCONF:
+        (raw.parent / "expected.json").write_text(json.dumps(_parsed(raw), indent=1) + "\n")
+        print("wrote", raw.parent / "expected.json")
