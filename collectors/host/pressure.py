@@ -40,12 +40,12 @@ def parse_psi(text: str) -> dict[str, float]:
         level, *fields = line.split() or [""]  # the kernel separates by spaces; a paste may carry tabs
         if level not in LEVELS:
             continue
-        for field in fields:
-            if field.startswith("total="):
+        for item in fields:
+            if item.startswith("total="):
                 try:
-                    out[level] = int(field[6:]) / 1e6
+                    out[level] = int(item[6:]) / 1e6
                 except ValueError as exc:
-                    raise ParseError(f"PSI {level}: total is not an integer: {field!r}") from exc
+                    raise ParseError(f"PSI {level}: total is not an integer: {item!r}") from exc
     if not out:
         raise ParseError("no 'some|full ... total=' PSI lines")
     return out
