@@ -76,6 +76,19 @@ def test_a_reply_of_logical_interfaces_only_is_refused_saying_what_it_holds() ->
     assert got["refused"].endswith("it holds logical-interface x1")
 
 
+def test_ibnetdiscover_infiniscale_iv_links_are_the_files_own() -> None:
+    """Found after the bad-GUID work (not held back): one run, pinned. Five HCAs on one QDR switch."""
+    raw = Path(__file__).resolve().parents[1] / "fixtures/ib/ibnetdiscover-infiniscale-iv-qdr-mlx4/ibnetdiscover.txt"
+    fmt = formats.load().sniff(raw)
+    assert fmt is not None and fmt.name == "ibnetdiscover"
+    r = fmt.read(raw, "fab", 1_700_000_000.0)
+    got = sorted((link.a, link.b, link.speed_bps) for link in r.links)
+    assert got == [("ip-160:HCA-1", "sw-0002c9020046c588:33", 40e9), ("ip-210:mlx4_0", "sw-0002c9020046c588:36", 40e9),
+                   ("ip-211:mlx4_0", "sw-0002c9020046c588:1", 40e9), ("ip-212:mlx4_0", "sw-0002c9020046c588:14", 40e9),
+                   ("ip-213:mlx4_0", "sw-0002c9020046c588:16", 40e9)]
+    assert r.problems == []
+
+
 if __name__ == "__main__" and "--regen" in sys.argv:
     for raw in NETCONF:
         (raw.parent / "expected.json").write_text(json.dumps(_parsed(raw), indent=1) + "\n")
