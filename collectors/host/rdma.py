@@ -94,7 +94,9 @@ PERFQUERY_NAMES.update({
 })
 PERFQUERY_SKIP = frozenset({"PortSelect", "CounterSelect", "CounterSelect2"})
 
-_PERFQUERY_HEADER = re.compile(r"#.*\bport (\d+)")
+# the header, with or without its "#": a paste rendered as Markdown or HTML (a mail archive, a README) loses
+# the "#" of "# Port counters: ..." as a heading mark, and the rest of the line still says what it is
+_PERFQUERY_HEADER = re.compile(r"(?:#.*|\s*Port (?:extended )?counters:.*)\bport (\d+)")
 _PERFQUERY_LINE = re.compile(r"(\w+):\.*(\S+)$")
 _RDMA_LINK = re.compile(r"link (\S+)/(\d+)")
 
@@ -134,7 +136,7 @@ def parse_perfquery(text: str) -> dict[int, dict[str, float]]:
             continue  # the format reader names it (infiniband/formats.py); the agent counts it absent
         current[PERFQUERY_NAMES.get(m.group(1)) or m.group(1)] = value
     if not ports:
-        raise ParseError("no '# ... port N' header: not perfquery output")
+        raise ParseError("no '# Port counters: Lid L port N' header: not perfquery output")
     return ports
 
 

@@ -89,6 +89,31 @@ def test_ibnetdiscover_infiniscale_iv_links_are_the_files_own() -> None:
     assert r.problems == []
 
 
+def test_held_back_perfquery_without_its_header_hash_second_run() -> None:
+    """The mail archive dropped the "#" of the header; the fields are OFED 1.x short names."""
+    raw = HELD / "perfquery/ofed-2008-ompi-users-lid12.txt"
+    text = raw.read_text()
+    assert not text.lstrip().startswith("#")
+    got = _parsed(raw)
+    assert got["format"] == "perfquery" and got["problems"] == []
+    values = {(s["source"], s["metric"]): s["value"] for s in got["samples"]}
+    field = {k: float(int(v.strip("."), 0)) for k, v in (ln.split(":", 1) for ln in text.splitlines() if ":." in ln)}
+    assert values[("sw1:1", "symbol_errors_total")] == field["SymbolErrors"] == 7836
+    assert values[("sw1:1", "rx_errors_total")] == field["RcvErrors"]
+    assert values[("sw1:1", "tx_discards_total")] == field["XmtDiscards"]
+    assert values[("sw1:1", "tx_bytes_total")] == 4 * field["XmtData"]  # 4-octet words
+    assert values[("sw1:1", "rx_bytes_total")] == 4 * field["RcvData"]
+    assert "RcvRemotePhysErrors" in got["unmapped"]
+
+
+def test_perfquery_wrapper_lines_are_named_not_dropped() -> None:
+    raw = Path(__file__).resolve().parents[1] / "fixtures/ib/perfquerymany-lid61-extended-2010/perfquery.txt"
+    got = _parsed(raw)
+    assert got["problems"] == ["line not a perfquery field, skipped: 'timestamp 1279194662.416459'"]
+    values = {s["metric"]: s["value"] for s in got["samples"]}
+    assert values["tx_bytes_total"] == 4 * 2865699555629 and values["rx_packets_total"] == 15372362298
+
+
 if __name__ == "__main__" and "--regen" in sys.argv:
     for raw in NETCONF:
         (raw.parent / "expected.json").write_text(json.dumps(_parsed(raw), indent=1) + "\n")
