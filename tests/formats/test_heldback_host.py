@@ -89,6 +89,27 @@ def test_held_back_smi_values_are_the_files_own() -> None:
     assert "clocks_event_reasons_counters/clocks_event_reasons_counters_sw_power_cap (1)" in _smi(raw)["unmapped"]
 
 
+# procfs text formats (i43r): prometheus/node_exporter's fixtures, written unread, run once, pinned.
+PROC = sorted(p for p in HELD.glob("*/node-exporter/*") if p.name != "expected.json")
+
+
+@pytest.mark.parametrize("raw", PROC, ids=[p.parent.parent.name for p in PROC])
+def test_held_back_procfs_second_run(raw: Path) -> None:
+    assert _smi(raw) == json.loads((raw.parent / "expected.json").read_text())
+
+
+def test_over_mounted_nfs_path_is_read_once_and_said() -> None:
+    raw = HELD / "nfs-mountstats/node-exporter/mountstats"
+    got = _smi(raw)
+    keys = [(s["source"], s["metric"], tuple(sorted(s.get("labels", {}).items()))) for s in got["samples"]]
+    assert len(keys) == len(set(keys)), "one value per series"
+    assert got["problems"] == ["192.168.1.1:/srv/test (nfs4) on /mnt/nfs/test-dupe is listed again later "
+                               "(over-mounted): its counters skipped, the later mount read"]
+    assert "READ: 1298 1298 0 207680 1210292152 6 79386 79407" in raw.read_text()
+    reads = [s["value"] for s in got["samples"] if s["metric"] == "read_ops_total"]
+    assert reads == [1298.0, 1298.0]  # /mnt/nfs/test and the visible /mnt/nfs/test-dupe
+
+
 if __name__ == "__main__" and "--regen" in sys.argv:
     for case in CASES:
         (case / "expected.json").write_text(json.dumps(_actual(case), indent=1) + "\n")
@@ -96,6 +117,6 @@ if __name__ == "__main__" and "--regen" in sys.argv:
     for raw in OTHER:
         (raw.parent / "expected.json").write_text(json.dumps(_parsed(raw), indent=1) + "\n")
         print("wrote", raw.parent / "expected.json")
-    for raw in SMI:
+    for raw in [*SMI, *PROC]:
         (raw.parent / "expected.json").write_text(json.dumps(_smi(raw), indent=1) + "\n")
         print("wrote", raw.parent / "expected.json")
