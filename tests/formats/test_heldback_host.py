@@ -110,6 +110,18 @@ def test_over_mounted_nfs_path_is_read_once_and_said() -> None:
     assert reads == [1298.0, 1298.0]  # /mnt/nfs/test and the visible /mnt/nfs/test-dupe
 
 
+def test_held_back_lustre_osd_stats_has_nothing_canonical_and_says_so() -> None:
+    raw = HELD / "lustre-stats/telegraf-osd-ldiskfs/stats"
+    fmt = formats.load().sniff(raw)
+    assert fmt is not None and fmt.name == "lustre-stats"
+    r = fmt.read(raw, "node", 1_700_000_000.0)
+    got = {s.metric: s.value for s in r.samples}
+    assert got == {"lustre_get_page_total": 275132812, "lustre_cache_access_total": 19047063027,
+                   "lustre_cache_hit_total": 7393729777, "lustre_cache_miss_total": 11653333250}
+    assert all(f"{int(v)} samples" in raw.read_text() for v in got.values())
+    assert not [s for s in r.samples if not s.metric.startswith("lustre_")]  # only extras: `parse` exits 2
+
+
 if __name__ == "__main__" and "--regen" in sys.argv:
     for case in CASES:
         (case / "expected.json").write_text(json.dumps(_actual(case), indent=1) + "\n")
