@@ -8,6 +8,7 @@ prometheus_client's global one that the server fills. prometheus_client comes wi
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from typing import Any
@@ -28,11 +29,13 @@ else:
                               registry=REGISTRY)
     COLLECTOR_SAMPLES = Counter("fabricscope_collector_samples_total", "Samples produced by polls", ["device"],
                                 registry=REGISTRY)
-    PARSE_PROBLEMS = Counter("fabricscope_collector_parse_problems_total", "Parser problems: rows or keys "
-                             "dropped, cells not placed, guesses made (issue #43)", ["device", "format"],
+    PARSE_PROBLEMS = Counter("fabricscope_collector_parse_problems_total", "Parser problems: rows, keys or "
+                             "leaves dropped, cells not placed, guesses made (host formats; switch protocols as "
+                             "the format)", ["device", "format"],
                              registry=REGISTRY)
-    COLLECTOR_PROBLEMS = Counter("fabricscope_collector_problems_total", "Parts of a device's replies skipped "
-                                 "(a malformed value, a row or leaf not read)", ["device", "protocol"],
+    COLLECTOR_PROBLEMS = Counter("fabricscope_collector_problems_total", "Deprecated, the same count as "
+                                 "fabricscope_collector_parse_problems_total{format=protocol}: parts of a switch's "
+                                 "replies skipped", ["device", "protocol"],
                                  registry=REGISTRY)
     SINK_SPOOL_BYTES = Gauge("fabricscope_collector_sink_spool_bytes",
                              "Bytes waiting in the process's outage spool (read at scrape time)", ["sink"],
@@ -52,20 +55,25 @@ def observe_poll(device: str, *, ok: bool, seconds: float, samples: int = 0) -> 
         COLLECTOR_SAMPLES.labels(device).inc(samples)
 
 
-# (device, format, problem) already logged: each is logged once, counted every time. Bounded: a parser
-# whose problem text carries changing values would otherwise grow it forever.
+# (device, format, problem with its numbers blanked) already logged: each is logged once, counted every time.
+# Bounded: a parser whose problem text carries changing values would otherwise grow it forever.
 _LOGGED: set[tuple[str, str, str]] = set()
 _LOGGED_MAX = 10_000
+_DIGITS = re.compile(r"\d+")
 
 
-def report_problems(device: str, fmt: str, problems: list[str], logger: logging.Logger | None = None) -> None:
-    """What a parser dropped, could not place or guessed while reading ``device``'s ``fmt`` output: each
-    distinct problem logged once (warning, the device named), all counted in
-    ``fabricscope_collector_parse_problems_total{device, format}``."""
+def report_problems(device: str, fmt: str, problems: list[str], logger: logging.Logger | None = None, *,
+                    protocol: str | None = None) -> None:
+    """What a parser dropped, could not place or guessed while reading ``device``'s ``fmt`` output (a
+    host format, or a switch collector's protocol): each distinct problem logged once (warning, the device
+    named; problems that differ only in their numbers are one problem), all counted in
+    ``fabricscope_collector_parse_problems_total{device, format}``. The switch collectors pass ``protocol``
+    too, so that the older ``fabricscope_collector_problems_total{device, protocol}`` (one idea, two names
+    until #43: kept for the dashboards and alerts that read it) goes on counting the same problems."""
     if not problems:
         return
     for problem in problems:
-        key = (device, fmt, problem)
+        key = (device, fmt, _DIGITS.sub("#", problem))
         if key not in _LOGGED:
             if len(_LOGGED) >= _LOGGED_MAX:
                 _LOGGED.clear()
@@ -73,9 +81,13 @@ def report_problems(device: str, fmt: str, problems: list[str], logger: logging.
             (logger or log).warning("%s: %s: %s", device, fmt, problem)
     if REGISTRY is not None:
         PARSE_PROBLEMS.labels(device, fmt).inc(len(problems))
+        if protocol is not None:
+            COLLECTOR_PROBLEMS.labels(device, protocol).inc(len(problems))
+
 
 def observe_problems(device: str, protocol: str, count: int) -> None:
-    """``count`` parts of one reply of ``device`` over ``protocol`` were skipped and named."""
+    """Deprecated (use :func:`report_problems` with ``protocol``): counts ``count`` problems of ``device``
+    over ``protocol`` in ``fabricscope_collector_problems_total`` only, logging nothing."""
     if REGISTRY is None or count <= 0:
         return
     COLLECTOR_PROBLEMS.labels(device, protocol).inc(count)

@@ -371,12 +371,18 @@ def _looks_like_ethtool(head: str) -> bool:
                                                                                 *(r.pattern for r in d.rules)))
 
 
+def _is_netdev(d: Path) -> bool:
+    """An interface directory: its ``statistics/``, or (a copy that kept only the state files, as
+    exporters' test trees do) its ``operstate``."""
+    return (d / "statistics").is_dir() or (d / "operstate").is_file()
+
+
 def _netdev_dirs(path: Path) -> list[Path]:
-    """Interface directories (with ``statistics/``) at ``path``: one interface, ``class/net`` or a sysfs root."""
-    if (path / "statistics").is_dir():
+    """Interface directories at ``path``: one interface, ``class/net`` or a sysfs root."""
+    if _is_netdev(path):
         return [path]
     for base in (path, path / "net", path / "class/net"):
-        found = sorted(d for d in base.glob("*") if (d / "statistics").is_dir()) if base.is_dir() else []
+        found = sorted(d for d in base.glob("*") if _is_netdev(d)) if base.is_dir() else []
         if found:
             return found
     return []
@@ -386,7 +392,10 @@ def _read_sysfs_net(path: Path, device: str, ts: float) -> Reading:
     out = Reading()
     for d in _netdev_dirs(path):
         files = {}
-        for f in [*sorted((d / "statistics").iterdir()), *(d / n for n in STATE_FILES)]:
+        stats = sorted((d / "statistics").iterdir()) if (d / "statistics").is_dir() else []
+        if not stats:
+            out.problems.append(f"{d.name}: no statistics/ (byte, packet, error counters): only its state files read")
+        for f in [*stats, *(d / n for n in STATE_FILES)]:
             text = read_text(f) if f.is_file() else None
             if text is not None:
                 files[str(f.relative_to(d))] = text

@@ -14,7 +14,9 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabricscope.collectors.formats import Format, Reading
@@ -38,12 +40,12 @@ def parse_psi(text: str) -> dict[str, float]:
         level, *fields = line.split() or [""]  # the kernel separates by spaces; a paste may carry tabs
         if level not in LEVELS:
             continue
-        for field in fields:
-            if field.startswith("total="):
+        for item in fields:
+            if item.startswith("total="):
                 try:
-                    out[level] = int(field[6:]) / 1e6
+                    out[level] = int(item[6:]) / 1e6
                 except ValueError as exc:
-                    raise ParseError(f"PSI {level}: total is not an integer: {field!r}") from exc
+                    raise ParseError(f"PSI {level}: total is not an integer: {item!r}") from exc
     if not out:
         raise ParseError("no 'some|full ... total=' PSI lines")
     return out
@@ -159,30 +161,63 @@ def _listdir(path: Path) -> list[str]:
         return []
 
 
-# -- `fabricscope parse` format: one PSI file, or a dump of all three (`cat /proc/pressure/{cpu,io,memory}`,
-#    as recorded on the H200 machine). PSI text does not name its resource: it comes from --resource,
-#    or from the content where only cpu can be meant (no "full" line: cpu before Linux 5.13), or, as a
-#    guess said in `guesses`, from a file name that is exactly a resource (cpu, io.pressure, ...). A
-#    cgroup's <resource>.pressure file is labelled with --cgroup, or with its directory's name (a guess).
+# -- `fabricscope parse` format: one PSI file, or several in one paste (`cat /proc/pressure/{cpu,io,memory}`,
+#    as recorded on the H200 machine; a shell session, `head`/`grep` output, an Android ANR report or logcat
+#    that prints each file under a line naming it). PSI text itself does not name its resource: it comes
+#    from --resource; else from a line of the paste that names the file (`/proc/pressure/io`, `io.pressure`,
+#    `cat io`, `==> .../memory <==`) or, with `grep`, the PSI line's own prefix; else from the content where
+#    only cpu can be meant (no "full" line: cpu before Linux 5.13); else, as a guess said in `guesses`, from
+#    a file name that is exactly a resource (cpu, io.pressure, ...) or, for three unnamed files, the order
+#    cpu, io, memory. A PSI line may carry a prefix (logcat's time/pid/tag, grep's file name): the record is
+#    found by its own shape. A cgroup's <resource>.pressure file is labelled with --cgroup, or with its
+#    directory's name (a guess).
 _NAMES = {f"{r}{suffix}": r for r in RESOURCES for suffix in ("", ".pressure", ".txt", ".pressure.txt")}
+_PSI_LINE = re.compile(r"(?<![\w.])(some|full)\s+avg10=\S+\s+avg60=\S+\s+avg300=\S+\s+total=(\S+)")
+_NAMED = re.compile(r"(?:/pressure/|\bcat\s+)(cpu|io|memory)\b|\b(cpu|io|memory)\.pressure\b")
 
 
-def _groups(text: str) -> tuple[list[str], list[str]]:
-    """The PSI files in ``text`` (each starts at a ``some`` line) and the lines that are not PSI."""
-    groups: list[list[str]] = []
+@dataclass
+class _Group:
+    """One PSI file found in a paste: its lines, and the resource a line of the paste named for it."""
+
+    named: str | None
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _named(line: str) -> str | None:
+    found = {a or b for a, b in _NAMED.findall(line)}
+    return found.pop() if len(found) == 1 else None
+
+
+def _groups(text: str) -> tuple[list[_Group], list[str]]:
+    """The PSI files in ``text`` (each starts at a ``some`` line, or at a line naming a resource) and the
+    lines that are neither PSI nor a resource's name."""
+    groups: list[_Group] = []
     other: list[str] = []
+    pending: str | None = None
     for raw in text.splitlines():
         line = raw.strip()
         if not line:
             continue
-        level = line.split(None, 1)[0]
-        if level == "some":
-            groups.append([])
-        if level not in LEVELS or "total=" not in line or not groups:
-            other.append(line[:80])
+        m = _PSI_LINE.search(line)
+        if m is None:
+            name = _named(line)
+            if name is None:
+                other.append(line[:80])
+            elif not (groups and groups[-1].named == name and pending is None):  # not the close of the open one
+                pending = name
             continue
-        groups[-1].append(line)
-    return ["\n".join(g) for g in groups], other
+        level = m[1]
+        name = _named(line[: m.start()]) or pending  # grep's "/proc/pressure/io:some ..." names its own line
+        if level == "some" or not groups or (name is not None and name != groups[-1].named):
+            groups.append(_Group(name))
+            pending = None
+        groups[-1].lines.append(line[m.start():])
+    return groups, other
 
 
 def _resource(path: Path, group: str, given: str | None, guesses: list[str]) -> str:
@@ -200,6 +235,26 @@ def _resource(path: Path, group: str, given: str | None, guesses: list[str]) -> 
     return named
 
 
+def _named_groups(groups: list[_Group], device: str, ts: float, cgroup: str | None,
+                  problems: list[str]) -> list[Sample]:
+    """A paste whose lines name each file's resource: read as named; a resource named twice keeps its
+    first reading, an unnamed file is cpu only when it has no "full" line; the rest is said."""
+    samples: list[Sample] = []
+    seen: set[str] = set()
+    for g in groups:
+        res = g.named
+        if res is None and not any(line.startswith("full ") for line in g.lines):
+            res = "cpu"
+        if res is None:
+            problems.append(f"PSI lines with no resource named, skipped: {g.lines[0][:80]!r}")
+        elif res in seen:
+            problems.append(f"{res} pressure printed again, later reading skipped: {g.lines[0][:80]!r}")
+        else:
+            seen.add(res)
+            samples += psi_samples(res, parse_psi(g.text), ts, device, cgroup)
+    return samples
+
+
 def _read_psi(path: Path, device: str, ts: float, resource: str | None = None,
               cgroup: str | None = None) -> Reading:
     groups, other = _groups(path.read_text())
@@ -210,22 +265,28 @@ def _read_psi(path: Path, device: str, ts: float, resource: str | None = None,
     if cgroup is None and path.name.endswith((".pressure", ".pressure.txt")) and path.parent.name:
         cgroup = path.parent.name
         guesses.append(f"a cgroup's PSI file: cgroup {cgroup!r} taken from its directory; confirm with --cgroup")
+    if resource is None and any(g.named for g in groups):
+        samples = _named_groups(groups, device, ts, cgroup, problems)
+        return Reading(samples=samples, problems=problems, guesses=guesses)
     if len(groups) == len(RESOURCES) and resource is None:
         guesses.append("three PSI files in one: read as cpu, io, memory in that order "
                        "(cat /proc/pressure/{cpu,io,memory}); split them to confirm")
         samples = [s for r, g in zip(RESOURCES, groups, strict=True)
-                   for s in psi_samples(r, parse_psi(g), ts, device, cgroup)]
+                   for s in psi_samples(r, parse_psi(g.text), ts, device, cgroup)]
         return Reading(samples=samples, problems=problems, guesses=guesses)
     if len(groups) != 1:
         raise ParseError(f"{len(groups)} PSI files in one input; expected 1, or cpu, io and memory in that order")
-    res = _resource(path, groups[0], resource, guesses)
-    return Reading(samples=psi_samples(res, parse_psi(groups[0]), ts, device, cgroup), problems=problems,
+    res = _resource(path, groups[0].text, resource, guesses)
+    return Reading(samples=psi_samples(res, parse_psi(groups[0].text), ts, device, cgroup), problems=problems,
                    guesses=guesses)
 
 
 def _looks_like_psi(_path: Path, head: str) -> bool:
+    """PSI lines only (a file), or PSI records inside other text (a paste, a log) under a line naming them."""
     lines = [line for line in head.splitlines() if line.strip()]
-    return 1 <= len(lines) <= 6 and all(line.split(None, 1)[0] in LEVELS and "total=" in line for line in lines)
+    if 1 <= len(lines) <= 6 and all(line.split(None, 1)[0] in LEVELS and "total=" in line for line in lines):
+        return True
+    return any(_PSI_LINE.search(line) for line in lines) and any(_named(line) for line in lines)
 
 
 FORMATS = (

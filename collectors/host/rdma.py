@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_text, select
+from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
 from fabricscope.core.values import counter
@@ -44,6 +45,27 @@ RDMA_HW_COUNTERS: dict[str, tuple[str, float]] = {
     "out_of_sequence": ("rdma_retransmits_total", 1.0),
     "local_ack_timeout_err": ("rdma_timeouts_total", 1.0),
     "out_of_buffer": ("rx_out_of_buffer_total", 1.0),
+}
+# ``counters_ext/`` (the mlx4 OFED driver's 64-bit PortCountersExtended beside the 32-bit ``counters/``):
+# name there -> the ``counters/`` name it extends. The 32-bit PMA counters stop at 2**32 - 1 (they saturate,
+# not wrap), so the true count is never below either reading: the larger one is kept.
+COUNTERS_EXT: dict[str, str] = {
+    "port_xmit_data_64": "port_xmit_data",
+    "port_rcv_data_64": "port_rcv_data",
+    "port_xmit_packets_64": "port_xmit_packets",
+    "port_rcv_packets_64": "port_rcv_packets",
+    "port_unicast_xmit_packets": "unicast_xmit_packets",
+    "port_unicast_rcv_packets": "unicast_rcv_packets",
+    "port_multicast_xmit_packets": "multicast_xmit_packets",
+    "port_multicast_rcv_packets": "multicast_rcv_packets",
+}
+# PortCounters field widths (IBA 16.1.3.5): each counter stops at 2**width - 1 instead of wrapping.
+PMA_WIDTH: dict[str, int] = {
+    "symbol_error": 16, "link_error_recovery": 8, "link_downed": 8, "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16, "port_rcv_switch_relay_errors": 16, "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8, "port_rcv_constraint_errors": 8, "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4, "VL15_dropped": 16, "port_xmit_data": 32, "port_rcv_data": 32,
+    "port_xmit_packets": 32, "port_rcv_packets": 32, "port_xmit_wait": 32,
 }
 # hw_counters entries that are settings, not counters (lifespan: the cache time in ms).
 NOT_COUNTERS = frozenset({"lifespan"})
@@ -94,7 +116,9 @@ PERFQUERY_NAMES.update({
 })
 PERFQUERY_SKIP = frozenset({"PortSelect", "CounterSelect", "CounterSelect2"})
 
-_PERFQUERY_HEADER = re.compile(r"#.*\bport (\d+)")
+# the header, with or without its "#": a paste rendered as Markdown or HTML (a mail archive, a README) loses
+# the "#" of "# Port counters: ..." as a heading mark, and the rest of the line still says what it is
+_PERFQUERY_HEADER = re.compile(r"(?:#.*|\s*Port (?:extended )?counters:.*)\bport (\d+)")
 _PERFQUERY_LINE = re.compile(r"(\w+):\.*(\S+)$")
 _RDMA_LINK = re.compile(r"link (\S+)/(\d+)")
 
@@ -134,7 +158,7 @@ def parse_perfquery(text: str) -> dict[int, dict[str, float]]:
             continue  # the format reader names it (infiniband/formats.py); the agent counts it absent
         current[PERFQUERY_NAMES.get(m.group(1)) or m.group(1)] = value
     if not ports:
-        raise ParseError("no '# ... port N' header: not perfquery output")
+        raise ParseError("no '# Port counters: Lid L port N' header: not perfquery output")
     return ports
 
 
@@ -165,6 +189,27 @@ def parse_rdma_statistic(text: str) -> dict[tuple[str, int], dict[str, float]]:
     if not out:
         raise ParseError("no 'link DEV/PORT' record: not rdma statistic output")
     return out
+
+
+def port_counters(port_dir: Path, where: str) -> tuple[dict[str, float], list[str]]:
+    """A port's ``counters/``, with the 64-bit ``counters_ext/`` values where the driver prints them (the
+    larger reading of each pair), and what a reader must be told: an extended counter below its 32-bit
+    twin (not kept by this device?), and a PMA counter stuck at its width's maximum (saturated: a floor, and a
+    rate from it is 0 while events go on)."""
+    counters = _read_counter_dir(port_dir / "counters")
+    problems: list[str] = []
+    for ext_name, value in _read_counter_dir(port_dir / "counters_ext").items():
+        name = COUNTERS_EXT.get(ext_name)
+        if name is None:
+            continue
+        if name in counters and value < counters[name]:
+            problems.append(f"{where}: counters_ext/{ext_name} {value:.0f} is below counters/{name} "
+                            f"{counters[name]:.0f}; the larger kept")
+        counters[name] = max(value, counters.get(name, 0.0))
+    problems += [f"{where}: counters/{name} is at {value:.0f} = 2**{PMA_WIDTH[name]} - 1 (a saturated PMA counter: "
+                 "a floor, not the count)" for name, value in sorted(counters.items())
+                 if name in PMA_WIDTH and value == 2 ** PMA_WIDTH[name] - 1]
+    return counters, problems
 
 
 def _read_counter_dir(path: Path) -> dict[str, float]:
@@ -206,7 +251,10 @@ class RdmaCollector:
 
     def fetch(self, device: str, port: int) -> tuple[dict[str, float], dict[str, float]]:
         base = self.sys_root / "class/infiniband" / device / "ports" / str(port)
-        return _read_counter_dir(base / "counters"), _read_counter_dir(base / "hw_counters")
+        counters, problems = port_counters(base, f"{device}/{port}")
+        if problems:
+            report_problems(self.host, "sysfs-infiniband", problems, log)
+        return counters, _read_counter_dir(base / "hw_counters")
 
     def poll(self) -> list[Sample]:
         out: list[Sample] = []
@@ -244,10 +292,11 @@ def _port_dirs(path: Path) -> list[tuple[str, int, Path]]:
 def _read_sysfs_ib(path: Path, device: str, ts: float) -> Reading:
     out = Reading()
     for dev, port, d in _port_dirs(path):
-        counters, hw = _read_counter_dir(d / "counters"), _read_counter_dir(d / "hw_counters")
+        (counters, problems), hw = port_counters(d, f"{dev}/{port}"), _read_counter_dir(d / "hw_counters")
         if not counters and not hw:
             out.problems.append(f"{dev}/{port}: no readable counters")
             continue
+        out.problems.extend(problems)
         out.samples.extend(map_port(counters, hw, ts, ib_source(device, dev, port)))
         out.unmapped.extend(k for k in counters if k not in IB_COUNTERS)
         out.unmapped.extend(k for k in hw if k not in RDMA_HW_COUNTERS and k not in NOT_COUNTERS)

@@ -18,6 +18,7 @@ import numpy as np
 
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_text, select, snake
+from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import ParseError
 from fabricscope.core.model import Sample, now
 from fabricscope.core.rates import counter_deltas
@@ -117,6 +118,17 @@ def parse_mountstats(text: str) -> list[NfsMount]:
             if values and all(v.isdigit() for v in values):
                 current.ops[op] = {k: float(v) for k, v in zip(NFS_OP_FIELDS, values, strict=False)}
     return mounts
+
+
+def visible_mounts(mounts: list[NfsMount]) -> tuple[list[NfsMount], list[str]]:
+    """One mount per mountpoint: the last listed. A mountpoint listed again is an over-mount (or a second
+    mount of the same path): the later entry is the one the path reaches, and the earlier ones' counters
+    would land in the same series (source = the mountpoint). They are skipped and said, never merged."""
+    last = {m.mountpoint: i for i, m in enumerate(mounts)}
+    kept = [m for i, m in enumerate(mounts) if last[m.mountpoint] == i]
+    problems = [f"{m.device} ({m.fstype}) on {m.mountpoint} is listed again later (over-mounted): its counters "
+                "skipped, the later mount read" for i, m in enumerate(mounts) if last[m.mountpoint] != i]
+    return kept, problems
 
 
 def nfs_samples(mount: NfsMount, ts: float, source: str) -> list[Sample]:
@@ -231,7 +243,10 @@ class StorageCollector:
 
     def _nfs(self, ts: float) -> tuple[list[Sample], list[tuple[str, str, float, float]]]:
         out, lat = [], []
-        for mount in parse_mountstats(read_text(self.proc_root / "self/mountstats") or ""):
+        mounts, problems = visible_mounts(parse_mountstats(read_text(self.proc_root / "self/mountstats") or ""))
+        if problems:
+            report_problems(self.host, "nfs-mountstats", problems, log)
+        for mount in mounts:
             src = f"{self.host}:{mount.mountpoint}"
             out.extend(nfs_samples(mount, ts, src))
             for op in ("READ", "WRITE"):
@@ -301,10 +316,11 @@ def _looks_like_diskstats(_path: Path, head: str) -> bool:
 
 
 def _read_mountstats(path: Path, device: str, ts: float) -> Reading:
-    mounts = parse_mountstats(path.read_text())
+    mounts, problems = visible_mounts(parse_mountstats(path.read_text()))
     if not mounts:
         raise ParseError("no NFS mount in it (only nfs/nfs4 mounts are read)")
-    return Reading(samples=[s for m in mounts for s in nfs_samples(m, ts, f"{device}:{m.mountpoint}")])
+    return Reading(samples=[s for m in mounts for s in nfs_samples(m, ts, f"{device}:{m.mountpoint}")],
+                   problems=problems)
 
 
 def _read_lustre(path: Path, device: str, ts: float) -> Reading:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from fabricscope.collectors.selfmetrics import observe_poll, observe_problems
+from fabricscope.collectors.selfmetrics import observe_poll, report_problems
 from fabricscope.collectors.sinks.sender import Sink
 from fabricscope.core.backoff import Backoff
 from fabricscope.core.errors import CollectionError, ParseError
@@ -48,8 +47,6 @@ FACTORIES: dict[str, Callable[[Device], Any]] = {
 }
 
 
-_DIGITS = re.compile(r"\d+")
-_MAX_LOGGED = 1000  # distinct problems logged per device and protocol; the counter keeps counting
 
 
 @dataclass
@@ -62,7 +59,6 @@ class _Target:
     polls: int = 0
     failures: int = 0  # device unreachable: collector_up 0, backoff
     bugs: int = 0  # unexpected exceptions in our code: logged with a traceback, device not blamed
-    logged: set[str] = field(default_factory=set)  # problems already logged, numbers blanked (once each)
 
 
 class SwitchScheduler:
@@ -124,15 +120,9 @@ class SwitchScheduler:
         return False
 
     def _deliver(self, t: _Target, result: PollResult) -> None:
-        observe_problems(t.device.name, t.protocol, len(result.problems))
-        for problem in result.problems:
-            # the same problem comes back every poll (its numbers may change): logged once per device
-            # and protocol, counted every time (fabricscope_collector_problems_total)
-            key = _DIGITS.sub("#", problem)
-            if key in t.logged or len(t.logged) >= _MAX_LOGGED:
-                continue
-            t.logged.add(key)
-            log.warning("%s/%s: malformed part of reply skipped: %s", t.device.name, t.protocol, problem)
+        # the same problem comes back every poll (its numbers may change): logged once per device and
+        # protocol, counted every time, by the one function the host agent's parsers report through too
+        report_problems(t.device.name, t.protocol, result.problems, log, protocol=t.protocol)
         for s in result.samples:
             self.sink.submit("samples", s.to_json())
         links = frozenset(result.links)

@@ -62,10 +62,73 @@ def test_held_back_topo_and_dcgm_second_run(raw: Path) -> None:
     assert _parsed(raw) == json.loads((raw.parent / "expected.json").read_text())
 
 
+# nvidia-smi -q -x (i43r): three Telegraf testdata dumps written unread, run once, then pinned with unmapped.
+SMI = sorted(HELD.glob("smi/*/nvidia-smi-q-x.xml"))
+
+
+def _smi(raw: Path) -> dict:
+    fmt = formats.load().sniff(raw)
+    assert fmt is not None
+    r = fmt.read(raw, "node", 1_700_000_000.0)
+    return {"format": fmt.name, "samples": canon(r.samples), "unmapped": r.unmapped, "problems": r.problems}
+
+
+@pytest.mark.parametrize("raw", SMI, ids=[p.parent.name for p in SMI])
+def test_held_back_smi_second_run(raw: Path) -> None:
+    assert _smi(raw) == json.loads((raw.parent / "expected.json").read_text())
+
+
+def test_held_back_smi_values_are_the_files_own() -> None:
+    raw = HELD / "smi/rtx-3080-v13-telegraf/nvidia-smi-q-x.xml"
+    text = raw.read_text()
+    got = {(s["metric"], tuple(sorted(s.get("labels", {}).items()))): s["value"] for s in _smi(raw)["samples"]}
+    assert "<instant_power_draw>142.33 W</instant_power_draw>" in text and got[("gpu_power_watts", ())] == 142.33
+    assert "<mem_clock>9251 MHz</mem_clock>" in text and got[("gpu_memory_clock_hz", ())] == 9251e6
+    assert "<gpu_util>65 %</gpu_util>" in text and got[("gpu_utilization_ratio", ())] == 0.65
+    # driver >= 535's cumulative clocks-event times are not a metric yet: named, not dropped
+    assert "clocks_event_reasons_counters/clocks_event_reasons_counters_sw_power_cap (1)" in _smi(raw)["unmapped"]
+
+
+# procfs text formats (i43r): prometheus/node_exporter's fixtures, written unread, run once, pinned.
+PROC = sorted(p for p in HELD.glob("*/node-exporter/*") if p.name != "expected.json")
+
+
+@pytest.mark.parametrize("raw", PROC, ids=[p.parent.parent.name for p in PROC])
+def test_held_back_procfs_second_run(raw: Path) -> None:
+    assert _smi(raw) == json.loads((raw.parent / "expected.json").read_text())
+
+
+def test_over_mounted_nfs_path_is_read_once_and_said() -> None:
+    raw = HELD / "nfs-mountstats/node-exporter/mountstats"
+    got = _smi(raw)
+    keys = [(s["source"], s["metric"], tuple(sorted(s.get("labels", {}).items()))) for s in got["samples"]]
+    assert len(keys) == len(set(keys)), "one value per series"
+    assert got["problems"] == ["192.168.1.1:/srv/test (nfs4) on /mnt/nfs/test-dupe is listed again later "
+                               "(over-mounted): its counters skipped, the later mount read"]
+    assert "READ: 1298 1298 0 207680 1210292152 6 79386 79407" in raw.read_text()
+    reads = [s["value"] for s in got["samples"] if s["metric"] == "read_ops_total"]
+    assert reads == [1298.0, 1298.0]  # /mnt/nfs/test and the visible /mnt/nfs/test-dupe
+
+
+def test_held_back_lustre_osd_stats_has_nothing_canonical_and_says_so() -> None:
+    raw = HELD / "lustre-stats/telegraf-osd-ldiskfs/stats"
+    fmt = formats.load().sniff(raw)
+    assert fmt is not None and fmt.name == "lustre-stats"
+    r = fmt.read(raw, "node", 1_700_000_000.0)
+    got = {s.metric: s.value for s in r.samples}
+    assert got == {"lustre_get_page_total": 275132812, "lustre_cache_access_total": 19047063027,
+                   "lustre_cache_hit_total": 7393729777, "lustre_cache_miss_total": 11653333250}
+    assert all(f"{int(v)} samples" in raw.read_text() for v in got.values())
+    assert not [s for s in r.samples if not s.metric.startswith("lustre_")]  # only extras: `parse` exits 2
+
+
 if __name__ == "__main__" and "--regen" in sys.argv:
     for case in CASES:
         (case / "expected.json").write_text(json.dumps(_actual(case), indent=1) + "\n")
         print("wrote", case / "expected.json")
     for raw in OTHER:
         (raw.parent / "expected.json").write_text(json.dumps(_parsed(raw), indent=1) + "\n")
+        print("wrote", raw.parent / "expected.json")
+    for raw in [*SMI, *PROC]:
+        (raw.parent / "expected.json").write_text(json.dumps(_smi(raw), indent=1) + "\n")
         print("wrote", raw.parent / "expected.json")

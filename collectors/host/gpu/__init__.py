@@ -15,7 +15,7 @@ from typing import Any
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.gpu.dcgm import DcgmCollector, looks_like_dcgm, parse_dcgm, xid_event
 from fabricscope.collectors.host.gpu.nvml import NvmlCollector, load_nvml
-from fabricscope.collectors.host.gpu.smi_xml import SmiCollector, looks_like_smi_xml, parse_smi_xml
+from fabricscope.collectors.host.gpu.smi_xml import SmiCollector, looks_like_smi_xml, parse_smi_xml, unread_counts
 from fabricscope.collectors.host.gpu.topo_matrix import TopoMatrix, looks_like_topo, parse_topo_matrix, rank
 from fabricscope.core.model import Event, Sample
 
@@ -35,7 +35,8 @@ def make_gpu_collector(host: str, source: str, dcgm_url: str, *, timeout_s: floa
 
 
 def _read_smi_xml(path: Path, device: str, ts: float) -> Reading:
-    return Reading(samples=parse_smi_xml(path.read_text(), ts, device))
+    text = path.read_text()
+    return Reading(samples=parse_smi_xml(text, ts, device), unmapped=unread_counts(text))
 
 
 def _read_dcgm(path: Path, device: str, ts: float) -> Reading:

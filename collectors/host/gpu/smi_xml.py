@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import xml.etree.ElementTree as ET
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 
 from fabricscope.collectors.host.gpu.maps import XML_READS, XML_THROTTLE_ELEMENTS
@@ -66,6 +66,36 @@ def gpu_samples(gpu: ET.Element, ts: float, source: str) -> list[Sample]:
                 out.append(Sample(ts, source, "gpu_throttle_active", 1.0 if state == "Active" else 0.0,
                                   {"reason": reason}))
     return out
+
+
+# Containers that hold counts (ECC errors, retired pages, remapped rows, the driver >= 535 cumulative
+# clocks-event times): a count in one of them that no XML_READS path reads is named, never dropped unsaid.
+_COUNT_CONTAINER = re.compile(r"counter|error|violation|retire|remap")
+_COUNT_TEXT = re.compile(r"\d{1,20}(?: [A-Za-z]+)?")
+
+
+def unread_counts(text: str) -> list[str]:
+    """``path (N)``: count leaves of counter containers that no mapping reads, with how many GPUs had them."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError:
+        return []
+    read = {r.path for r in XML_READS}
+    seen: Counter[str] = Counter()
+    for gpu in root.findall("gpu"):
+        paths: set[str] = set()
+        _walk(gpu, "", False, paths)
+        seen.update(paths - read)
+    return [f"{path} ({n})" for path, n in sorted(seen.items())]
+
+
+def _walk(node: ET.Element, prefix: str, in_counts: bool, out: set[str]) -> None:
+    for child in node:
+        path = f"{prefix}/{child.tag}" if prefix else child.tag
+        if len(child):
+            _walk(child, path, in_counts or bool(_COUNT_CONTAINER.search(child.tag)), out)
+        elif in_counts and _COUNT_TEXT.fullmatch((child.text or "").strip()):
+            out.add(path)
 
 
 def looks_like_smi_xml(head: str) -> bool:

@@ -12,7 +12,8 @@ from fabricscope.core.values import counter, shown
 from .counters import SWITCH_PORT_COUNTERS, port_samples
 from .topology import parse_ibnetdiscover
 
-_PERFQUERY_HEAD = re.compile(r"^# Port (extended )?counters: Lid \d+ port \d+", re.MULTILINE)
+# "#" optional: a Markdown or HTML rendering of a paste drops it (rdma.parse_perfquery reads it the same way)
+_PERFQUERY_HEAD = re.compile(r"^\s*#?\s*Port (extended )?counters: Lid \d+ port \d+", re.MULTILINE)
 _IBND_HEAD = re.compile(r"^(# Topology file: generated|(Switch|Ca)\s+\d+\s+\"[SH]-|(CA|SW)\s+\d+\s+\d+\s+0x)",
                         re.MULTILINE)  # fmt: skip
 _FIELD = re.compile(r"^\s*(\w+):\.+(.*)$", re.MULTILINE)
@@ -29,6 +30,9 @@ def _read_perfquery(path: Path, device: str, ts: float) -> Reading:
     for m in _FIELD.finditer(text):  # a value the parser could not take is named, never dropped silently
         if m[1] not in PERFQUERY_SKIP and not _is_counter(m[2]):
             out.problems.append(f"{device}: {m[1]}={shown(m[2].strip())} is not a 64-bit counter, skipped")
+    for line in text.splitlines():  # neither a header nor a field (a wrapper's timestamp, an ibwarn): said
+        if line.strip() and not _PERFQUERY_HEAD.match(line) and not _FIELD.match(line):
+            out.problems.append(f"line not a perfquery field, skipped: {shown(line.strip())}")
     return out
 
 
