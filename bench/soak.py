@@ -51,7 +51,15 @@ from bench.soak_hostile import (  # noqa: E402
     busy_counts,
     seed_wide_source,
 )
-from bench.soak_load import IdleSockets, IngestClient, Log, Reader, RssSampler, TimedTransport  # noqa: E402
+from bench.soak_load import (  # noqa: E402
+    IdleSockets,
+    IngestClient,
+    Log,
+    Reader,
+    RssSampler,
+    TimedTransport,
+    cpu_seconds,
+)
 from fabricscope.collectors.sinks.http import HttpTransport  # noqa: E402
 from fabricscope.core.transport import Batch  # noqa: E402
 from fabricscope.service.db.embedded import EmbeddedPostgres  # noqa: E402
@@ -151,6 +159,11 @@ def checksums(dsn: str, clients: list[IngestClient]) -> list[dict[str, Any]]:
     return out
 
 
+def lost(sums: list[dict[str, Any]]) -> dict[str, int]:
+    """What was submitted and is not in the database, summed over the clients (negative: stored twice)."""
+    return {k: sum(c["submitted"][k] - c["stored"][k] for c in sums) for k in ("samples", "steps", "events")}
+
+
 def hostile_load(args: argparse.Namespace, url: str, port: int, ingest_tok: str, read_tok: str,
                  stop: threading.Event) -> list[threading.Thread]:
     """#46's hostile clients, the wide source seeded first (outside the measured time)."""
@@ -205,6 +218,9 @@ def run(args: argparse.Namespace, work: Path, *, hostile: bool = False) -> dict[
         if hostile:
             bad = hostile_load(args, url, port, ingest_tok, read_tok, stop)
         t0 = time.monotonic()
+        # CPU seconds of the service and of this process (the legitimate clients, and the hostile ones when
+        # --hostile: they share the machine's cores with the service), over the measured time.
+        cpu0 = (cpu_seconds(proc.pid), cpu_seconds(os.getpid()))
         for th in [*clients, *readers, idle, *bad]:
             th.start()
         time.sleep(max(0.0, t0 + args.duration / 2 - time.monotonic()))
@@ -216,6 +232,9 @@ def run(args: argparse.Namespace, work: Path, *, hostile: bool = False) -> dict[
         up = time.monotonic()
         print(f"  {up - t0:.0f} s: database back (down {up - w0:.1f} s)", flush=True)
         time.sleep(max(0.0, t0 + args.duration - time.monotonic()))
+        cpu = {"service_s": round(cpu_seconds(proc.pid) - cpu0[0], 1),
+               "soak_clients_s": round(cpu_seconds(os.getpid()) - cpu0[1], 1),
+               "load_average": [round(x, 2) for x in os.getloadavg()]}
         stop.set()
         for th in [*clients, *readers, idle, *bad]:
             th.join(60)
@@ -248,7 +267,7 @@ def run(args: argparse.Namespace, work: Path, *, hostile: bool = False) -> dict[
             "rss_mb": {"start": round(max(first, default=0) / MB, 1), "ceiling": round(ceiling / MB, 1),
                        "end": round(rss.samples[-1][1] / MB, 1) if rss.samples else 0,
                        "by_tenth": tenths(rss.samples, t0, args.duration)},
-            "checksums": sums, "flushed": all(flushed),
+            "checksums": sums, "flushed": all(flushed), "lost": lost(sums), "cpu": cpu,
             "idle_closed_by_server": idle.closed_by_server, "idle_open_failures": idle.open_failures,
             "hostile": hostile_figures}
 
@@ -273,6 +292,12 @@ def report(r: dict[str, Any], checks: dict[str, bool], args: argparse.Namespace)
           f"{sum(c['stored']['events'] for c in r['checksums']):,} events; spooled by the senders "
           f"{sum(c['sender']['spooled'] for c in r['checksums']):,}, retries "
           f"{sum(c['sender']['retries'] for c in r['checksums']):,}")
+    legit = r["ingest"]["requests"] + r["read"]["requests"]
+    print(f"  lost: {r['lost']['samples']} samples, {r['lost']['steps']} steps, {r['lost']['events']} events; "
+          f"dropped by the senders {sum(c['sender']['dropped'] for c in r['checksums'])}")
+    print(f"  CPU over the measured time: service {r['cpu']['service_s']} s "
+          f"({1000 * r['cpu']['service_s'] / max(legit, 1):.1f} ms per legitimate request), this process's "
+          f"clients {r['cpu']['soak_clients_s']} s; load average at the end {r['cpu']['load_average']}")
     print(f"  RSS of the service: {r['rss_mb']['start']} MB at start, ceiling {r['rss_mb']['ceiling']} MB, "
           f"end {r['rss_mb']['end']} MB; by tenth of the run {r['rss_mb']['by_tenth']}")
     print(f"  idle/slow sockets closed by the server: {r['idle_closed_by_server']}")

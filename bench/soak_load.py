@@ -6,6 +6,7 @@ soak can tell a 5xx inside the injected database restart from one outside it.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import threading
@@ -214,3 +215,9 @@ class RssSampler(threading.Thread):
             except (OSError, ValueError):
                 return  # the process is gone
             self.stop.wait(self.every)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

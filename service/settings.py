@@ -81,6 +81,11 @@ class Settings(BaseSettings):
     http_write_timeout_s: float = Field(default=10.0, gt=0)
     # Of max_heavy_reads, what one client may hold at once; more is 429 at once, without waiting.
     max_heavy_reads_per_client: int = Field(default=2, ge=1)
+    # The cheap reads (one share: a read by its key, a short list, a metric of a few series) pass a gate of
+    # their own, apart from the expensive ones: at most max_cheap_reads at once, max_cheap_reads_per_client
+    # of one client (more is 429 at once). A client's reports never take its lookups' room, nor the reverse.
+    max_cheap_reads: int = Field(default=8, ge=1)
+    max_cheap_reads_per_client: int = Field(default=4, ge=1)
 
     retention_days: int = Field(default=30, ge=1)
     compress_after_days: int = Field(default=2, ge=1)

@@ -1,4 +1,4 @@
-"""Admission of every read by its cost (#46): one gate, weighed in shares, that every GET route passes.
+"""Admission of every read by its cost (#46): two gates, weighed in shares, that every GET route passes.
 
 A unit is one expensive read (a report, steps list, efficiency, trends, fleet ranking, comparison)
 and is SHARES shares. A read of one row or a few by their key costs one share; a list costs a share
@@ -10,6 +10,13 @@ every connection of the pool and ingest queued behind it.
 At most ``capacity`` units run at once, so the rest of the database pool stays free for ingest; a
 client (peer address) holds at most ``per_client`` units, and asking for more is refused at once
 rather than queued, so one client cannot fill the gate or the waiting threads.
+
+The cheap reads (one share: a read by its key, a short list, a metric of a few series) pass a gate
+of their own (ReadGates), with an allowance per client apart from its expensive reads: a client
+running its two reports still gets its dashboard's lookups, and a flood of lookups does not take
+its reports' room (#46). Both gates together hold at most max_heavy_reads x SHARES / 2 (the
+costliest-but-one read is two shares) plus max_cheap_reads connections of the pool: 8 + 8 of 20 by
+default, the rest for ingest.
 """
 
 from __future__ import annotations
@@ -46,10 +53,10 @@ class Refusal(enum.Enum):
 
 
 class CostGate:
-    """``capacity`` and ``per_client`` in units (the settings'); costs in shares."""
+    """``capacity`` and ``per_client`` in units of ``shares`` shares (the settings'); costs in shares."""
 
-    def __init__(self, capacity: int, per_client: int) -> None:
-        self.capacity, self.per_client = capacity * SHARES, per_client * SHARES
+    def __init__(self, capacity: int, per_client: int, *, shares: int = SHARES) -> None:
+        self.capacity, self.per_client = capacity * shares, per_client * shares
         self._cond = threading.Condition()
         self._used = 0
         self._held: Counter[str] = Counter()
@@ -105,3 +112,21 @@ class CostGate:
     def learn(self, key: str, rows: int) -> None:
         with self._cond:
             self._rows[key] = rows
+
+
+class ReadGates:
+    """The expensive reads' gate (in units) and the cheap reads' (in reads of one share), and the learned
+    sizes of the lists without a limit. A read goes to the cheap gate when it costs one share."""
+
+    def __init__(self, *, heavy: int, heavy_per_client: int, cheap: int, cheap_per_client: int) -> None:
+        self.heavy = CostGate(heavy, heavy_per_client)
+        self.cheap = CostGate(cheap, cheap_per_client, shares=CHEAP)
+
+    def gate_for(self, cost: int) -> CostGate:
+        return self.cheap if cost <= CHEAP else self.heavy
+
+    def learned_cost(self, key: str) -> int:
+        return self.heavy.learned_cost(key)
+
+    def learn(self, key: str, rows: int) -> None:
+        self.heavy.learn(key, rows)

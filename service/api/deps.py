@@ -13,7 +13,7 @@ from psycopg_pool import ConnectionPool
 
 from fabricscope.core.errors import FabricscopeError
 from fabricscope.service.api import admission
-from fabricscope.service.api.admission import CostGate
+from fabricscope.service.api.admission import ReadGates
 from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.observability import metrics as m
@@ -86,23 +86,35 @@ def _peer(request: Request) -> str:
     return request.client.host if request.client else ""
 
 
+def _refusal_detail(gates: ReadGates, settings: Settings, peer: str, cost: int,
+                    refusal: admission.Refusal) -> str:
+    if gates.gate_for(cost) is gates.cheap:
+        gate, shares = gates.cheap, "cheap reads (one share each: a read by its key, a short list)"
+        names = ("FABRICSCOPE_MAX_CHEAP_READS", settings.max_cheap_reads, "FABRICSCOPE_MAX_CHEAP_READS_PER_CLIENT",
+                 settings.max_cheap_reads_per_client, "reads")
+    else:
+        gate = gates.heavy
+        shares = f"read shares ({admission.SHARES} shares a unit, an expensive read)"
+        names = ("FABRICSCOPE_MAX_HEAVY_READS", settings.max_heavy_reads, "FABRICSCOPE_MAX_HEAVY_READS_PER_CLIENT",
+                 settings.max_heavy_reads_per_client, "units")
+    total, total_n, per, per_n, unit = names
+    if refusal is admission.Refusal.CLIENT:
+        return (f"this client already holds {gate.held_by(peer)} of the {gate.per_client} {shares} one client "
+                f"may hold ({per}={per_n} {unit})")
+    return f"reads held all {gate.capacity} {shares} ({total}={total_n} {unit}) for {settings.db_timeout_s:g} s"
+
+
 @contextmanager
 def admitted(request: Request, settings: Settings, *, cost: int, what: str) -> Iterator[None]:
-    """Hold ``cost`` shares of the read gate (service/api/admission.py) for the block; 429 naming why
-    when this client already holds its share, or no room frees within db_timeout_s."""
-    gate: CostGate = request.app.state.heavy_reads
+    """Hold ``cost`` shares of the read gates (service/api/admission.py: a cheap read its own gate) for the
+    block; 429 naming why when this client already holds its share, or no room frees within db_timeout_s."""
+    gates: ReadGates = request.app.state.reads
+    gate = gates.gate_for(cost)
     peer = _peer(request)
     refusal = gate.acquire(cost=cost, peer=peer, timeout_s=settings.db_timeout_s)
     if refusal is not None:
-        m.BUSY_REJECTED.labels("heavy").inc()
-        units = f"{admission.SHARES} shares a unit, an expensive read; a cheap read is one share"
-        if refusal is admission.Refusal.CLIENT:
-            why = (f"this client already holds {gate.held_by(peer)} of the {gate.per_client} read shares one "
-                   f"client may hold (FABRICSCOPE_MAX_HEAVY_READS_PER_CLIENT={settings.max_heavy_reads_per_client} "
-                   f"units, {units})")
-        else:
-            why = (f"reads held all {gate.capacity} read shares (FABRICSCOPE_MAX_HEAVY_READS="
-                   f"{settings.max_heavy_reads} units, {units}) for {settings.db_timeout_s:g} s")
+        m.BUSY_REJECTED.labels("heavy" if gate is gates.heavy else "cheap").inc()
+        why = _refusal_detail(gates, settings, peer, cost, refusal)
         raise HTTPException(429, detail=f"server busy: {why}; asked {cost} for {what}, retry later",
                             headers={"Retry-After": str(settings.busy_retry_after_s)})
     try:
@@ -111,17 +123,17 @@ def admitted(request: Request, settings: Settings, *, cost: int, what: str) -> I
         gate.release(cost=cost, peer=peer)
 
 
-def admit(what: str, cost: Callable[[Request, CostGate], int]) -> Callable[..., Iterator[None]]:
+def admit(what: str, cost: Callable[[Request, ReadGates], int]) -> Callable[..., Iterator[None]]:
     """A read route's admission, by ``cost(request, gate)`` shares: in a route's ``dependencies``, so it
     is taken before the route's database connection (they resolve before its parameters) and held
     until the answer is written (answers waiting on clients that do not read stay bounded)."""
 
     def admission(request: Request, settings: SettingsDep) -> Iterator[None]:
-        with admitted(request, settings, cost=cost(request, request.app.state.heavy_reads), what=what):
+        with admitted(request, settings, cost=cost(request, request.app.state.reads), what=what):
             yield
         rows = getattr(request.state, "answer_rows", None)
         if rows is not None:  # a list without a limit: what it answered is what the next one costs
-            request.app.state.heavy_reads.learn(request.state.answer_key, rows)
+            request.app.state.reads.learn(request.state.answer_key, rows)
 
     admission.fabricscope_admission = True  # type: ignore[attr-defined]  # tests/robustness/test_read_admission.py
     return admission
@@ -140,8 +152,8 @@ def by_limit(default: int, maximum: int) -> Any:
                          lambda request, _: admission.rows_cost(_limit(request, default, maximum))))
 
 
-def _learned(key: str) -> Callable[[Request, CostGate], int]:
-    def cost(request: Request, gate: CostGate) -> int:
+def _learned(key: str) -> Callable[[Request, ReadGates], int]:
+    def cost(request: Request, gate: ReadGates) -> int:
         # A filtered list is learned apart from the whole one: it is often far shorter.
         request.state.answer_key = f"{key}?" if request.query_params else key
         return gate.learned_cost(request.state.answer_key)

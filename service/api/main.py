@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import REGISTRY
 from psycopg_pool import PoolTimeout, TooManyRequests
 
-from fabricscope.service.api.admission import CostGate
+from fabricscope.service.api.admission import ReadGates
 from fabricscope.service.api.limits import RequestGuard
 from fabricscope.service.api.routes import (
     acceptance,
@@ -110,7 +110,8 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
     # what the ingest routes signal once a batch is committed; inert unless the background worker runs
     app.state.arrivals = Arrivals(margin_s=engine.config.telemetry_margin_s)
     app.state.token_scopes = settings.token_scopes()
-    app.state.heavy_reads = CostGate(settings.max_heavy_reads, settings.max_heavy_reads_per_client)
+    app.state.reads = ReadGates(heavy=settings.max_heavy_reads, heavy_per_client=settings.max_heavy_reads_per_client,
+                                cheap=settings.max_cheap_reads, cheap_per_client=settings.max_cheap_reads_per_client)
     routers = (health.router, ingest.router, topology.router, jobs.router, steps.router, sources.router,
                alerts.router,
                acceptance.router,  # #19: acceptance runs and baselines

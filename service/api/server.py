@@ -13,6 +13,14 @@ connections each; once the server holds more than FABRICSCOPE_HTTP_IDLE_PRESSURE
 each new connection closes the oldest idle one of the client holding the most, so idle sockets can
 never lock others out; a response the client stops reading for FABRICSCOPE_HTTP_WRITE_TIMEOUT_S is
 aborted, which ends the request and frees what it holds (its expensive-read slot, its database connection).
+
+A connection over its client's limit is *held* while the client's own connections are mute (opened,
+never a byte sent): it is not counted, not parsed, and costs a socket and a timer. It takes a mute one's
+place once it sends its request, or is closed silently at the header deadline like any mute one. Closing a
+mute connection to make room for another mute one (until #46's soak) let an idle flood that reopens
+what is closed make the server accept and close ~800 connections a second; held, each of the flood's
+sockets lives its header deadline, and the accepts fall to its sockets / FABRICSCOPE_HTTP_HEADER_TIMEOUT_S.
+At most FABRICSCOPE_HTTP_MAX_CONNECTIONS are held; over it a mute newcomer is closed at once.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import resource
 from collections import Counter
 from typing import Any
 
@@ -60,20 +69,39 @@ def _response(status: bytes, detail: str, extra: bytes = b"") -> bytes:
 
 
 class Peers:
-    """One server's connections by client: how many each holds, and the idle ones, oldest idle first."""
+    """One server's connections by client: how many each holds (held ones apart), and the idle ones, oldest
+    idle first."""
 
     def __init__(self) -> None:
         self.open: Counter[str] = Counter()
         self.idle: dict[GuardedHttpTools, None] = {}  # insertion order: the order they went idle
+        self.held: dict[GuardedHttpTools, None] = {}  # over their client's limit, waiting (module docstring)
+        self.held_of: Counter[str] = Counter()
 
-    def oldest_idle(self, peer: str | None, *, besides: GuardedHttpTools) -> GuardedHttpTools | None:
-        """The longest idle connection of ``peer`` (None: of the client holding the most connections)."""
+    def counted(self, peer: str) -> int:
+        return self.open[peer] - self.held_of[peer]
+
+    def oldest_idle(self, peer: str | None, *, besides: GuardedHttpTools,
+                    spoken: bool = False) -> GuardedHttpTools | None:
+        """The longest idle connection of ``peer`` (None: of the client holding the most connections), held
+        ones aside; ``spoken``: only one that has served a request (a keep-alive connection)."""
         if peer is None:
             busiest = max((c._peer for c in self.idle if c is not besides), key=self.open.__getitem__, default=None)
             if busiest is None:
                 return None
             peer = busiest
-        return next((c for c in self.idle if c._peer == peer and c is not besides), None)
+        return next((c for c in self.idle if c._peer == peer and c is not besides and c not in self.held
+                     and (c._spoken or not spoken)), None)
+
+    def hold(self, conn: GuardedHttpTools) -> None:
+        self.held[conn] = None
+        self.held_of[conn._peer] += 1
+
+    def unhold(self, conn: GuardedHttpTools) -> None:
+        if self.held.pop(conn, False) is None:
+            self.held_of[conn._peer] -= 1
+            if self.held_of[conn._peer] <= 0:
+                del self.held_of[conn._peer]
 
 
 class GuardedHttpTools(HttpToolsProtocol):
@@ -93,25 +121,57 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._header_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
         self._peer = self.client[0] if self.client else ""
+        self._spoken = False
         self.peers.open[self._peer] += 1
         self._arm()
         self._make_room()
 
+    def _counted_connections(self) -> int:
+        return len(self.connections) - len(self.peers.held)
+
     def _make_room(self) -> None:
-        """Close idle connections so this one fits: its client's own first, then the busiest client's."""
-        if self.peers.open[self._peer] > self.max_per_client:
-            victim = self.peers.oldest_idle(self._peer, besides=self)
-            if victim is None:  # every one of this client's connections is working: this one waits its turn
-                m.BUSY_REJECTED.labels("client_connections").inc()
-                self._refuse(_busy_response(self.retry_after_s, "this client already holds "
-                                            f"{self.max_per_client} connections (FABRICSCOPE_HTTP_MAX_CONNECTIONS_"
-                                            "PER_CLIENT), retry later"))
+        """Make room for this new connection: close its client's oldest keep-alive connection, or hold this one
+        while the client's are mute (module docstring); then the busiest client's oldest idle one under pressure."""
+        if self.peers.counted(self._peer) > self.max_per_client:
+            victim = self.peers.oldest_idle(self._peer, besides=self, spoken=True)
+            if victim is not None:
+                victim._close_idle()
+            elif self.peers.oldest_idle(self._peer, besides=self) is None:
+                self._refuse_busy()  # every one of this client's connections is working: this one waits its turn
                 return
-            victim._close_idle()
-        if len(self.connections) > self.max_connections * self.idle_pressure:
+            elif len(self.peers.held) < self.max_connections:
+                self.peers.hold(self)
+                return
+            else:
+                m.BUSY_REJECTED.labels("idle_closed").inc()
+                self.peers.idle.pop(self, None)
+                self._disarm()
+                self.transport.abort()  # mute, over every limit: nothing to answer, no FIN handshake to wait for
+                return
+        if self._counted_connections() > self.max_connections * self.idle_pressure:
             victim = self.peers.oldest_idle(None, besides=self)
             if victim is not None:
                 victim._close_idle()
+
+    def _refuse_busy(self) -> None:
+        m.BUSY_REJECTED.labels("client_connections").inc()
+        self._refuse(_busy_response(self.retry_after_s, f"this client already holds {self.max_per_client} "
+                                    "connections (FABRICSCOPE_HTTP_MAX_CONNECTIONS_PER_CLIENT), retry later"))
+
+    def _speak(self) -> bool:
+        """The first bytes of a connection: a held one takes the place of its client's oldest idle one (or is
+        told 429 when all of them are working); False when it was refused."""
+        self._spoken = True
+        if self not in self.peers.held:
+            return True
+        self.peers.unhold(self)
+        if self.peers.counted(self._peer) > self.max_per_client:
+            victim = self.peers.oldest_idle(self._peer, besides=self)
+            if victim is None:
+                self._refuse_busy()
+                return False
+            victim._close_idle()
+        return True
 
     def _close_idle(self) -> None:
         m.BUSY_REJECTED.labels("idle_closed").inc()
@@ -149,6 +209,8 @@ class GuardedHttpTools(HttpToolsProtocol):
                                f"{self.header_timeout_s:g} s (FABRICSCOPE_HTTP_HEADER_TIMEOUT_S)"))
 
     def data_received(self, data: bytes) -> None:
+        if not self._spoken and data and not self._speak():
+            return
         if self._header_timer is not None and data:
             self.peers.idle.pop(self, None)
             # Count the request line and headers only, to their blank line: a request whose headers
@@ -165,7 +227,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
-        if len(self.connections) <= self.max_connections and len(self.tasks) < self.max_connections:
+        if self._counted_connections() <= self.max_connections and len(self.tasks) < self.max_connections:
             super().on_headers_complete()
             return
         # Busy, not broken: the same 429 + Retry-After as a full database pool (service/api/main.py).
@@ -206,6 +268,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             self._write_timer.cancel()
             self._write_timer = None
         self.peers.idle.pop(self, None)
+        self.peers.unhold(self)
         self.peers.open[self._peer] -= 1
         if self.peers.open[self._peer] <= 0:
             del self.peers.open[self._peer]
@@ -238,8 +301,22 @@ def protocol_for(settings: Settings) -> type[GuardedHttpTools]:
         "write_timeout_s": settings.http_write_timeout_s, "peers": Peers()})
 
 
+def _enough_descriptors(settings: Settings) -> None:
+    """Raise the soft limit on open files to what the connections may take: the counted ones, as many held
+    (module docstring), the database pool and some to spare; never past the hard limit."""
+    want = 2 * settings.http_max_connections + settings.pool_size + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        if new < want:
+            log.warning("open files limited to %d (hard limit): %d connections and as many held need about %d",
+                        new, settings.http_max_connections, want)
+
+
 def make_server(app: Any, settings: Settings, *, host: str, port: int) -> uvicorn.Server:
     """The server `serve` and `demo` both run: same deadlines, limits and graceful-stop time."""
+    _enough_descriptors(settings)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                             http=protocol_for(settings), timeout_keep_alive=settings.http_keep_alive_s,
                             backlog=settings.http_backlog,

@@ -117,7 +117,8 @@ def _healthz_codes(svc: ServiceProcess, n: int) -> list[int]:
 
 
 def test_one_clients_idle_flood_locks_no_one_out(fair: ServiceProcess) -> None:
-    # One address opens more idle connections than the whole server holds: it keeps PER_CLIENT.
+    # One address opens more idle connections than the whole server holds: PER_CLIENT of them count, the
+    # next MAX_CONNECTIONS are held (not counted, not parsed) until they speak or their header deadline.
     flood = []
     try:
         for _ in range(MAX_CONNECTIONS + 20):
@@ -125,11 +126,19 @@ def test_one_clients_idle_flood_locks_no_one_out(fair: ServiceProcess) -> None:
         time.sleep(0.3)
         codes = _healthz_codes(fair, 10)
         closed = sum(1 for s in flood if _closed(s))
+        # A held connection that sends its request takes a mute one's place and is answered.
+        speaker = flood[-5]
+        speaker.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        spoke = _status(speaker, 5)
     finally:
         for s in flood:
             s.close()
     assert codes == [200] * 10, codes
-    assert closed >= MAX_CONNECTIONS + 20 - PER_CLIENT, closed
+    # Before: every mute connection over the limit closed a mute one (68 here), and a flood that reopens
+    # what is closed had the server accept and close ~800 connections a second (#46's soak). Now only
+    # those over both limits, at once.
+    assert closed <= MAX_CONNECTIONS + 20 - PER_CLIENT - MAX_CONNECTIONS, closed
+    assert spoke == 200, spoke
 
 
 def test_idle_connections_of_many_clients_are_closed_under_pressure(fair: ServiceProcess) -> None:
@@ -332,6 +341,7 @@ def test_every_route_with_a_body_has_its_scope_found_before_the_body() -> None:
 def test_one_query_for_many_series_answers_what_one_query_each_did(fair: ServiceProcess, wide_source: str,
                                                                    database_url: str, step: float | None,
                                                                    limit: int) -> None:
+    import json
     from datetime import UTC, datetime, timedelta
 
     from fabricscope.service.db import series as series_db
@@ -341,7 +351,10 @@ def test_one_query_for_many_series_answers_what_one_query_each_did(fair: Service
     with psycopg.connect(database_url) as conn:
         found = series_db.series_of(conn, source=wide_source, metric="wide_bytes_total") or []
         ids = [sid for sid, _ in found][:40]
-        many = series_db.points_of_many(conn, series_ids=ids, start=start, end=end, step=step, limit=limit)
+        # Encoded by the database (#46): the same instants, values and rates as decoded one query each.
+        encoded = series_db.points_json_of_many(conn, series_ids=ids, start=start, end=end, step=step, limit=limit)
+        many = {sid: [(datetime.fromisoformat(p["ts"]), p["value"], p["rate"]) for p in json.loads(text)]
+                for sid, text in encoded.items()}
         each = {sid: [(p["ts"], p["value"], p["rate"]) for p in series_db.points(
             conn, series_id=sid, start=start, end=end, step=step, limit=limit)] for sid in ids}
     assert len(ids) == 40 and all(each[sid] for sid in ids)

@@ -17,16 +17,16 @@ import psycopg
 import pytest
 from fastapi.routing import APIRoute
 
-from fabricscope.service.api.admission import CHEAP, SHARES, CostGate, Refusal, rows_cost, series_cost
+from fabricscope.service.api.admission import CHEAP, SHARES, CostGate, ReadGates, Refusal, rows_cost, series_cost
 from fabricscope.service.api.limits import RequestGuard
 from fabricscope.service.api.main import create_app
 from fabricscope.service.settings import Settings
 from tests.support import ServiceProcess, TestDatabase, own_service
 
 ADMIN, INGEST, READ = "adm-admin-token", "adm-ingest-token", "adm-read-token"
-# FABRICSCOPE_MAX_HEAVY_READS (4 units) and _PER_CLIENT (2) at their defaults; a cheap read is a
-# quarter of a unit (service/api/admission.py), so one client runs 8 at once and all clients 16.
-CLIENT_CHEAP, ALL_CHEAP = 8, 16
+# FABRICSCOPE_MAX_CHEAP_READS (8) and _PER_CLIENT (4) at their defaults: the cheap reads (a quarter of
+# a unit, service/api/admission.py) pass a gate of their own, apart from the expensive reads' (#46).
+CLIENT_CHEAP, ALL_CHEAP = 4, 8
 # Probes and the service's own metrics answer without the database or must never be refused.
 NOT_ADMITTED = {"/healthz", "/readyz", "/metrics"}
 
@@ -140,8 +140,69 @@ def test_cheap_reads_of_all_clients_hold_a_bounded_part_of_the_pool(svc: Service
             time.sleep(1.5)
             lock.commit()
             codes = sorted(f.result() for f in futures)
-    assert waiting == ALL_CHEAP, waiting  # the old code: 20, every connection of the pool
+    assert waiting == ALL_CHEAP, waiting  # before #46: 20, every connection of the pool; one gate: 16
     assert set(codes) == {200, 429} and codes.count(200) >= ALL_CHEAP, codes
+
+
+def _job(svc: ServiceProcess) -> str:
+    job = f"adm-{uuid.uuid4().hex[:6]}"
+    with _client(svc, INGEST) as c:
+        assert c.put(f"/v1/jobs/{job}", json={"ranks": [{"rank": 0, "host": "h"}]}).status_code == 200
+    return job
+
+
+def test_a_client_running_reports_still_gets_its_cheap_reads(svc: ServiceProcess, database_url: str) -> None:
+    # One client (a proxy's address: every dashboard behind it) runs two slow step lists, its whole share
+    # of the expensive reads; its cheap reads (other tables) must still be answered, not 429.
+    job = _job(svc)
+    cheap = ["/v1/alerts", "/v1/alerts?limit=100", "/v1/topology", f"/v1/jobs/{job}"]
+    with psycopg.connect(database_url) as lock, _client(svc, READ, "127.0.0.92") as c, \
+            ThreadPoolExecutor(8) as pool:
+        lock.execute("LOCK TABLE steps IN ACCESS EXCLUSIVE MODE")
+        heavy = [pool.submit(_timed_get, c, f"/v1/jobs/{job}/steps") for _ in range(2)]
+        deadline = time.monotonic() + 5
+        while _waiting_on_locks(database_url) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        held = _waiting_on_locks(database_url)
+        third, _ = _timed_get(c, f"/v1/jobs/{job}/report")  # over its expensive share: still refused
+        answers = [f.result() for f in [pool.submit(_timed_get, c, p) for p in cheap]]
+        lock.commit()
+        reports = [f.result()[0].status_code for f in heavy]
+    assert held == 2, held
+    assert third.status_code == 429 and "this client" in third.json()["detail"], third.text
+    # One gate (before): [429, 429, 429, 429], "this client already holds 8 of the 8 read shares".
+    assert [r.status_code for r, _ in answers] == [200] * len(cheap), [r.text for r, _ in answers]
+    assert max(took for _, took in answers) < 2.0, answers  # answered beside the reports, not after them
+    assert reports == [200, 200], reports
+
+
+def test_a_flood_of_cheap_reads_does_not_take_the_clients_report(svc: ServiceProcess, database_url: str) -> None:
+    # The reverse: the client's cheap reads all held (slow alerts), its report still runs.
+    job = _job(svc)
+    with psycopg.connect(database_url) as lock, _client(svc, READ, "127.0.0.93") as c, \
+            ThreadPoolExecutor(12) as pool:
+        lock.execute("LOCK TABLE alerts IN ACCESS EXCLUSIVE MODE")
+        flood = [pool.submit(_timed_get, c, "/v1/alerts") for _ in range(2 * CLIENT_CHEAP)]
+        deadline = time.monotonic() + 5
+        while _waiting_on_locks(database_url) < CLIENT_CHEAP and time.monotonic() < deadline:
+            time.sleep(0.05)
+        held = _waiting_on_locks(database_url)
+        report, took = _timed_get(c, f"/v1/jobs/{job}/steps")
+        lock.commit()
+        codes = sorted(f.result()[0].status_code for f in flood)
+    assert held == CLIENT_CHEAP, held  # one gate (before): 8, the client's whole share
+    assert report.status_code == 200 and took < 2.0, (report.text, took)  # one gate: 429 "this client"
+    assert codes == [200] * CLIENT_CHEAP + [429] * CLIENT_CHEAP, codes
+
+
+def test_the_cheap_reads_have_a_gate_of_their_own() -> None:
+    gates = ReadGates(heavy=4, heavy_per_client=2, cheap=8, cheap_per_client=4)
+    assert gates.gate_for(CHEAP) is gates.cheap and gates.gate_for(CHEAP + 1) is gates.heavy
+    assert [gates.heavy.acquire(cost=SHARES, peer="a", timeout_s=0) for _ in range(2)] == [None, None]
+    assert [gates.cheap.acquire(cost=CHEAP, peer="a", timeout_s=0) for _ in range(5)] == [None] * 4 + [Refusal.CLIENT]
+    assert [gates.cheap.acquire(cost=CHEAP, peer="b", timeout_s=0) for _ in range(4)] == [None] * 4
+    assert gates.cheap.acquire(cost=CHEAP, peer="c", timeout_s=0.05) is Refusal.FULL
+    assert gates.heavy.acquire(cost=SHARES, peer="b", timeout_s=0) is None  # b's lookups left its reports room
 
 
 @pytest.mark.parametrize(("limit", "expected"), [(100, [200, 200, 200]), (1000, [200, 200, 429])])
