@@ -10,6 +10,7 @@ counters, so they exist even if the central service was down when they happened.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import signal
 import threading
@@ -36,6 +37,10 @@ from fabricscope.core.errors import ConfigError, FabricscopeError
 from fabricscope.core.model import Collector, Event, Sample, now
 
 log = logging.getLogger("fabricscope.agent")
+# The NCCL Inspector tail reads training records with the importer's parser, so it lives with the
+# importers; the training package already imports the host's (PCIe placement), so the agent loads it by
+# name, as formats/ and sinks/factory.py load theirs, instead of a second package edge the other way.
+INSPECTOR_MODULE = "fabricscope.collectors.training.importers.inspector_live"
 
 
 def sink_from_config(cfg: SinkConfig) -> Sink:
@@ -91,6 +96,21 @@ class Agent:
                 cgroup_root=Path(p.cgroup_root) if p.cgroup_root else cgroup2_root(cfg.proc_root, cfg.sys_root),
                 thermal_root=cfg.sys_root if p.thermal else None,
                 thermal_every=max(1, round(p.thermal_interval_s / p.interval_s)))))
+        if cfg.nccl_inspector.enabled:  # NCCL Inspector live (#45): collectives of jobs without the hook
+            self.tasks.append((cfg.nccl_inspector.interval_s, self._inspector_tail()))
+
+    def _inspector_tail(self) -> Collector:
+        c = self.cfg.nccl_inspector
+        state = Path(c.state_path) if c.state_path else None
+        if state is None and self.cfg.sink.spool_path is not None:
+            state = self.cfg.sink.spool_path.with_name(self.cfg.sink.spool_path.name + ".inspector-offsets.json")
+        if state is None:
+            log.warning("agent %s: nccl_inspector: no state_path and no sink.spool_path: offsets are kept in "
+                        "memory only, so a restarted agent sends every Inspector file again from its start",
+                        self.cfg.host)
+        tail: Collector = importlib.import_module(INSPECTOR_MODULE).InspectorTail(self.cfg.host, c, self.sink,
+                                                                                  state_path=state)
+        return tail
 
     def run_collector(self, collector: Collector) -> list[Sample]:
         """One poll: samples and derived events go to the sink. Failures are logged, not raised."""

@@ -136,6 +136,26 @@ class PressureConfig(_Section):
 # -- end host pressure and TCP ------------------------------------------------------------------
 
 
+class InspectorConfig(_Section):
+    """NCCL Inspector live (#45): tail the plugin's output directory, send its records as collectives."""
+    enabled: StrictBool = False
+    dir: StrictStr | None = None  # NCCL_INSPECTOR_DUMP_DIR, or the directory holding one per job
+    job: StrictStr | None = None  # None: the job is the sub-directory a file is in (nccl-inspector-<id>)
+    interval_s: PositiveSeconds = 2.0
+    files: Names = ("*.log", "*/*.log")  # globs under dir; the plugin writes <hostname>-pid<pid>.log
+    file_hosts: Names = ()  # a shared dir: read only the files of these hostnames; () reads every file
+    state_path: StrictStr | None = None  # None: <sink.spool_path>.inspector-offsets.json
+    max_bytes_per_poll: Annotated[int, Strict(), Field(gt=0)] = 4 << 20
+    max_line_bytes: Annotated[int, Strict(), Field(gt=0)] = 1 << 20
+    placement: StrictBool = True  # register each rank with this host (PUT /v1/jobs/{job})
+
+    @model_validator(mode="after")
+    def _dir_when_enabled(self) -> InspectorConfig:
+        if self.enabled and not self.dir:
+            raise ValueError("nccl_inspector.dir is required when nccl_inspector.enabled is true")
+        return self
+
+
 class _RuleFile(_Section):
     rate_per_s: NonNegative | None = None
     min_duration_s: NonNegative | None = None
@@ -172,6 +192,7 @@ class AgentConfig:
     proc_root: Path = Path("/proc")
     tcp: TcpConfig = TcpConfig()  # host pressure and TCP (#17)
     pressure: PressureConfig = PressureConfig()
+    nccl_inspector: InspectorConfig = InspectorConfig()
 
 
 class _AgentFile(_Section):
@@ -185,6 +206,7 @@ class _AgentFile(_Section):
     paths: Annotated[_PathsFile, Field(default_factory=_PathsFile), _EMPTY]
     tcp: Annotated[TcpConfig, Field(default_factory=TcpConfig), _EMPTY]  # host pressure and TCP (#17)
     pressure: Annotated[PressureConfig, Field(default_factory=PressureConfig), _EMPTY]
+    nccl_inspector: Annotated[InspectorConfig, Field(default_factory=InspectorConfig), _EMPTY]
 
 
 def parse_config(raw: Any) -> AgentConfig:
@@ -209,7 +231,8 @@ def parse_config(raw: Any) -> AgentConfig:
     return AgentConfig(host=f.host or default_host(), sink=sink, nic=f.nic, rdma=rdma, storage=f.storage,
                        gpu=f.gpu, events=events,
                        sys_root=Path(f.paths.sys_root), proc_root=Path(f.paths.proc_root),
-                       tcp=f.tcp, pressure=f.pressure)  # host pressure and TCP (#17)
+                       tcp=f.tcp, pressure=f.pressure,  # host pressure and TCP (#17)
+                       nccl_inspector=f.nccl_inspector)
 
 
 def load_config(path: Path) -> AgentConfig:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import logging
 import threading
 import time
@@ -37,6 +38,7 @@ class Recorder(Protocol):
     collectives_on: bool
     cuda_on: bool
     wall_offset: float
+    _step: int | None
 
     def _collective_meta(self, op: str, seq: int | None, nbytes: int | None, group: str | None,
                          group_size: int | None) -> dict[str, Any]: ...
@@ -72,6 +74,9 @@ _ALWAYS_ASYNC = frozenset({"isend", "irecv"})
 _PEER_PARAM = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
 _PENDING_MAX = 100_000  # CUDA event pairs waiting to be resolved before new ones are dropped
 _POOL_MAX = 4096  # resolved CUDA events kept for reuse: creating one costs ~2.5 µs, reusing ~0.1 µs
+# Sync CPU collectives: one tuple each in a preallocated ring, made into records by the resolver thread
+# (#45 item 2: no dict and no sender queue on the training thread). Full ring: the op is dropped, counted.
+_RING = 1 << 16
 
 
 def nbytes(obj: Any) -> int:
@@ -148,6 +153,13 @@ class CollectiveTimer:
         self.inflight: tuple[Any, ...] | None = None  # (spec, args, kwargs, t0) of the call in progress
         self._pool: list[Any] = []  # resolved timing events, re-recorded instead of created (#45)
         self.events_created = 0
+        self._ring: list[tuple[Any, ...] | None] = [None] * _RING
+        self._ticket = itertools.count()  # next() is atomic under the GIL: one ticket per call, any thread
+        self._read = 0  # the next ticket the resolver makes a record of; slot = ticket % _RING
+        self._skipped: set[int] = set()  # tickets dropped on a full ring: the resolver steps over them
+        self._drain_lock = threading.Lock()  # the resolver, flush() and close() drain; the loop never waits
+        self._start_lock = threading.Lock()
+        self.ring_dropped = 0
 
     # -- install / uninstall -----------------------------------------------------------------------
     def install(self) -> bool:
@@ -245,11 +257,23 @@ class CollectiveTimer:
         size = 0
         for pos, pname in t_pos:
             size += nbytes(kwargs[pname] if pname in kwargs else (args[pos] if pos < len(args) else None))
-        meta = self.rec._collective_meta(op, seq, size, g.name, g.size)
         if "async_op" in kwargs:
             is_async = always_async or bool(kwargs["async_op"])
         else:
             is_async = always_async or (0 <= a_pos < len(args) and bool(args[a_pos]))
+        if cuda is None and not (is_async and res is not None):  # sync on CPU: a tuple in the ring
+            off = self.rec.wall_offset
+            n = next(self._ticket)
+            if self._ring[n % _RING] is None:
+                self._ring[n % _RING] = (n, op, seq, size, g.name, g.size, self.rec._step, t0 + off, t1 + off)
+            else:  # the resolver is a whole ring behind: this call is not recorded
+                self._skipped.add(n)
+                self.ring_dropped += 1
+                self.rec._count_drop(1)
+            if self._resolver is None:
+                self._start_resolver()
+            return res
+        meta = self.rec._collective_meta(op, seq, size, g.name, g.size)
         if cuda is not None:
             meta["_issued"] = t0 + self.rec.wall_offset
             if is_async and res is not None:
@@ -375,8 +399,14 @@ class CollectiveTimer:
             return
         self._pending.append((start, end, meta))
         if self._resolver is None:
-            self._resolver = threading.Thread(target=self._resolve_loop, name="fabricscope-cuda", daemon=True)
-            self._resolver.start()
+            self._start_resolver()
+
+    def _start_resolver(self) -> None:
+        with self._start_lock:
+            if self._resolver is None:
+                self._resolver = threading.Thread(target=self._resolve_loop, name="fabricscope-resolver",
+                                                  daemon=True)
+                self._resolver.start()
 
     def anchor_cuda(self) -> None:
         """One device sync, outside the training loop, to map CUDA event times to wall time."""
@@ -394,9 +424,36 @@ class CollectiveTimer:
         while not self._stop.wait(0.1):
             self.resolve()
 
+    def drain(self) -> int:
+        """Make records of the ring's tuples, in the order the calls took their slots; posted."""
+        with self._drain_lock:
+            ring, r, n = self._ring, self._read, 0
+            while True:
+                e = ring[r % _RING]
+                if e is None or e[0] != r:
+                    if r in self._skipped:
+                        self._skipped.discard(r)
+                        r += 1
+                        continue
+                    break  # not written yet (its call is between its ticket and its slot)
+                ring[r % _RING] = None
+                r += 1
+                _, op, seq, size, group, group_size, step, start, end = e
+                m = self.rec._collective_meta(op, seq, size, group, group_size)
+                m.pop("step", None)
+                if step is not None:
+                    m["step"] = step
+                m["start"], m["end"] = start, end
+                self.rec._submit("collectives", m)
+                n += 1
+            self._read = r
+        self.recorded += n
+        return n
+
     def resolve(self) -> int:
-        """Post the CUDA-timed collectives whose end event has completed, oldest first."""
-        n = 0
+        """Post the ring's records, and the CUDA-timed collectives whose end event has completed,
+        oldest first."""
+        n = self.drain()
         while self._pending:
             start, end, meta = self._pending[0]
             try:

@@ -34,6 +34,7 @@ class LastWords:
         self._posted_call: object = None
         self._posted_ckpt: object = None
         self._announced = False
+        self._exit_attrs: dict[str, Any] = {}  # rank_exit's extra attrs: {"signal": "SIGTERM"} after final()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fabricscope-lastwords", daemon=True)
         self.errors = 0
@@ -53,9 +54,29 @@ class LastWords:
         self._stop.set()
         try:
             if self._announced:
-                self._post("rank_exit", time.time(), {"rank": self.rec.rank})
+                self._post("rank_exit", time.time(), {"rank": self.rec.rank, **self._exit_attrs})
         except Exception:
             self.errors += 1
+
+    def final(self, signal_name: str) -> None:
+        """The process was told to stop (farewell.py): what it is inside goes out now, however short
+        a time it has been there, marked ``final``; its rank_exit will name the signal."""
+        self._announce()
+        self._exit_attrs = {"signal": signal_name}
+        timer = self.rec._timer_obj
+        call = timer.inflight if timer is not None else None
+        if call is not None and call is not self._posted_call:
+            self._posted_call = call
+            ev = self._entered(timer, call)
+            if ev is not None:
+                self._post("collective_entered", ev[0], {**ev[1], "final": signal_name})
+        ck = self.rec._ckpt
+        if ck is not None and ck is not self._posted_ckpt:
+            self._posted_ckpt = ck
+            attrs: dict[str, Any] = {"rank": self.rec.rank, "final": signal_name}
+            if ck[2] is not None:
+                attrs["step"] = ck[2]
+            self._post("checkpoint_in_progress", ck[0] + self.rec.wall_offset, attrs)
 
     def _post(self, kind: str, start: float, attrs: dict[str, Any]) -> None:
         self.rec._submit("events", {"kind": kind, "source": self._host(), "start": start, "attrs": attrs})

@@ -30,7 +30,7 @@ from typing import Any
 
 from fabricscope.collectors.sinks.http import HttpSender
 from fabricscope.collectors.sinks.sender import Sender
-from fabricscope.collectors.training import joblabels, lastwords, placement
+from fabricscope.collectors.training import farewell, joblabels, lastwords, placement
 from fabricscope.collectors.training.collectives import CollectiveTimer, ddp_comm_hook
 from fabricscope.collectors.training.flight import DEFAULT_BUFFER, FlightReader
 from fabricscope.collectors.training.lastwords import LastWords
@@ -187,6 +187,7 @@ class Recorder:
         self._phase_end = _PhaseEnd(self)
         self._ckpt: tuple[float, str | None, int | None] | None = None
         self._lastwords: LastWords | None = None
+        self._farewell: farewell.Farewell | None = None
 
     def __repr__(self) -> str:  # the token never appears
         url = redact_url(self.url) if self.url else None
@@ -210,6 +211,10 @@ class Recorder:
                     self._env, "FABRICSCOPE_INFLIGHT_S", lastwords.DEFAULT_INTERVAL_S)).start()
             if self._rank_known():
                 self._register()
+            term_s = _env_float(self._env, "FABRICSCOPE_TERM_FLUSH_S", farewell.DEFAULT_FLUSH_S)
+            if term_s > 0 and self._env is os.environ:  # the final dump on SIGTERM (farewell.py)
+                fw = farewell.Farewell(self._final_dump, timeout_s=term_s)
+                self._farewell = fw if fw.install() else None
             atexit.register(self.close)
             import multiprocessing.util as mpu
 
@@ -227,6 +232,8 @@ class Recorder:
         self._closed = True
         self.collectives_on = False
         try:
+            if self._farewell is not None:
+                self._farewell.uninstall()
             if self._lastwords is not None:
                 self._lastwords.stop()
             if not self._registered and self._started:
@@ -243,6 +250,30 @@ class Recorder:
                 self._sender.close(self._exit_timeout if timeout_s is None else timeout_s)
         except Exception as e:
             log.warning("fabricscope: close: %s", e)
+
+    def _final_dump(self, dying: bool, timeout_s: float) -> None:
+        """On SIGTERM, from farewell.py's thread (never the training thread): what the rank is inside,
+        the records ready now, then the queue sent, or spooled when ``dying`` and the service is slow.
+        No CUDA sync: a GPU stuck in a collective would never return from it."""
+        try:
+            if self._lastwords is not None:
+                self._lastwords.final("SIGTERM")
+            if self._timer_obj is not None:
+                self._timer_obj.resolve()
+            if self._flight is not None:
+                self._flight.poll(final=dying)
+            if dying:
+                self._closed = True
+                self.collectives_on = False
+                if self._lastwords is not None:
+                    self._lastwords.stop()  # rank_exit {rank, signal}
+                if self._sender is not None:
+                    self._sender.close(timeout_s)
+            elif self._sender is not None:
+                self._sender.flush(timeout_s)
+        except Exception as e:
+            self._errors += 1
+            log.warning("fabricscope: final dump on SIGTERM incomplete: %s", e)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Push out what is queued now; True when it all reached the service."""

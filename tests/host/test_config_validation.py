@@ -43,6 +43,7 @@ def test_unknown_key_names_its_path(raw: dict, message: str) -> None:
         ({"sink": SINK, "events": {"ecn_burst": {"min_duration_s": -1}}},
          "events.ecn_burst.min_duration_s: must be >= 0"),
         ({"sink": SINK, "nic": ["eth0"]}, "nic: expected a mapping"),
+        ({"sink": SINK, "nccl_inspector": {"max_bytes_per_poll": 0}}, "nccl_inspector.max_bytes_per_poll: must be > 0"),
     ],
 )
 def test_wrong_type_or_range_names_its_path(raw: dict, message: str) -> None:
@@ -68,3 +69,11 @@ def test_sink_url_takes_every_scheme_make_sink_sends_over(url: str) -> None:
 def test_sink_url_of_another_scheme_names_the_field() -> None:
     with pytest.raises(ConfigError, match=r"^sink\.url: .*nats://"):
         parse_config({"host": "n1", "sink": {"url": "ftp://fs"}})
+
+
+def test_nccl_inspector_is_off_by_default_and_needs_its_directory_when_on() -> None:
+    assert parse_config({"sink": SINK}).nccl_inspector.enabled is False
+    with pytest.raises(ConfigError, match=r"nccl_inspector.*dir is required"):
+        parse_config({"sink": SINK, "nccl_inspector": {"enabled": True}})
+    cfg = parse_config({"sink": SINK, "nccl_inspector": {"enabled": True, "dir": "/var/log/nccl-inspector"}})
+    assert cfg.nccl_inspector.files == ("*.log", "*/*.log") and cfg.nccl_inspector.job is None

@@ -183,7 +183,9 @@ def test_collectives_are_timed_with_op_bytes_group_seq_and_step(gloo: Any, recv:
     dist.all_reduce(torch.ones(2))  # outside a step
     assert t[0].item() == 1.0  # the collective itself did its job
     rec.flush(5)
-    got = [(c["op"], c["bytes"], c["group"], c["seq"], c.get("step")) for c in recv.items("collectives")]
+    # sync calls go out from the resolver's ring, an async one when it completes: in order of start
+    got = [(c["op"], c["bytes"], c["group"], c["seq"], c.get("step"))
+           for c in sorted(recv.items("collectives"), key=lambda c: c["start"])]
     assert got == [
         ("all_reduce", 4000, "world", 1, 5),
         ("broadcast", 80, "world", 2, 5),
@@ -270,3 +272,35 @@ def test_forked_child_does_not_send_the_parents_items(recv: Receiver, tmp_path: 
     assert rec.flush(5)
     assert [s["step"] for s in recv.items("steps")] == [0]
     rec.close()
+
+
+def test_sync_collectives_wait_in_a_bounded_ring_with_the_step_they_ran_in(
+        gloo: Any, recv: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#45 item 2: a sync CPU collective leaves one tuple in a preallocated ring; the resolver thread
+    makes the record. Held off (its lock taken), a ring of 4 keeps 4 calls and counts the rest."""
+    from fabricscope.collectors.training import collectives
+
+    torch, dist = gloo
+    monkeypatch.setattr(collectives, "_RING", 4)
+    rec = make(recv, tmp_path, collectives=True).start()
+    timer = rec._timer_obj
+    assert timer is not None and len(timer._ring) == 4
+    try:
+        with timer._drain_lock:  # the resolver cannot drain meanwhile
+            with rec.step(7):
+                for _ in range(3):
+                    dist.all_reduce(torch.ones(2))
+            with rec.step(8):  # the records keep the step they were issued in, not the drain's
+                for _ in range(7):
+                    dist.all_reduce(torch.ones(2))
+            assert sum(e is not None for e in timer._ring) == 4 and timer.ring_dropped == 6
+        rec.flush(5)
+        got = sorted((c["seq"], c["step"]) for c in recv.items("collectives"))
+        assert got == [(1, 7), (2, 7), (3, 7), (4, 8)]
+        assert rec.stats["dropped"] >= 6 and rec.stats["collectives_recorded"] == 4
+        dist.all_reduce(torch.ones(2))  # the ring goes round: slots are free again
+        rec.flush(5)
+        assert sorted(c["seq"] for c in recv.items("collectives")) == [1, 2, 3, 4, 11]
+    finally:
+        rec.close()
+        timer.uninstall()

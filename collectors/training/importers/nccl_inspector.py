@@ -87,6 +87,8 @@ class InspectorReading:
     problems: list[str] = field(default_factory=list)
     unknown: set[str] = field(default_factory=set)  # "coll_perf.x", "header.y": fields not read
     versions: set[str] = field(default_factory=set)
+    header: Any = None  # the last dump marker's context (v4.3+), carried to the next call by a tail
+    meta: Any = None
 
 
 def record(obj: Any, kind: str = "coll_perf", header: Any = None, meta: Any = None) -> dict[str, Any]:
@@ -138,11 +140,15 @@ def _unknown(out: InspectorReading, obj: dict[str, Any], kind: str) -> None:
 
 def read(text: str, name: str = "<input>") -> InspectorReading:
     """Every operation record of a file; a bad record is skipped and named, the rest kept."""
+    return read_objects(iter_objects(text, name), name)
+
+
+def read_objects(objs: list[Any], name: str = "<input>", header: Any = None, meta: Any = None) -> InspectorReading:
+    """:func:`read` of objects already decoded. ``header``/``meta``: the context a v4.3+ dump marker
+    before them set (a tail reading a file piece by piece passes the last call's ``.header``/``.meta``)."""
     out = InspectorReading()
-    header: Any = None
-    meta: Any = None
     skipped = 0
-    for i, obj in enumerate(iter_objects(text, name)):
+    for i, obj in enumerate(objs):
         if not isinstance(obj, dict):
             out.problems.append(f"{name}: record {i} skipped: not a JSON object")
             continue
@@ -177,6 +183,7 @@ def read(text: str, name: str = "<input>") -> InspectorReading:
     if out.unknown:
         out.problems.append(f"{name}: fields not read (no published Inspector version writes them): "
                             + ", ".join(sorted(out.unknown)))
+    out.header, out.meta = header, meta
     return out
 
 
