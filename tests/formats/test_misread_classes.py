@@ -140,3 +140,33 @@ def test_parse_lists_every_host_format_with_its_options() -> None:
     assert "--driver" in lines["ethtool-S"] and "--resource" in lines["proc-pressure"]
     assert {"dcgm-exporter", "nvidia-smi-topo"} <= set(lines)
     json.dumps(lines)  # plain text, one format a line
+
+
+# A paste, a heredoc or a string literal often starts (and ends) with a blank line: prometheus/procfs's
+# recorded NFS v4.1 mountstats (tests/fixtures/nfs/procfs-k8s-nfs41-node-red) is such a literal, and before
+# i43s it was not recognised at all, and /proc/net/snmp or netstat with a blank line were refused.
+BLANK_LED = [
+    ("nfs-mountstats", "nfs/telegraf-nfsclient/mountstats"),
+    ("proc-net-snmp", "host/sosreport-rhel8-hyperv/proc/net/snmp"),
+    ("proc-net-netstat", "host/webpage-rhel5/proc/net/netstat"),
+    ("softnet-stat", "host/d2000-arm-linux2.6.16/proc/net/softnet_stat"),
+    ("diskstats", "diskstats/webpage-rhel5/diskstats"),
+    ("lustre-stats", "lustre/obdfilter-OST0001-v2.12/stats"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "rel"), BLANK_LED, ids=[f for f, _ in BLANK_LED])
+def test_blank_lines_around_a_recording_change_nothing(fmt: str, rel: str, tmp_path: Path) -> None:
+    raw = FIXTURES / rel
+    padded = tmp_path / raw.name
+    padded.write_text("\n  \n" + raw.read_text() + "\n\n")
+    sniffed = REG.sniff(padded)
+    assert sniffed is not None and sniffed.name == fmt
+    assert _by(sniffed.read(padded, "h:e", 1.0).samples) == _by(_read(fmt, raw).samples)
+
+
+def test_a_mountstats_literal_with_a_leading_blank_line_is_sniffed() -> None:
+    raw = FIXTURES / "nfs/procfs-k8s-nfs41-node-red/mountstats"
+    assert raw.read_text().startswith("\ndevice fs.example.com:/volume4/apps/home-automation/")
+    fmt = REG.sniff(raw)
+    assert fmt is not None and fmt.name == "nfs-mountstats"
