@@ -117,15 +117,19 @@ def test_held_back_lustre_osd_stats_has_nothing_canonical_and_says_so() -> None:
     assert fmt is not None and fmt.name == "lustre-stats"
     r = fmt.read(raw, "node", 1_700_000_000.0)
     got = {s.metric: s.value for s in r.samples}
+    # get_page's [usec] sum became a time in i43s (lprocfs prints "usec"; the reader had wanted "usecs")
     assert got == {"lustre_get_page_total": 275132812, "lustre_cache_access_total": 19047063027,
-                   "lustre_cache_hit_total": 7393729777, "lustre_cache_miss_total": 11653333250}
-    assert all(f"{int(v)} samples" in raw.read_text() for v in got.values())
+                   "lustre_cache_hit_total": 7393729777, "lustre_cache_miss_total": 11653333250,
+                   "lustre_get_page_seconds_total": 1320.420955}
+    assert all(f"{int(v)} samples" in raw.read_text() for k, v in got.items() if "seconds" not in k)
+    assert "[usec] 0 3147 1320420955 " in raw.read_text()
     assert not [s for s in r.samples if not s.metric.startswith("lustre_")]  # only extras: `parse` exits 2
 
 
 # whole-machine snapshots (i43s): a Linux 2.6.16 ARM board, a RHEL 5 server, a RHEL 8 Hyper-V guest's
 # sosreport; written unread, run once (all right), pinned as their first run came out.
-SNAP = ("sosreport-rhel8-hyperv", "webpage-rhel5", "d2000-linux2.6.16", "procfs-rs-elwe-nfs41")
+SNAP = ("sosreport-rhel8-hyperv", "webpage-rhel5", "d2000-linux2.6.16", "procfs-rs-elwe-nfs41", "hpe-llite-client",
+        "hpe-obdfilter-ost0000")
 NO_NFS = HELD / "nfs-mountstats/sosreport-rhel8-hyperv/mountstats"
 SNAPS = sorted(p for case in SNAP for p in HELD.glob(f"*/{case}/*") if p.name != "expected.json" and p != NO_NFS)
 
@@ -156,6 +160,16 @@ def test_held_back_snapshot_values_are_the_files_own() -> None:
     nfs = one(HELD / "nfs-mountstats/procfs-rs-elwe-nfs41/mountstats")
     assert nfs[("node:/srv/elwe/space", "read_bytes_total")] == 5  # bytes: 1 2 3 4 5 6 7 8 -> server read
     assert nfs[("node:/srv/elwe/space", "nfs_timeouts_total")] == 3  # READ: 1 2 3 4 5 6 7 8
+
+
+def test_held_back_lustre_obdfilter_statfs_twice_keeps_the_first_and_says_so() -> None:
+    raw = HELD / "lustre-stats/hpe-obdfilter-ost0000/stats"
+    assert "statfs                    35359 samples" in raw.read_text()
+    assert "statfs                    124430 samples" in raw.read_text()
+    got = _smi(raw)
+    assert [s["value"] for s in got["samples"] if s["metric"] == "lustre_statfs_total"] == [35359]
+    assert got["problems"] == ["statfs listed 2 times (35359, 124430 samples): the first kept, the others skipped "
+                               "(two counters under one name)"]
 
 
 def test_held_back_mountstats_without_nfs_is_refused_and_says_why() -> None:

@@ -170,3 +170,23 @@ def test_a_mountstats_literal_with_a_leading_blank_line_is_sniffed() -> None:
     assert raw.read_text().startswith("\ndevice fs.example.com:/volume4/apps/home-automation/")
     fmt = REG.sniff(raw)
     assert fmt is not None and fmt.name == "nfs-mountstats"
+
+
+def test_lprocfs_usec_sums_are_times() -> None:
+    # Lustre prints "[usec]" (tests/fixtures/lustre/hpe-osc-ost0000-v2.10); the reader had wanted "usecs", so no
+    # request or operation time of any real stats file came out (i43s)
+    raw = FIXTURES / "lustre/hpe-osc-ost0000-v2.10/stats"
+    assert "ost_write                 18210286 samples [usec] 119 1348857 110277857878 " in raw.read_text()
+    got = _by(_read("lustre-stats", raw).samples)
+    assert got[("lustre_ost_write_seconds_total", ())] == pytest.approx(110277.857878)
+    assert ("lustre_req_active_seconds_total", ()) not in got  # [reqs]: a count, not a time
+
+
+def test_lprocfs_name_listed_twice_is_never_overwritten_in_silence(tmp_path: Path) -> None:
+    raw = tmp_path / "stats"
+    raw.write_text("snapshot_time 1.0 secs.nsecs\nstatfs 5 samples [reqs]\nping 1 samples [reqs]\n"
+                   "statfs 9 samples [reqs]\n")
+    r = _read("lustre-stats", raw)
+    assert _by(r.samples)[("lustre_statfs_total", ())] == 5
+    assert r.problems == ["statfs listed 2 times (5, 9 samples): the first kept, the others skipped "
+                          "(two counters under one name)"]
