@@ -9,6 +9,7 @@ what it read. A module whose extra is not installed is skipped and reported, nev
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,7 +95,9 @@ class Registry:
             raise ParseError(f"unknown format {name!r}; known: {known}{hint}") from None
 
     def sniff(self, path: Path) -> Format | None:
-        head = "" if path.is_dir() else read_head(path)
+        # Sniffers see the text from its first non-blank line: a paste, a heredoc or a string literal
+        # often starts with an empty line, and a format recognised by its first line must not vanish for it.
+        head = "" if path.is_dir() else _LEADING_BLANK_LINES.sub("", read_head(path))
         for fmt in sorted(self.formats.values(), key=lambda f: (f.priority, f.name)):
             if fmt.directory != path.is_dir():
                 continue
@@ -104,6 +107,9 @@ class Registry:
             except (OSError, ValueError):
                 continue  # a sniffer that cannot look is a "no"
         return None
+
+
+_LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\r?\n)+")
 
 
 def read_head(path: Path) -> str:

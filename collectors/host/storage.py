@@ -154,23 +154,45 @@ def nfs_samples(mount: NfsMount, ts: float, source: str) -> list[Sample]:
     return out
 
 
-def parse_lprocfs_stats(text: str) -> dict[str, dict[str, float]]:
-    """Lustre ``stats`` files: ``name COUNT samples [unit] min max sum [sumsq]`` per line."""
+LPROCFS_HEADERS = ("snapshot_time", "start_time", "elapsed_time")
+
+
+def read_lprocfs_stats(text: str) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """Lustre ``stats`` files: ``name COUNT samples [unit] min max sum [sumsq]`` per line -> (rows, problems).
+
+    A name listed more than once (Lustre 2.10's obdfilter prints its own ``statfs`` and the generic OBD
+    one) keeps its first row; each later one is a problem line, never a silent overwrite. A line that is
+    neither a header (snapshot/start/elapsed time) nor a counter row is a problem line."""
     out: dict[str, dict[str, float]] = {}
+    again: dict[str, list[str]] = {}
+    problems: list[str] = []
     for line in text.splitlines():
         parts = line.split()
+        if not parts or parts[0] in LPROCFS_HEADERS:
+            continue
         if len(parts) < 4 or parts[2] != "samples" or not parts[1].isdigit():
+            problems.append(f"line not an lprocfs counter, skipped: {line.strip()[:60]!r}")
+            continue
+        if parts[0] in out:
+            again.setdefault(parts[0], [f"{out[parts[0]]['count']:.0f}"]).append(parts[1])
             continue
         row = {"count": float(parts[1])}
         unit = parts[3].strip("[]")
         for key, value in zip(("min", "max", "sum", "sumsq"), parts[4:], strict=False):
             if value.isdigit():
                 row[key] = float(value)
-        row["usecs"] = 1.0 if unit == "usecs" else 0.0
+        row["usecs"] = 1.0 if unit in ("usec", "usecs") else 0.0  # lprocfs prints "[usec]"
         out[parts[0]] = row
     if not out and text.strip():
         raise ParseError("no lprocfs 'samples' rows")
-    return out
+    problems += [f"{name} listed {len(counts)} times ({', '.join(counts)} samples): the first kept, the others "
+                 "skipped (two counters under one name)" for name, counts in again.items()]
+    return out, problems
+
+
+def parse_lprocfs_stats(text: str) -> dict[str, dict[str, float]]:
+    """The counter rows of a Lustre ``stats`` file (see ``read_lprocfs_stats``; problems dropped)."""
+    return read_lprocfs_stats(text)[0]
 
 
 def lustre_samples(stats: Mapping[str, Mapping[str, float]], ts: float, source: str) -> list[Sample]:
@@ -270,9 +292,13 @@ class StorageCollector:
                 fsname = inst.rsplit("-", 1)[0]
                 src = f"{self.host}:{mounts.get(fsname, 'lustre/' + inst)}"
                 try:
-                    out.extend(lustre_samples(parse_lprocfs_stats(text), ts, src))
+                    rows, problems = read_lprocfs_stats(text)
                 except ParseError as exc:
                     log.warning("storage %s: llite %s: %s; skipped", self.host, inst, exc)
+                    continue
+                if problems:
+                    report_problems(src, "lustre-stats", problems, log)
+                out.extend(lustre_samples(rows, ts, src))
         return out
 
     def _volumes(self, ts: float) -> list[Sample]:
@@ -324,7 +350,8 @@ def _read_mountstats(path: Path, device: str, ts: float) -> Reading:
 
 
 def _read_lustre(path: Path, device: str, ts: float) -> Reading:
-    return Reading(samples=lustre_samples(parse_lprocfs_stats(path.read_text()), ts, device))
+    rows, problems = read_lprocfs_stats(path.read_text())
+    return Reading(samples=lustre_samples(rows, ts, device), problems=problems)
 
 
 def _looks_like_lustre(_path: Path, head: str) -> bool:

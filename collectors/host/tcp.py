@@ -39,7 +39,7 @@ SOFTNET_COLUMNS: dict[int, str] = {1: "softnet_dropped_total", 2: "softnet_time_
 def parse_proc_net_pairs(text: str) -> dict[tuple[str, str], int]:
     """``/proc/net/snmp`` or ``/proc/net/netstat`` -> {(section, key): value}, every counter."""
     out: dict[tuple[str, str], int] = {}
-    lines = text.splitlines()
+    lines = [line for line in text.splitlines() if line.strip()]  # a paste's blank lines pair nothing
     for head, values in zip(lines[::2], lines[1::2], strict=False):
         section, _, keys = head.partition(":")
         vsection, _, vals = values.partition(":")

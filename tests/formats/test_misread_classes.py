@@ -140,3 +140,53 @@ def test_parse_lists_every_host_format_with_its_options() -> None:
     assert "--driver" in lines["ethtool-S"] and "--resource" in lines["proc-pressure"]
     assert {"dcgm-exporter", "nvidia-smi-topo"} <= set(lines)
     json.dumps(lines)  # plain text, one format a line
+
+
+# A paste, a heredoc or a string literal often starts (and ends) with a blank line: prometheus/procfs's
+# recorded NFS v4.1 mountstats (tests/fixtures/nfs/procfs-k8s-nfs41-node-red) is such a literal, and before
+# i43s it was not recognised at all, and /proc/net/snmp or netstat with a blank line were refused.
+BLANK_LED = [
+    ("nfs-mountstats", "nfs/telegraf-nfsclient/mountstats"),
+    ("proc-net-snmp", "host/sosreport-rhel8-hyperv/proc/net/snmp"),
+    ("proc-net-netstat", "host/webpage-rhel5/proc/net/netstat"),
+    ("softnet-stat", "host/d2000-arm-linux2.6.16/proc/net/softnet_stat"),
+    ("diskstats", "diskstats/webpage-rhel5/diskstats"),
+    ("lustre-stats", "lustre/obdfilter-OST0001-v2.12/stats"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "rel"), BLANK_LED, ids=[f for f, _ in BLANK_LED])
+def test_blank_lines_around_a_recording_change_nothing(fmt: str, rel: str, tmp_path: Path) -> None:
+    raw = FIXTURES / rel
+    padded = tmp_path / raw.name
+    padded.write_text("\n  \n" + raw.read_text() + "\n\n")
+    sniffed = REG.sniff(padded)
+    assert sniffed is not None and sniffed.name == fmt
+    assert _by(sniffed.read(padded, "h:e", 1.0).samples) == _by(_read(fmt, raw).samples)
+
+
+def test_a_mountstats_literal_with_a_leading_blank_line_is_sniffed() -> None:
+    raw = FIXTURES / "nfs/procfs-k8s-nfs41-node-red/mountstats"
+    assert raw.read_text().startswith("\ndevice fs.example.com:/volume4/apps/home-automation/")
+    fmt = REG.sniff(raw)
+    assert fmt is not None and fmt.name == "nfs-mountstats"
+
+
+def test_lprocfs_usec_sums_are_times() -> None:
+    # Lustre prints "[usec]" (tests/fixtures/lustre/hpe-osc-ost0000-v2.10); the reader had wanted "usecs", so no
+    # request or operation time of any real stats file came out (i43s)
+    raw = FIXTURES / "lustre/hpe-osc-ost0000-v2.10/stats"
+    assert "ost_write                 18210286 samples [usec] 119 1348857 110277857878 " in raw.read_text()
+    got = _by(_read("lustre-stats", raw).samples)
+    assert got[("lustre_ost_write_seconds_total", ())] == pytest.approx(110277.857878)
+    assert ("lustre_req_active_seconds_total", ()) not in got  # [reqs]: a count, not a time
+
+
+def test_lprocfs_name_listed_twice_is_never_overwritten_in_silence(tmp_path: Path) -> None:
+    raw = tmp_path / "stats"
+    raw.write_text("snapshot_time 1.0 secs.nsecs\nstatfs 5 samples [reqs]\nping 1 samples [reqs]\n"
+                   "statfs 9 samples [reqs]\n")
+    r = _read("lustre-stats", raw)
+    assert _by(r.samples)[("lustre_statfs_total", ())] == 5
+    assert r.problems == ["statfs listed 2 times (5, 9 samples): the first kept, the others skipped "
+                          "(two counters under one name)"]

@@ -224,3 +224,26 @@ def test_perfquery_value_that_is_no_counter_is_named_not_dropped(tmp_path: Path)
     assert "tx_packets_total" in got  # the rest of the port kept
     problems = _summary(proc.stderr)["problems"]
     assert any("XmtData='N/A'" in p for p in problems) and any("RcvData='99999999999999999999'" in p for p in problems)
+
+
+# i43s: a walk printed by a tool (tests/fixtures/snmp-walk/netsnmp-py3-archlinux-nspawn) starts with a banner
+# line, ends with a timing line, and prints Timeticks as a clock without the raw count. Before, it was not
+# sniffed, the two lines were dropped without a word and every Timeticks value was "not a number".
+def test_snmpwalk_with_a_banner_is_sniffed_and_its_other_lines_are_said() -> None:
+    from fabricscope.collectors.formats import load
+    raw = Path(__file__).resolve().parents[1] / "fixtures/snmp-walk/netsnmp-py3-archlinux-nspawn/walk.txt"
+    assert raw.read_text().startswith("SNMP WALK on [")
+    fmt = load().sniff(raw)
+    assert fmt is not None and fmt.name == "snmpwalk"
+    r = fmt.read(raw, "sw", 1.0)
+    assert r.problems == ["2 lines not an OID line, skipped (wrapped values, banners), the first "
+                          "\"SNMP WALK on ['.1.3.6.1.2.1.1', '1.3.6.1.2.1.2']\""]
+
+
+def test_snmpwalk_timeticks_printed_as_a_clock_are_ticks() -> None:
+    from fabricscope.collectors.switch.snmp.formats import read_snmpwalk
+    varbinds, problems = read_snmpwalk(".1.3.6.1.2.1.1.3.0 = Timeticks: 0:0:11:50.48\n"
+                                       ".1.3.6.1.2.1.1.3.0 = Timeticks: 4 days, 21:21:18.00\n"
+                                       ".1.3.6.1.2.1.1.3.0 = Timeticks: (42835038) 4 days, 22:59:10.38\n")
+    assert [v for _, v in varbinds] == [71048, ((4 * 24 + 21) * 3600 + 21 * 60 + 18) * 100, 42835038]
+    assert problems == []

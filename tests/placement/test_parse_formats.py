@@ -28,6 +28,7 @@ def parse(*args: str) -> tuple[int, list[dict[str, object]], str]:
 @pytest.mark.parametrize(("case", "path", "device", "fmt"), [
     ("ibm-h100-vsi-nccl-topo", "topo.xml", "h100-a", "nccl-topo"),
     ("dgx-spark-gb10-nccl-topo", "topo.xml", "spark2", "nccl-topo"),
+    ("a100-nccl-source-notes-cut", "topo.xml", "a100", "nccl-topo"),
     ("hwloc-40intel64-2g2n4c", "sys", "node40", "sysfs-pcie"),
 ])
 def test_parse_fixture_gives_the_expected_samples(case: str, path: str, device: str, fmt: str) -> None:

@@ -23,6 +23,17 @@ _SNMPREC_LINE = re.compile(r"^\.?\d+(\.\d+)+\|\w+\|")
 _WALK_LINE = re.compile(r"^(\.?\d+(?:\.\d+)+) = (?:([\w-]+): ?)?(.*)$")
 _WALK_INT = {"INTEGER", "Counter32", "Counter64", "Gauge32", "Unsigned32", "Timeticks", "Integer32"}
 _PAREN_NUMBER = re.compile(r"\((\d+)\)")  # enum "up(1)", Timeticks "(42835038) 4 days, ..."
+# Timeticks printed without the raw count: "0:0:11:50.48" (d:h:m:s.cs) or "4 days, 21:21:18.00"
+_TICKS_CLOCK = re.compile(r"^(?:(\d+)[: ](?:days?, )?)?(\d+):(\d+):(\d+)\.(\d\d)$")
+
+
+def _clock_ticks(value: str) -> int | None:
+    """A Timeticks value printed as a clock -> hundredths of a second; None when it is not one."""
+    m = _TICKS_CLOCK.match(value)
+    if not m:
+        return None
+    days, hours, minutes, seconds, cs = (int(g or 0) for g in m.groups())
+    return (((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 100 + cs
 
 
 def read_snmprec(text: str) -> tuple[list[tuple[str, Value]], list[str]]:
@@ -47,19 +58,25 @@ def read_snmprec(text: str) -> tuple[list[tuple[str, Value]], list[str]]:
 
 
 def read_snmpwalk(text: str) -> tuple[list[tuple[str, Value]], list[str]]:
-    """``snmpwalk -On`` / ``snmpbulkwalk -On`` lines → varbinds, problems (continuation lines of a
-    wrapped string are skipped: no counter or name we read wraps)."""
+    """``snmpwalk -On`` / ``snmpbulkwalk -On`` lines → varbinds, problems. A line that is not an OID line
+    (a wrapped string's continuation, a tool's banner or timing line) is skipped and counted in one problem
+    line; no counter or name we read wraps."""
     out: list[tuple[str, Value]] = []
     problems: list[str] = []
+    other: list[str] = []
     for line in text.splitlines():
         m = _WALK_LINE.match(line)
         if not m:
+            if line.strip():
+                other.append(line.strip())
             continue
         oid, kind, value = m[1].lstrip("."), m[2] or "", m[3].strip()
         try:
             if kind in _WALK_INT:
                 paren = _PAREN_NUMBER.search(value)
-                out.append((oid, int(paren[1]) if paren and not value.lstrip("-").isdigit() else int(value)))
+                ticks = _clock_ticks(value) if kind == "Timeticks" else None
+                out.append((oid, ticks if ticks is not None else
+                            int(paren[1]) if paren and not value.lstrip("-").isdigit() else int(value)))
             elif kind == "Hex-STRING":
                 out.append((oid, bytes.fromhex(value.replace(" ", ""))))
             elif kind == "STRING":
@@ -68,6 +85,9 @@ def read_snmpwalk(text: str) -> tuple[list[tuple[str, Value]], list[str]]:
                 out.append((oid, b""))
         except ValueError:
             problems.append(f"{oid}: {kind} {value[:40]!r} is not a number")
+    if other:
+        problems.append(f"{len(other)} lines not an OID line, skipped (wrapped values, banners), "
+                        f"the first {other[0][:60]!r}")
     return out, problems
 
 
@@ -94,8 +114,10 @@ def _looks_like_snmprec(path: Path, head: str) -> bool:
 
 
 def _looks_like_snmpwalk(path: Path, head: str) -> bool:
-    first = next((ln for ln in head.splitlines() if ln.strip()), "")
-    return bool(_WALK_LINE.match(first))
+    # OID lines from the first line, or after at most two lines of a tool's banner or prompt
+    lines = [ln for ln in head.splitlines() if ln.strip()][:8]
+    hits = [i for i, ln in enumerate(lines) if _WALK_LINE.match(ln)]
+    return bool(hits) and hits[0] <= 2 and len(hits) >= min(3, len(lines) - hits[0])
 
 
 FORMATS = (
