@@ -278,7 +278,12 @@ class _Pass:
         write has taken."""
         seg = self.cusum.seg
         enough = len(self.hist_ck) >= CKPT_MIN_HISTORY
-        extra = _median(self.hist_ck) if enough else float(self.ckpt_med[i]) + CKPT_FIRST_MARGIN_S
+        if enough:
+            extra = _median(self.hist_ck)
+        elif np.isfinite(self.ckpt_med[i]):
+            extra = float(self.ckpt_med[i]) + CKPT_FIRST_MARGIN_S
+        else:  # the job's first checkpoint, its write not measured (not marked): it is its own example
+            extra = max(d - med, 0.0)
         b = med + extra
         self.plain[i] = med
         t = b + max(K_SIGMA * sigma + CKPT_SPREAD_SHARE * extra, REL * b)
@@ -410,7 +415,12 @@ def _verdicts(p: _Pass, ckpt_max: np.ndarray, transfer_ok: np.ndarray, data_ok: 
         # barrier waits for that writer): a 2-s network stall at its barrier with the loaders a few
         # ms slow is not the loaders' loss (else a link flap during a checkpoint step's barrier names
         # the shared dataset volume from its loaders' timing alone)
-        over = np.where(is_ckpt, duration - p.plain - np.nan_to_num(ckpt_max), duration - p.centre)
+        # (a checkpoint step its job did not mark has no measured write: its excess over its own bar's base)
+        over = np.where(
+            is_ckpt,
+            np.where(np.isnan(ckpt_max), duration - base, duration - p.plain - np.nan_to_num(ckpt_max)),
+            duration - p.centre,
+        )
         net_timing = _own_timing(x_net, p.sig_t, over, base)
         data_timing = _own_timing(x_data, p.sig_d, over, base)
     judged = border | faint | net_only | data_only

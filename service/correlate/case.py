@@ -164,14 +164,17 @@ def _with_written(conn: Any, topo: Topo, ws: float, we: float) -> Topo:
 
 def _baselines_for(df: pd.DataFrame, cfg: EngineConfig = DEFAULT_CONFIG) -> Baselines:
     seq = replace(DEFAULT_SEQ, enabled=False) if cfg.off(ids.VERDICT_SEQUENTIAL) else DEFAULT_SEQ
+    # a checkpoint step its job did not mark (write_burst.py) has no measured write: NaN
+    unmarked = df["unmarked"].to_numpy(bool) if "unmarked" in df else np.zeros(len(df), bool)
+    ckpt_max = df["ckpt_max"].fillna(0).to_numpy(float)
     return compute_baselines(
         df["dur"].to_numpy(float),
         df["transfer"].to_numpy(float),
-        (df["ckpt_max"].fillna(0) > 0).to_numpy(),
-        df["ckpt_med"].fillna(0).to_numpy(float),
+        (ckpt_max > 0) | unmarked,
+        np.where(unmarked, np.nan, df["ckpt_med"].fillna(0).to_numpy(float)),
         seq=seq,
         data=df["data"].to_numpy(float),
-        ckpt_max=df["ckpt_max"].fillna(0).to_numpy(float),
+        ckpt_max=np.where(unmarked, np.nan, ckpt_max),
     )
 
 

@@ -79,6 +79,10 @@ CKPT_MIN_HISTORY = 1
 CKPT_FIRST_MARGIN_S = 0.01
 # Share of the checkpoint extra added to the slow threshold: checkpoint writes vary more than steps.
 CKPT_SPREAD_SHARE = 0.05
+# A job that marks no checkpoints: a step whose volumes took over this many times the median step's
+# written bytes wrote a checkpoint (write_burst.py). Training steps write logs and metrics, a few KB;
+# a checkpoint writes the model's state, GBs: the two are orders of magnitude apart.
+CKPT_WRITE_BURST = 10.0
 
 
 # -- sequential detection of small sustained regressions (baseline.py) ----------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -69,6 +70,26 @@ def decompose(steps: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
     for c in ("data", "opt", "ckpt"):
         df[c] = df[c].fillna(0.0)
     df["work"] = df["dur"] - df["comm"]
+    df["compute"] = (df["work"] - df["data"] - df["opt"] - df["ckpt"]).clip(lower=0.0)
+    return df
+
+
+def is_checkpoint(row: Any) -> bool:
+    """Whether a step summary row (engine._step_summaries) is a checkpoint step: one its job marked
+    (a checkpoint phase or events), or one its volumes' write burst showed (write_burst.py)."""
+    return bool(row["ckpt_max"] > 0) or bool(row.get("unmarked", False))
+
+
+def unmarked_write(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` (decompose's) at a checkpoint step its job did not mark: the time each rank spent outside its
+    recorded phases (local work less data, forward/backward and optimizer) is its write, the `ckpt`
+    phase. Unchanged where a rank recorded no forward/backward: its unphased time is its compute too."""
+    if "fb" not in df or not df["fb"].notna().any():
+        return df
+    df = df.copy()
+    has = df["fb"].notna()
+    write = (df["work"] - df["data"] - df["fb"].fillna(0.0) - df["opt"]).clip(lower=0.0)
+    df.loc[has, "ckpt"] = write[has]
     df["compute"] = (df["work"] - df["data"] - df["opt"] - df["ckpt"]).clip(lower=0.0)
     return df
 

@@ -61,7 +61,9 @@ from fabricscope.service.correlate.corroborate import Probes, step_row
 from fabricscope.service.correlate.decompose import (
     RankRows,
     Straggler,
+    is_checkpoint,
     straggler_loss,
+    unmarked_write,
 )
 from fabricscope.service.correlate.device_probe import (
     gpu_or_network,
@@ -87,6 +89,7 @@ from fabricscope.service.correlate.rules import ids
 from fabricscope.service.correlate.rules.trace import decide, noted
 from fabricscope.service.correlate.untimed import untimed_row
 from fabricscope.service.correlate.window import Scoring
+from fabricscope.service.correlate.write_burst import JobWritten, unmarked_checkpoints
 from fabricscope.service.observability.metrics import ENGINE_INVARIANT_VIOLATIONS, attribution_timer
 
 log = logging.getLogger(__name__)
@@ -113,6 +116,8 @@ class AttributionEngine:
         self._summaries: LruCache[tuple[str, str, int], tuple[Any, ...] | None] = LruCache(
             max_size=config.summary_cache_size
         )
+        # Bytes written to a job's volumes per step (write_burst.py), once final.
+        self._written: LruCache[tuple[str, str, int], float] = LruCache(max_size=config.summary_cache_size)
 
     # -- data access with caches ---------------------------------------------------------------
 
@@ -182,6 +187,9 @@ class AttributionEngine:
         df = df.sort_values("step").reset_index(drop=True)
         for c in _SUMMARY_COLS[1:]:
             df[c] = pd.to_numeric(df[c], errors="coerce")
+        # not cached with the rows: a step's volumes' samples may come after its last rank's record
+        written = JobWritten(self._written, db, job)
+        df["unmarked"] = unmarked_checkpoints(conn, df, self._job_topo(conn, job)[1], cfg, written)
         return df
 
     def _window(self, conn: Any, meta: pd.DataFrame, ws: float, we: float) -> tuple[pd.DataFrame, float]:
@@ -266,6 +274,9 @@ class AttributionEngine:
         # the step's rank rows, read and decomposed once for every rule that asks (the straggler rules,
         # each corroboration's explain, the untimed rule): at 4,096 ranks a read is ~25-30 ms
         ranked = cache(lambda: _rank_frame(conn, job=job, step=step, placement=ranks))
+        if bool(summ["unmarked"].iat[int(at[0])]):
+            marked = ranked
+            ranked = cache(lambda: (marked()[0], unmarked_write(marked()[1])))
         return _StepCase(self, conn, job, i, summ, bl, job_topo, ranked)
 
     def judge_step(self, case: _StepCase, out: Attribution, *, borrow: bool) -> str:
@@ -331,7 +342,7 @@ class AttributionEngine:
         case.explain(out, own_span=bool(bl.onset[i]))
         decide(
             out,
-            (ids.VERDICT_CHECKPOINT_BAR if row["ckpt_max"] > 0 else ids.VERDICT_BAR)
+            (ids.VERDICT_CHECKPOINT_BAR if is_checkpoint(row) else ids.VERDICT_BAR)
             if bl.step_slow[i]
             else ids.VERDICT_SEQUENTIAL,
         )
@@ -409,7 +420,7 @@ class AttributionEngine:
         # a step its fault slowed that its noise put under the baseline (a proven shift's, or one
         # between its slow steps) lost time that cannot be measured: none, never a negative loss
         lost = max(d - base, 0.0)
-        checkpoint = bool(row["ckpt_max"] > 0)
+        checkpoint = is_checkpoint(row)
         steps_df, per_rank = ranked()
         st = _waited_for(per_rank, topo, checkpoint=checkpoint, corroborating=corroborating)
         transfer = float(row["transfer"]) if pd.notna(row["transfer"]) else base_t
@@ -446,6 +457,8 @@ class AttributionEngine:
         data = steps_df["data"].dropna() if "data" in steps_df else pd.Series(dtype=float)
         data_s = float(data.median()) if len(data) else None  # None: the job records no phases
         ckpt_s = float(row["ckpt_med"]) if checkpoint and pd.notna(row["ckpt_med"]) else None
+        if checkpoint and row.get("unmarked", False) and len(per_rank):
+            ckpt_s = float(per_rank["ckpt"].median())  # the ranks' unphased time (decompose.unmarked_write)
 
         def work(ev: pd.DataFrame) -> CauseDraft:
             cause = work_cause(st, ev, topo, conf_t, cfg, WorkLoss(data_s, e_work, loaders, ckpt_s))
@@ -582,3 +595,4 @@ class AttributionEngine:
         self._topo.clear()
         self._arrays.clear()
         self._summaries.clear()
+        self._written.clear()

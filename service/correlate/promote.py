@@ -24,7 +24,7 @@ from fabricscope.service.correlate.corroborate import (
     corroborated,
     only_layers,
 )
-from fabricscope.service.correlate.decompose import Straggler
+from fabricscope.service.correlate.decompose import Straggler, is_checkpoint
 from fabricscope.service.correlate.records import Attribution
 from fabricscope.service.correlate.rules import ids
 
@@ -50,7 +50,7 @@ class _Step:
 
     @property
     def checkpoint(self) -> bool:
-        return bool(self.row["ckpt_max"] > 0)
+        return is_checkpoint(self.row)
 
     @property
     def over_centre(self) -> bool:

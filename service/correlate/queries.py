@@ -462,6 +462,44 @@ def volumes_written(conn: Any, *, volumes: list[str], ws: float, we: float) -> l
     return _volumes_counting(conn, volumes=volumes, metrics=["write_ops_total", "write_bytes_total"], ws=ws, we=we)
 
 
+# Bytes written to the volumes in each step's window (baseline.write_burst): the counted rises of
+# their `write_bytes_total` (rate x the sample's interval, rises only), one range read over the
+# steps' span; most samples of a volume that only checkpoints write are flat and left out here.
+WRITES_SQL = """
+SELECT t, dt, b FROM (
+  SELECT extract(epoch FROM s.ts)::float8 AS t,
+         least(extract(epoch FROM s.ts - lag(s.ts) OVER (PARTITION BY s.series_id ORDER BY s.ts)), %(gap)s) AS dt,
+         s.rate AS b
+  FROM series se JOIN sources src ON src.id = se.source_id
+  JOIN metrics m ON m.id = se.metric_id AND m.name = 'write_bytes_total'
+  JOIN samples s ON s.series_id = se.id AND s.ts > to_timestamp(%(ws)s) AND s.ts <= to_timestamp(%(we)s)
+  WHERE src.name = ANY(%(volumes)s)) x
+WHERE b > 0 AND dt > 0
+"""
+
+
+def step_writes(conn: Any, *, volumes: list[str], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Bytes written to `volumes` in each window [starts[k], ends[k]] (0 where none was counted): a
+    sample's rise (its rate over the interval since the series' previous sample) is shared among the
+    windows its interval overlaps, by overlap (a volume sampled every few seconds spans several steps)."""
+    out = np.zeros(len(starts))
+    if not volumes or not len(starts):
+        return out
+    rows = conn.execute(
+        WRITES_SQL,
+        {
+            "volumes": volumes,
+            "ws": float(np.min(starts)),
+            "we": float(np.max(ends)) + MAX_SAMPLE_GAP_S,
+            "gap": MAX_SAMPLE_GAP_S,
+        },
+    ).fetchall()
+    for ts, dt, rate in rows:
+        overlap = np.clip(np.minimum(ends, ts) - np.maximum(starts, ts - dt), 0.0, None)
+        out += float(rate) * overlap
+    return out
+
+
 # The distinct sources of a job's `checkpoint` events, one index probe each (a loose index scan on
 # events_job_checkpoint, migration 0007): a long job logs one event per host and checkpoint, millions
 # in a day at 512 hosts, and this runs every topo_ttl_s (TOPO_STAMP_SQL).

@@ -42,11 +42,6 @@ SLOW = 3 * EVERY  # the third checkpoint step: two healthy ones before it
 Marks = Literal["events", "phase", "none"]
 To = Literal["local", "shared"]
 MARKS: tuple[Marks, ...] = ("events", "phase", "none")
-# A job that marks its checkpoints neither with events nor with the phase: nothing tells its
-# checkpoint steps from its other steps yet (inferring them from the volumes' written bytes is the
-# open part of #44 item 5). Strict: the day the engine gets these right, the mark must go.
-UNMARKED_GAP = pytest.mark.xfail(strict=True, reason="#44: unmarked checkpoint steps are not inferred yet")
-MARKED_OR_NOT = tuple(pytest.param(m, marks=UNMARKED_GAP) if m == "none" else m for m in MARKS)
 # write latency three times its usual: a write three times as long (model: 1 + severity x step / write)
 SEVERITY = 0.8
 ENGINE = AttributionEngine()  # one per process, as the service has
@@ -111,7 +106,7 @@ def _slow_shared(url: str, marks: Marks) -> tuple[Scenario, Fault]:
     return _scenario(url, "shared", marks, to="shared", faults=(f,)), f
 
 
-@pytest.mark.parametrize("marks", MARKED_OR_NOT)
+@pytest.mark.parametrize("marks", MARKS)
 def test_volume_write_signal_names_a_hosts_own_checkpoint_volume(service_url: str, db_conn: psycopg.Connection,
                                                                   marks: Marks) -> None:
     """Rule: at a checkpoint step, the volume whose write latency and written bytes rose, alone of the
@@ -128,7 +123,7 @@ def test_volume_write_signal_names_a_hosts_own_checkpoint_volume(service_url: st
     assert a["rules"]["cause"] == ids.CAUSE_STRAGGLER_VOLUME, _answer(a)
 
 
-@pytest.mark.parametrize("marks", MARKED_OR_NOT)
+@pytest.mark.parametrize("marks", MARKS)
 def test_volume_write_signal_names_a_shared_checkpoint_volume(service_url: str, db_conn: psycopg.Connection,
                                                               marks: Marks) -> None:
     """Rule: the volume's write signal names a shared volume on a storage system as it names a host's
@@ -171,13 +166,13 @@ def test_checkpoint_bar_flags_a_checkpoint_step_twice_its_predecessors(service_u
     assert abs(d[step] / np.mean(d[list(CHECKPOINTS[:earlier])]) - 2) < 0.02
     a = ENGINE.attribute_step(db_conn, job=sc.job, step=step)
     assert a is not None and a["slow"], _answer(a)
-    # its own bar, as a checkpoint step; a job that marks none is judged as by a plain step's bar
-    assert a["rules"]["verdict"] == (ids.VERDICT_BAR if marks == "none" else ids.VERDICT_CHECKPOINT_BAR), _answer(a)
+    # its own bar, as a checkpoint step (one its job did not mark: known by its volumes' write burst)
+    assert a["rules"]["verdict"] == ids.VERDICT_CHECKPOINT_BAR, _answer(a)
     assert a["lost_s"] > 0.5 * (d[step] - d[step - EVERY]), _answer(a)  # about what the longer write added
 
 
 @pytest.mark.parametrize("to", ("local", "shared"))
-@pytest.mark.parametrize("marks", MARKED_OR_NOT)
+@pytest.mark.parametrize("marks", MARKS)
 def test_checkpoint_bar_passes_healthy_checkpoint_steps(service_url: str, db_conn: psycopg.Connection, marks: Marks,
                                                        to: To) -> None:
     """Rule: a checkpoint step is judged against the earlier checkpoint steps (floor: the ordinary

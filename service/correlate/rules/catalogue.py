@@ -119,6 +119,15 @@ RULES: tuple[Rule, ...] = (
         ("CHANGE_RUN", "CHANGE_HALF_AGREE", "CHANGE_SIGMA_RATIO"),
     ),
     Rule(
+        ids.BASELINE_WRITE_BURST,
+        21,
+        "In a job that marks none of its checkpoints, a step whose volumes took a write burst far over what its "
+        "ordinary steps write is a checkpoint step, and the time its ranks spent outside their recorded phases "
+        "is its write: the checkpoint bar judges it and its written volume can be named.",
+        ("volumes' written bytes", "step windows", "recorded phases"),
+        ("CKPT_WRITE_BURST",),
+    ),
+    Rule(
         ids.VERDICT_UNDER_BAR,
         199,
         "A step under every bar that no promotion rule holds for is healthy, the surer the further under "

@@ -14,6 +14,7 @@ VERDICT_CHECKPOINT_BAR = "verdict.checkpoint_bar"
 VERDICT_SEQUENTIAL = "verdict.sequential"
 VERDICT_UNDER_BAR = "verdict.under_bar"
 BASELINE_NEW_LEVEL = "baseline.new_level"
+BASELINE_WRITE_BURST = "baseline.write_burst"
 
 # -- promote: a step under the bar that was slowed all the same ----------------------------------
 PROMOTE_BORDERLINE = "promote.borderline_telemetry"
