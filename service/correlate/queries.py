@@ -478,26 +478,15 @@ WHERE b > 0 AND dt > 0
 """
 
 
-def step_writes(conn: Any, *, volumes: list[str], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Bytes written to `volumes` in each window [starts[k], ends[k]] (0 where none was counted): a
-    sample's rise (its rate over the interval since the series' previous sample) is shared among the
-    windows its interval overlaps, by overlap (a volume sampled every few seconds spans several steps)."""
-    out = np.zeros(len(starts))
-    if not volumes or not len(starts):
-        return out
+def step_writes(conn: Any, *, volumes: list[str], ws: float, we: float) -> np.ndarray:
+    """The rises of `volumes`' written bytes between ws and we: rows (end of the sample's interval,
+    its length in seconds, bytes a second over it), for write_burst.spread_rises."""
+    if not volumes:
+        return np.zeros((0, 3))
     rows = conn.execute(
-        WRITES_SQL,
-        {
-            "volumes": volumes,
-            "ws": float(np.min(starts)),
-            "we": float(np.max(ends)) + MAX_SAMPLE_GAP_S,
-            "gap": MAX_SAMPLE_GAP_S,
-        },
+        WRITES_SQL, {"volumes": volumes, "ws": ws, "we": we + MAX_SAMPLE_GAP_S, "gap": MAX_SAMPLE_GAP_S}
     ).fetchall()
-    for ts, dt, rate in rows:
-        overlap = np.clip(np.minimum(ends, ts) - np.maximum(starts, ts - dt), 0.0, None)
-        out += float(rate) * overlap
-    return out
+    return np.array(rows, float).reshape(-1, 3)
 
 
 # The distinct sources of a job's `checkpoint` events, one index probe each (a loose index scan on

@@ -47,7 +47,8 @@ def unmarked_checkpoints(
     written = np.array([known.get(s, np.nan) for s in steps], float)
     todo = np.isnan(written)
     if todo.any():
-        written[todo] = q.step_writes(conn, volumes=volumes, starts=starts[todo], ends=ends[todo])
+        rises = q.step_writes(conn, volumes=volumes, ws=float(starts[todo].min()), we=float(ends[todo].max()))
+        written[todo] = spread_rises(rises, starts[todo], ends[todo])
         if written_cache is not None:
             final = todo & (ends < time.time() - cfg.telemetry_stale_s)
             written_cache.put_many({int(s): float(w) for s, w in zip(steps[final], written[final], strict=True)})
@@ -97,4 +98,31 @@ def write_bursts(written: np.ndarray, duration: np.ndarray) -> np.ndarray:
             end += 1
         out[k + int(np.nanargmax(np.nan_to_num(duration[k : end + 1], nan=-np.inf)))] = True
         k = end + 1
+    return out
+
+
+def spread_rises(rises: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Bytes written in each window [starts[k], ends[k]] from `rises` (rows: a sample's end, its
+    interval in seconds, bytes a second over it): each sample's bytes are shared among the windows its
+    interval overlaps, by overlap. Windows are a job's steps, in order (their starts increase); a
+    sample's interval spans a few of them at most, so the work is rows x that span, not rows x windows
+    (a long job's listing has tens of thousands of steps and as many log-write samples)."""
+    out = np.zeros(len(starts))
+    if not len(rises) or not len(starts):
+        return out
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    t, dt, rate = rises[:, 0], rises[:, 1], rises[:, 2]
+    first = np.maximum(np.searchsorted(s, t - dt, side="right") - 1, 0)  # the window the interval starts in
+    last = np.searchsorted(s, t, side="left") - 1  # the last window starting before its end
+    # a window that started earlier may still be open (ranks' medians overlap a little): one back
+    first = np.maximum(first - 1, 0)
+    acc = np.zeros(len(s))
+    for off in range(int(np.max(last - first, initial=-1)) + 1):
+        k = first + off
+        on = k <= last
+        kk = k[on]
+        overlap = np.clip(np.minimum(e[kk], t[on]) - np.maximum(s[kk], t[on] - dt[on]), 0.0, None)
+        np.add.at(acc, kk, rate[on] * overlap)
+    out[order] = acc
     return out

@@ -12,7 +12,7 @@ from fabricscope.service.correlate import AttributionEngine
 from fabricscope.service.correlate.case import _db
 from fabricscope.service.correlate.constants import CKPT_WRITE_BURST, DEFAULT_CONFIG
 from fabricscope.service.correlate.rules import ids
-from fabricscope.service.correlate.write_burst import write_bursts
+from fabricscope.service.correlate.write_burst import spread_rises, write_bursts
 from tests.correlate.test_rule_checkpoint_class import CHECKPOINTS, _answer, _scenario
 
 STEP = 2.0
@@ -42,6 +42,24 @@ def test_a_write_that_spills_into_the_next_step_is_the_longer_steps() -> None:
     duration = np.full(20, STEP)
     duration[10] = 2.9
     assert list(np.flatnonzero(write_bursts(written, duration))) == [10]
+
+
+def test_rises_are_shared_among_the_steps_their_interval_overlaps() -> None:
+    """Each sample's bytes go to the steps its interval overlaps, by overlap: the same as the plain sum
+    over every (sample, step) pair, with steps of uneven length that overlap a little (ranks' medians)
+    and samples 1-5 s apart, some before the first step or after the last."""
+    rng = np.random.default_rng(3)
+    d = rng.uniform(0.2, 3.0, 400)
+    starts = np.concatenate(([100.0], 100.0 + np.cumsum(d)[:-1])) - rng.uniform(0, 0.05, 400)
+    ends = starts + d
+    t = np.sort(rng.uniform(95.0, float(ends[-1]) + 8.0, 3000))
+    dt = rng.uniform(1.0, 5.0, 3000)
+    rate = rng.exponential(1e6, 3000)
+    naive = np.array([(rate * np.clip(np.minimum(e, t) - np.maximum(s, t - dt), 0, None)).sum()
+                      for s, e in zip(starts, ends, strict=True)])
+    got = spread_rises(np.column_stack((t, dt, rate)), starts, ends)
+    assert np.allclose(got, naive, rtol=1e-9, atol=1e-3)
+    assert spread_rises(np.zeros((0, 3)), starts, ends).sum() == 0
 
 
 def test_no_write_no_checkpoint() -> None:
