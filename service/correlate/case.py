@@ -30,6 +30,7 @@ from fabricscope.service.correlate.decompose import (
     decompose,
     find_straggler,
     straggler_loss,
+    unmarked_write,
 )
 from fabricscope.service.correlate.localize import (
     Topo,
@@ -115,11 +116,17 @@ def _between(
     return True
 
 
-def _rank_frame(conn: Any, *, job: str, step: int, placement: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _rank_frame(
+    conn: Any, *, job: str, step: int, placement: pd.DataFrame, unmarked: bool = False
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The step's rank rows and their decomposition (decompose.RankRows); `placement`: the job's
-    ranks (queries.job_ranks) as the topology cache holds them."""
+    ranks (queries.job_ranks) as the topology cache holds them; `unmarked`: a checkpoint step its job
+    did not mark (write_burst.py), whose unphased time is its write (decompose.unmarked_write)."""
     steps_df, coll = q.rank_rows(conn, job=job, step=step, placement=placement)
-    return steps_df, decompose(steps_df, coll) if len(steps_df) else steps_df
+    if not len(steps_df):
+        return steps_df, steps_df
+    per_rank = decompose(steps_df, coll)
+    return steps_df, unmarked_write(per_rank) if unmarked else per_rank
 
 
 def _straggler(ranked: RankRows) -> tuple[Straggler, float] | None:

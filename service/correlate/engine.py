@@ -63,7 +63,6 @@ from fabricscope.service.correlate.decompose import (
     Straggler,
     is_checkpoint,
     straggler_loss,
-    unmarked_write,
 )
 from fabricscope.service.correlate.device_probe import (
     gpu_or_network,
@@ -273,10 +272,8 @@ class AttributionEngine:
         i = int(at[0])
         # the step's rank rows, read and decomposed once for every rule that asks (the straggler rules,
         # each corroboration's explain, the untimed rule): at 4,096 ranks a read is ~25-30 ms
-        ranked = cache(lambda: _rank_frame(conn, job=job, step=step, placement=ranks))
-        if bool(summ["unmarked"].iat[int(at[0])]):
-            marked = ranked
-            ranked = cache(lambda: (marked()[0], unmarked_write(marked()[1])))
+        unmarked = bool(summ["unmarked"].iat[int(at[0])])
+        ranked = cache(lambda: _rank_frame(conn, job=job, step=step, placement=ranks, unmarked=unmarked))
         return _StepCase(self, conn, job, i, summ, bl, job_topo, ranked)
 
     def judge_step(self, case: _StepCase, out: Attribution, *, borrow: bool) -> str:
@@ -310,7 +307,14 @@ class AttributionEngine:
             at = int(summ["step"].iat[k])
             into: Attribution = {**out, "step": at, "slow": True, "evidence": [], "causes": []}
             case.explain_row(
-                k, into, cache(lambda: _rank_frame(conn, job=job, step=at, placement=case.ranks)), corroborating=True
+                k,
+                into,
+                cache(
+                    lambda: _rank_frame(
+                        conn, job=job, step=at, placement=case.ranks, unmarked=bool(summ["unmarked"].iat[k])
+                    )
+                ),
+                corroborating=True,
             )
             return has_state_row(into["evidence"], component)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,7 +26,7 @@ from fabricscope.service.correlate.rules import ids
 
 
 def unmarked_checkpoints(
-    conn: Any, summ: pd.DataFrame, topo: Topo, cfg: EngineConfig, written_cache: WrittenCache | None = None
+    conn: Any, summ: pd.DataFrame, topo: Topo, cfg: EngineConfig, written_cache: JobWritten | None = None
 ) -> np.ndarray:
     """For each row of `summ` (the job's step summaries), whether it is a checkpoint step that the job
     did not mark (write_bursts). `written_cache`: the written bytes of steps read before, kept once their
@@ -53,14 +53,6 @@ def unmarked_checkpoints(
             final = todo & (ends < time.time() - cfg.telemetry_stale_s)
             written_cache.put_many({int(s): float(w) for s, w in zip(steps[final], written[final], strict=True)})
     return write_bursts(written, summ["dur"].to_numpy(float))
-
-
-class WrittenCache(Protocol):
-    """Written bytes by step of one job."""
-
-    def get_many(self, steps: list[int]) -> dict[int, float]: ...
-
-    def put_many(self, written: dict[int, float]) -> None: ...
 
 
 @dataclass(frozen=True)
