@@ -86,14 +86,13 @@ def _peer(request: Request) -> str:
     return request.client.host if request.client else ""
 
 
-def _refusal_detail(gates: ReadGates, settings: Settings, peer: str, cost: int,
+def _refusal_detail(gates: ReadGates, gate: admission.CostGate, settings: Settings, peer: str,
                     refusal: admission.Refusal) -> str:
-    if gates.gate_for(cost) is gates.cheap:
-        gate, shares = gates.cheap, "cheap reads (one share each: a read by its key, a short list)"
+    if gate is gates.cheap:
+        shares = "cheap reads (one share each: a read by its key, a short list)"
         names = ("FABRICSCOPE_MAX_CHEAP_READS", settings.max_cheap_reads, "FABRICSCOPE_MAX_CHEAP_READS_PER_CLIENT",
                  settings.max_cheap_reads_per_client, "reads")
     else:
-        gate = gates.heavy
         shares = f"read shares ({admission.SHARES} shares a unit, an expensive read)"
         names = ("FABRICSCOPE_MAX_HEAVY_READS", settings.max_heavy_reads, "FABRICSCOPE_MAX_HEAVY_READS_PER_CLIENT",
                  settings.max_heavy_reads_per_client, "units")
@@ -114,7 +113,7 @@ def admitted(request: Request, settings: Settings, *, cost: int, what: str) -> I
     refusal = gate.acquire(cost=cost, peer=peer, timeout_s=settings.db_timeout_s)
     if refusal is not None:
         m.BUSY_REJECTED.labels("heavy" if gate is gates.heavy else "cheap").inc()
-        why = _refusal_detail(gates, settings, peer, cost, refusal)
+        why = _refusal_detail(gates, gate, settings, peer, refusal)
         raise HTTPException(429, detail=f"server busy: {why}; asked {cost} for {what}, retry later",
                             headers={"Retry-After": str(settings.busy_retry_after_s)})
     try:
