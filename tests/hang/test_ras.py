@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from fabricscope.service.alerts import payloads
 from fabricscope.service.hang import ras
 from fabricscope.service.hang.query import job_hang
 from fabricscope.service.settings import Settings
@@ -89,3 +91,16 @@ def test_facts_ignore_what_is_not_a_rank_of_the_job() -> None:
     odd = [rank(5, "dead"), rank(-1, "dead"), {"rank": "1", "state": "dead", "nranks": 3}, rank(1, "nocomm"), "x"]
     reports: list[dict[str, Any]] = [{"ranks": odd}, {"ranks": "nope"}, {}]
     assert ras.facts(reports, 3) == {}
+
+
+def test_the_alert_headline_names_ras_suspects_and_both_facts() -> None:
+    suspects = [
+        {"rank": 1, "host": "n1", "group": None, "seq": None, "op": None, "state": "ras_dead", "source": "nccl_ras",
+         "ras_state": "ras_dead", "ras_comm": "ae94423cfbb2ef4a", "ras_host": None, "ras_pid": None},
+        {"rank": 2, "host": "n2", "group": "world", "seq": 11, "op": "all_reduce", "state": "not_entered",
+         "ras_state": "ras_unresponsive", "ras_comm": "ae94423cfbb2ef4a", "ras_host": None, "ras_pid": None}]
+    alert = {"kind": payloads.HANG_KIND, "job": "j", "started_at": "t", "hang": {"suspects": suspects}}
+    got = payloads.generic(alert, status="firing", key="k", now=datetime.now(UTC))["summary"]
+    assert got == ("[firing] job j: hung, no step since t; rank 1 (n1) ras_dead (NCCL RAS, communicator "
+                   "ae94423cfbb2ef4a); rank 2 (n2) not_entered all_reduce group world seq 11, "
+                   "NCCL RAS ras_unresponsive")
