@@ -147,6 +147,9 @@ class Settings(BaseSettings):
     hang_factor: float = Field(default=5.0, gt=1, le=1000)
     hang_floor_s: float = Field(default=120.0, gt=0)
     hang_checkpoint_s: float = Field(default=3600.0, ge=0)
+    # a hung job's suspects include the ranks the newest NCCL RAS report (host agents' nccl_ras events)
+    # of this age or younger names dead, unresponsive or missing; 0: RAS reports are not read
+    hang_ras_recent_s: float = Field(default=300.0, ge=0)
     # --- GPU-to-NIC placement audit (#17): GPUs a NIC is meant to serve before the audit flags
     # shared_nic (a job label gpus_per_nic overrides it per job).
     placement_gpus_per_nic: int = Field(default=1, ge=1, le=1024)

@@ -20,6 +20,7 @@ from fabricscope.core.model import Event, Link, Sample
 # Modules that declare ``FORMATS``; add yours here (one line each, kept sorted).
 MODULES = (
     "fabricscope.collectors.host.gpu",
+    "fabricscope.collectors.host.nccl_ras",
     "fabricscope.collectors.host.nic",
     "fabricscope.collectors.host.pcie_formats",
     "fabricscope.collectors.host.pressure",

@@ -26,6 +26,7 @@ from fabricscope.collectors.events import EventDetector
 from fabricscope.collectors.host.config import AgentConfig, SinkConfig, load_config
 from fabricscope.collectors.host.ethtool_ioctl import EthtoolIoctl
 from fabricscope.collectors.host.gpu import make_gpu_collector
+from fabricscope.collectors.host.nccl_ras_client import NcclRasCollector
 from fabricscope.collectors.host.nic import EthtoolSource, NicCollector, SubprocessEthtool
 from fabricscope.collectors.host.pressure import PressureCollector, cgroup2_root
 from fabricscope.collectors.host.rdma import RdmaCollector
@@ -98,6 +99,8 @@ class Agent:
                 thermal_every=max(1, round(p.thermal_interval_s / p.interval_s)))))
         if cfg.nccl_inspector.enabled:  # NCCL Inspector live (#45): collectives of jobs without the hook
             self.tasks.append((cfg.nccl_inspector.interval_s, self._inspector_tail()))
+        if cfg.nccl_ras.enabled:  # NCCL RAS (#45 item 4): which ranks NCCL itself finds dead or silent
+            self.tasks.append((cfg.nccl_ras.interval_s, NcclRasCollector(cfg.host, cfg.nccl_ras, self._emit_event)))
 
     def _inspector_tail(self) -> Collector:
         c = self.cfg.nccl_inspector

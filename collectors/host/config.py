@@ -156,6 +156,32 @@ class InspectorConfig(_Section):
         return self
 
 
+class NcclRasConfig(_Section):
+    """NCCL RAS (#45 item 4): query the RAS port of the NCCL jobs on this host, post what it says as events."""
+    enabled: StrictBool = False
+    addr: StrictStr = "127.0.0.1:28028"  # the jobs' NCCL_RAS_ADDR
+    interval_s: PositiveSeconds = 30.0
+    timeout_s: PositiveSeconds = 15.0  # the whole exchange, connect to the report's last byte
+    collect_timeout_s: Annotated[int, Strict(), Field(ge=0, le=3600)] = 5  # sent as TIMEOUT: RAS's wait for peers
+    format: Literal["auto", "json", "text"] = "auto"  # auto: JSON where NCCL has it (2.28.7+), else text
+    verbose: StrictBool = False  # VERBOSE STATUS: more outlier ranks listed
+    job: StrictStr | None = None  # None: events without a job; the service matches them by this host
+
+    @field_validator("addr")
+    @classmethod
+    def _host_port(cls, addr: str) -> str:
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("expected host:port (NCCL_RAS_ADDR's form), e.g. 127.0.0.1:28028")
+        return addr
+
+    @model_validator(mode="after")
+    def _deadline_after_collection(self) -> NcclRasConfig:
+        if self.timeout_s <= self.collect_timeout_s:
+            raise ValueError("nccl_ras.timeout_s must be longer than collect_timeout_s (RAS's own wait)")
+        return self
+
+
 class _RuleFile(_Section):
     rate_per_s: NonNegative | None = None
     min_duration_s: NonNegative | None = None
@@ -193,6 +219,7 @@ class AgentConfig:
     tcp: TcpConfig = TcpConfig()  # host pressure and TCP (#17)
     pressure: PressureConfig = PressureConfig()
     nccl_inspector: InspectorConfig = InspectorConfig()
+    nccl_ras: NcclRasConfig = NcclRasConfig()
 
 
 class _AgentFile(_Section):
@@ -207,6 +234,7 @@ class _AgentFile(_Section):
     tcp: Annotated[TcpConfig, Field(default_factory=TcpConfig), _EMPTY]  # host pressure and TCP (#17)
     pressure: Annotated[PressureConfig, Field(default_factory=PressureConfig), _EMPTY]
     nccl_inspector: Annotated[InspectorConfig, Field(default_factory=InspectorConfig), _EMPTY]
+    nccl_ras: Annotated[NcclRasConfig, Field(default_factory=NcclRasConfig), _EMPTY]
 
 
 def parse_config(raw: Any) -> AgentConfig:
@@ -232,7 +260,7 @@ def parse_config(raw: Any) -> AgentConfig:
                        gpu=f.gpu, events=events,
                        sys_root=Path(f.paths.sys_root), proc_root=Path(f.paths.proc_root),
                        tcp=f.tcp, pressure=f.pressure,  # host pressure and TCP (#17)
-                       nccl_inspector=f.nccl_inspector)
+                       nccl_inspector=f.nccl_inspector, nccl_ras=f.nccl_ras)
 
 
 def load_config(path: Path) -> AgentConfig:

@@ -66,12 +66,19 @@ def _fleet_headline(alert: dict[str, Any], status: str) -> str:
     return f"[{status}] {what}"
 
 
+def _hang_suspect(s: dict[str, Any]) -> str:
+    where = f"rank {s['rank']} ({s.get('host') or '?'}) {s['state']}"
+    if s.get("group") is None:  # named by NCCL RAS only
+        return f"{where} (NCCL RAS, communicator {s.get('ras_comm') or '?'})"
+    also = f", NCCL RAS {s['ras_state']}" if s.get("ras_state") else ""
+    return f"{where} {s['op']} group {s['group']} seq {s['seq']}{also}"
+
+
 def _hang_headline(alert: dict[str, Any], status: str) -> str:
     if status == "resolved":
         return f"[resolved] job {alert['job']}: steps arriving again"
     hang = alert.get("hang") or {}
-    names = "; ".join(f"rank {s['rank']} ({s.get('host') or '?'}) {s['state']} {s['op']} group {s['group']} "
-                      f"seq {s['seq']}" for s in hang.get("suspects") or []) or "suspects not known yet"
+    names = "; ".join(_hang_suspect(s) for s in hang.get("suspects") or []) or "suspects not known yet"
     return f"[firing] job {alert['job']}: hung, no step since {alert.get('started_at')}; {names}"
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from fabricscope.service.hang import rule
+from fabricscope.service.hang import ras, rule
 from fabricscope.service.settings import Settings
 
 RECENT_STEPS = 200  # step rows whose median is the job's own step time
@@ -80,7 +80,16 @@ def job_hang(conn: psycopg.Connection, *, job: str, settings: Settings, now: flo
         return out
     hosts: dict[int, str] = dict(conn.execute("SELECT rank, host FROM job_ranks WHERE job = %s", (job,)).fetchall())
     found, waiting = rule.suspects(_last_records(conn, job))
-    out["suspects"] = [{"rank": s.rank, "host": hosts.get(s.rank), "group": s.group, "seq": s.seq, "op": s.op,
-                        "state": s.state} for s in found]
-    out["waiting"] = waiting
+    suspects = [{"rank": s.rank, "host": hosts.get(s.rank), "group": s.group, "seq": s.seq, "op": s.op,
+                 "state": s.state} for s in found]
+    named = ras.facts(ras.recent_reports(conn, job, since=now - settings.hang_ras_recent_s),
+                      _world(conn, job)) if settings.hang_ras_recent_s > 0 else {}
+    out["suspects"], out["waiting"] = ras.merge(suspects, waiting, named, hosts)
     return out
+
+
+def _world(conn: psycopg.Connection, job: str) -> int:
+    """The job's size: its registered ranks, or the ranks that sent steps where more did."""
+    row = conn.execute("SELECT greatest((SELECT count(*) FROM job_ranks WHERE job = %s),"
+                       " (SELECT count(DISTINCT rank) FROM steps WHERE job = %s))", (job, job)).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0

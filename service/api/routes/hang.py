@@ -19,10 +19,17 @@ router = APIRouter(prefix="/v1/jobs", tags=["answers"], dependencies=[ReadAuth])
 class HangSuspect(BaseModel):
     rank: int
     host: str | None = Field(description="from the job's placement; null: the rank never registered")
-    group: str
-    seq: int = Field(description="the collective's sequence number in the group")
-    op: str
-    state: Literal["not_entered", "not_finished"]
+    group: str | None = Field(description="null for a rank only NCCL RAS names")
+    seq: int | None = Field(description="the collective's sequence number in the group")
+    op: str | None
+    state: Literal["not_entered", "not_finished", "ras_dead", "ras_unresponsive", "ras_missing"]
+    source: Literal["collectives", "nccl_ras"] = Field(
+        default="collectives", description="what named the rank: its collective records, or only an NCCL RAS report")
+    ras_state: Literal["ras_dead", "ras_unresponsive", "ras_missing"] | None = Field(
+        default=None, description="what the newest NCCL RAS report says of the rank, where it names it")
+    ras_comm: str | None = Field(default=None, description="the NCCL communicator's hash RAS named the rank in")
+    ras_host: str | None = Field(default=None, description="the node's address as RAS names it")
+    ras_pid: int | None = Field(default=None, description="the rank's process id as RAS names it")
 
 
 class HangOut(BaseModel):
