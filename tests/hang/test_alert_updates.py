@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import psycopg
 import pytest
 
+from fabricscope.service.alerts import payloads
 from fabricscope.service.hang.alert import run_once
 from tests.hang.test_alert import SETTINGS, _alerts, _event, _job, _steps
 from tests.hang.test_ras import _ras, rank
@@ -110,3 +112,18 @@ def test_suspects_known_only_after_the_firing_are_sent_as_an_update(db_conn: psy
     assert _alerts(db_conn, job)[0][1]["revision"] == 1
     assert "suspects not known yet" in queued[0][2]["summary"]
     assert _who(queued[1][2]["alert"]["hang"]) == [(2, "not_entered", None)]
+
+
+def test_the_update_notice_reads_as_one_in_every_format() -> None:
+    suspect = {"rank": 2, "host": "n2", "group": "world", "seq": 11, "op": "all_reduce", "state": "not_entered",
+               "ras_state": "ras_dead"}
+    alert = {"id": 5, "kind": payloads.HANG_KIND, "job": "j", "started_at": "t", "detected_at": "d",
+             "hang": {"suspects": [suspect], "waiting": [0, 1], "revision": 1}}
+    now = datetime.now(UTC)
+    slack = payloads.slack(alert, status="updated", key="k", now=now)
+    assert slack["text"] == ("[updated] job j: hung, no step since t; suspects now: rank 2 (n2) not_entered "
+                             "all_reduce group world seq 11, NCCL RAS ras_dead")
+    assert "waiting ranks: [0, 1]" in slack["blocks"][0]["text"]["text"]  # the cause line, as when firing
+    pd = payloads.pagerduty(alert, status="updated", key="k", now=now, routing_key="rk")
+    assert (pd["event_action"], pd["dedup_key"], pd["payload"]["severity"]) == ("trigger", "fabricscope-alert-5",
+                                                                                "critical")
