@@ -31,9 +31,10 @@ def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def idempotency_key(alert_id: int, status: str, reopened: int) -> str:
-    # one key per alert transition; a reopened alert's new firing notice is a new transition
-    return f"fabricscope-alert-{alert_id}-{status}-{reopened}"
+def idempotency_key(alert_id: int, status: str, n: int) -> str:
+    # one key per alert transition: n tells apart a reopened alert's new firing notice (its `reopened`)
+    # and an open job_hang alert's successive updates (its summary's `revision`)
+    return f"fabricscope-alert-{alert_id}-{status}-{n}"
 
 
 def _pct(alert: dict[str, Any]) -> str:
@@ -79,7 +80,9 @@ def _hang_headline(alert: dict[str, Any], status: str) -> str:
         return f"[resolved] job {alert['job']}: steps arriving again"
     hang = alert.get("hang") or {}
     names = "; ".join(_hang_suspect(s) for s in hang.get("suspects") or []) or "suspects not known yet"
-    return f"[firing] job {alert['job']}: hung, no step since {alert.get('started_at')}; {names}"
+    # `updated`: the open alert's suspects changed (service/hang/alert.py); the headline is the new list
+    now = "suspects now: " if status == "updated" else ""
+    return f"[{status}] job {alert['job']}: hung, no step since {alert.get('started_at')}; {now}{names}"
 
 
 def _headline(alert: dict[str, Any], status: str) -> str:
@@ -123,7 +126,7 @@ def slack(alert: dict[str, Any], *, status: str, key: str, now: datetime,
           routing_key: str | None = None) -> dict[str, Any]:
     text = _headline(alert, status)
     lines = [f"*{text}*"]
-    if status == "firing":
+    if status in ("firing", "updated"):
         lines.append(_cause(alert))
     lines.append(f"alert #{alert['id']} · `GET /v1/alerts/{alert['id']}`")
     return {"text": text, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)}}]}

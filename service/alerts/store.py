@@ -144,10 +144,12 @@ def delete_webhook(conn: psycopg.Connection, webhook_id: int) -> bool:
 # -- the delivery queue --------------------------------------------------------------------------------
 
 def enqueue(conn: psycopg.Connection, alert: dict[str, Any], *, status: str, event: str = "step_regression",
-            delay_s: float = 0.0, now: datetime | None = None) -> int:
+            delay_s: float = 0.0, now: datetime | None = None, transition: int | None = None) -> int:
     """Queue one notification per subscribed webhook; the (webhook, Idempotency-Key) pair is unique,
-    so queueing the same transition twice adds nothing. Call inside the caller's transaction."""
-    key = payloads.idempotency_key(alert["id"], status, alert["reopened"])
+    so queueing the same transition twice adds nothing. `transition` numbers the alert's transitions
+    of one status (default: `reopened`; an open alert's content updates count their own). Call inside
+    the caller's transaction."""
+    key = payloads.idempotency_key(alert["id"], status, alert["reopened"] if transition is None else transition)
     n = 0
     hooks = conn.execute("SELECT id, format FROM webhooks WHERE active AND %s = ANY(events) ORDER BY id",
                          (event,)).fetchall()

@@ -101,6 +101,7 @@ def test_the_rank_that_never_enters_the_all_reduce_is_named(make_service: Callab
             (row,) = panel_rows(own_db, job)  # the dashboard panel shows the alert's answer
             assert (row["status"], row["rank"], row["group"], row["seq"], row["op"], row["state"], row["waiting"]) == (
                 "hung", 3, "world", block_step + 1, "all_reduce", "not_entered", "0, 1, 2")
+            assert (row["source"], row["ras_state"]) == ("collectives", None)  # no NCCL RAS on gloo
             assert panel_rows(own_db, "no-such-job") == [dict.fromkeys(row, None) | {"status": "not hung"}]
             time.sleep(1.0)  # more alert runs: one episode, one notification
             assert len(rec.got) == 1

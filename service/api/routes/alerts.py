@@ -69,8 +69,9 @@ class AlertOut(BaseModel):
         default=None, description="component_degraded: component, layer, kind, gpu_hours_lost, jobs_affected, jobs, "
                                   "evidence, window, thresholds; fleet_digest: window, components")
     hang: dict[str, Any] | None = Field(
-        default=None, description="job_hang only: GET /v1/jobs/{job}/hang's answer at firing (suspects, waiting, "
-                                  "threshold_s; suspects filled in when they arrive after the firing)")
+        default=None, description="job_hang only: GET /v1/jobs/{job}/hang's answer (suspects, waiting, threshold_s), "
+                                  "kept current while firing; revision: times its suspects changed since the firing "
+                                  "(each change is notified with status `updated`)")
     updated_at: datetime
 
 
@@ -130,7 +131,8 @@ class DeliveryOut(BaseModel):
     id: int
     alert_id: int | None
     event: str
-    status: str | None = Field(description="the alert transition notified: firing | resolved")
+    status: str | None = Field(description="the alert transition notified: firing | resolved | updated (job_hang: "
+                                           "its suspects changed) | digest")
     idempotency_key: str
     state: Literal["pending", "delivered", "failed", "cancelled"]
     attempts: int
