@@ -34,9 +34,7 @@ from fabricscope.service.correlate.constants import (
     BOOTSTRAP_MAX_RATIO,
     BORDER_Z,
     CHANGE_RUN,
-    CKPT_FIRST_MARGIN_S,
     CKPT_HISTORY,
-    CKPT_MIN_HISTORY,
     CKPT_SPREAD_SHARE,
     DEFAULT_SEQ,
     EPISODE_GAP_STEPS,
@@ -45,6 +43,7 @@ from fabricscope.service.correlate.constants import (
     FAINT_Z,
     K_SIGMA,
     MAD_SIGMA_SE,
+    MIN_EXCESS_S,
     MIN_HISTORY,
     NEAR_SLOW_STEPS,
     NET_TIMING_SHARE,
@@ -277,11 +276,11 @@ class _Pass:
         """Checkpoint step `i` by its own baseline: the plain steps' median `med` and the extra its
         write has taken."""
         seg = self.cusum.seg
-        enough = len(self.hist_ck) >= CKPT_MIN_HISTORY
+        enough = bool(self.hist_ck)  # any earlier checkpoint: one is a better bar than the phase alone
         if enough:
             extra = _median(self.hist_ck)
         elif np.isfinite(self.ckpt_med[i]):
-            extra = float(self.ckpt_med[i]) + CKPT_FIRST_MARGIN_S
+            extra = float(self.ckpt_med[i]) + MIN_EXCESS_S
         else:  # the job's first checkpoint, its write not measured (not marked): it is its own example
             extra = max(d - med, 0.0)
         b = med + extra
