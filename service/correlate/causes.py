@@ -315,7 +315,7 @@ def combine_causes(
     for share, c in ((w_share, work), (n_share, net)):
         if c is not None and share >= cfg.min_share:
             c["lost_s"] = lost * share
-            c["confidence"] *= cfg.share_confidence_base + cfg.share_confidence_span * share
+            c["confidence"] *= (1.0 - cfg.share_confidence_span) + cfg.share_confidence_span * share
             causes.append(c)
     return causes
 

@@ -84,10 +84,11 @@ NET_TIMING_SHARE = MAJORITY
 # Sigma floor relative to the median: a perfectly steady job (MAD 0) must not flag 0.1% noise.
 MIN_SIGMA_REL = 0.002
 # Steps a flat slow run must last before it is the job's new level (a new training phase) rather
-# than a fault: longer than the longest fault that must still be reported (40 steps), so
-# a sustained fault is never adopted as normal. The price: a legitimate new level is reported slow
+# than a fault: one whole baseline window of it, so the level it replaces is one the window held
+# (WINDOW's 48 are longer than the longest fault that must still be reported, 40 steps, so a
+# sustained fault is never adopted as normal). The price: a legitimate new level is reported slow
 # for its first 48 steps (a few minutes) before it is accepted.
-CHANGE_RUN = 48
+CHANGE_RUN = WINDOW
 # ...and flat: its two halves' medians agree within 2% (a ramp, e.g. a growing leak, is not a level).
 CHANGE_HALF_AGREE = 0.02
 # ...and its spread is at most twice the healthy one (a new level has the job's usual noise).
@@ -450,9 +451,8 @@ class EngineConfig:
     net_total_scale: float = 4.0
     net_origin_base: float = COIN
     net_origin_span: float = 1.0 - COIN
-    # A cause's confidence is scaled by (base + span * its share of the lost time): a cause that
+    # A cause's confidence is scaled by (1 - span + span * its share of the lost time): a cause that
     # explains all of it keeps its confidence, a minor one loses up to 30%.
-    share_confidence_base: float = 0.7
     share_confidence_span: float = 0.3
     # A healthy step's confidence: base + span * how far below the slow threshold it is (0..1).
     healthy_confidence_base: float = COIN

@@ -382,7 +382,7 @@ RULES: tuple[Rule, ...] = (
         "over a floor is a cause, weighted by its share, and unexplained work while the network shows an "
         "anomaly is time waiting on the network.",
         ("step decomposition",),
-        (C + "min_share", C + "share_confidence_base", C + "share_confidence_span"),
+        (C + "min_share", C + "share_confidence_span"),
     ),
     Rule(
         ids.ADJUST_DEVICE_EVIDENCE,
