@@ -406,8 +406,11 @@ def _verdicts(p: _Pass, ckpt_max: np.ndarray, transfer_ok: np.ndarray, data_ok: 
         x_net = np.where(transfer_ok, p.transfer - p.base_t, np.nan)
         x_data = np.where(data_ok, p.data - p.base_d, np.nan)
         # checkpoint steps too: the write is a phase of its own, and a fault's collectives or loaders
-        # lose their time at a checkpoint step as at any other, hidden there by the write's spread
-        unjudged = ~slow & calm & ~border & ~faint
+        # lose their time at a checkpoint step as at any other, hidden there by the write's spread.
+        # In a noisy job too: each phase is judged against its own spread, not the step's, so host
+        # noise that scatters the step times (a busy core) does not hide a loss that every rank's
+        # loaders or collectives share (their median across ranks stays steady under such noise)
+        unjudged = ~slow & ~border & ~faint
         net_only = unjudged & _phase_lost(x_net, p.sig_t, base)
         data_only = unjudged & ~net_only & _phase_lost(x_data, p.sig_d, base)
         # a checkpoint step's excess is what it took beyond a plain step and its slowest write (the

@@ -463,8 +463,9 @@ class EngineConfig:
     max_confidence: float = 0.99
 
     # -- background attribution (process_pending) ---------------------------------------------------
-    # Telemetry counts as in for a step once the newest NIC sample is this far past the step's end.
-    telemetry_margin_s: float = 2.0
+    # Telemetry counts as in for a step once the newest NIC sample is past its window (window_pad
+    # after its end: the samples the answer reads are stored then, where a fixed 2 s margin waited
+    # a second longer for the 1-s steps of a small job and no longer for the 5-s pad of a long step),
     # ...or once the step ended this long ago (a job without fresh telemetry must not wait forever).
     telemetry_stale_s: float = 120.0
     # NIC series probed for the telemetry horizon: a few suffice, each probe is an index lookup.
@@ -534,6 +535,10 @@ class EngineConfig:
     # Rule ids (rules/ids.py) the engine skips: how bench/ablation.py measures what each rule adds.
     # Not a tunable: the service runs with every rule on.
     disabled: frozenset[str] = frozenset()
+
+    def window_pad(self, duration_s: float) -> float:
+        """Seconds of telemetry read after a step of `duration_s` ends (window_pad_*)."""
+        return min(max(self.window_pad_share * duration_s, self.window_pad_min_s), self.window_pad_max_s)
 
     def off(self, rule: str) -> bool:
         """Whether rule `rule` is switched off (an ablation)."""

@@ -496,7 +496,6 @@ PLUMBING: tuple[str, ...] = (
     C + "final_rank_share",
     C + "evidence_per_cause",
     C + "max_evidence_score",
-    C + "telemetry_margin_s",
     C + "telemetry_stale_s",
     C + "horizon_probe_nics",
     C + "pending_limit",
