@@ -58,7 +58,7 @@ def switchable() -> list[str]:
     return sorted(set(found), key=lambda r: BY_ID[r].precedence)
 
 
-def load(conn: psycopg.Connection, seeds: list[int], n_runs: int) -> list[Scenario]:
+def load(conn: psycopg.Connection, seeds: list[int], n_runs: int, step_jitter: float | None = None) -> list[Scenario]:
     sink = DirectSink(conn)
     clock = itertools.count()
     runs: list[Scenario] = []
@@ -67,7 +67,7 @@ def load(conn: psycopg.Connection, seeds: list[int], n_runs: int) -> list[Scenar
     t_all = time.perf_counter()
     for seed, n in zip(seeds, per_seed, strict=True):
         for i in range(n):
-            (sc,) = accuracy_runs(1, seed, first=i, t0=1.75e9 + next(clock) * RUN_SPACING_S)
+            (sc,) = accuracy_runs(1, seed, first=i, t0=1.75e9 + next(clock) * RUN_SPACING_S, step_jitter=step_jitter)
             send_scenario(sink, sc, topology=sc.cluster.spec != prev)
             prev = sc.cluster.spec
             runs.append(sc)
@@ -123,6 +123,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--rules", default=None, help="comma list of rule ids to ablate (default: every switchable one)")
     ap.add_argument("--database-url", default=None, help="a PostgreSQL server (default: an embedded one)")
+    ap.add_argument("--step-jitter", type=float, default=None,
+                    help="every run's healthy step-time spread (e.g. 0.15: a noisy host) instead of the drawn 1-2 %%")
     ap.add_argument("--dump", type=Path, default=None,
                     help="write every baseline answer (verdict, layer, component, confidence, rules) as JSON, "
                          "to compare two engines' answers step by step")
@@ -139,7 +141,7 @@ def main() -> None:
         with psycopg.connect(db.url, autocommit=True) as conn:
             print(f"ablation: {args.runs} runs on seeds {seeds}; {len(rules)} rules, each switched off alone",
                   flush=True)
-            runs = load(conn, seeds, args.runs)
+            runs = load(conn, seeds, args.runs, args.step_jitter)
             t = time.perf_counter()
             base_results = attribute(conn, runs, frozenset())
             base, uses = rates(base_results), decided(base_results)
