@@ -139,9 +139,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         ids.PROMOTE_BORDERLINE,
         200,
-        "A step over the noise but under the bar is slow when its own telemetry names a cause surely; the "
-        "fainter the timing, the surer the telemetry must be, and beside a slow step only the step's own "
-        "clocks count (a coarse sample covers its neighbours too).",
+        "A step over the noise but under the bar, or one phase of it over that phase's own noise (in any "
+        "job, however noisy its step times), is slow when its own telemetry names a cause surely; the "
+        "fainter the timing, the surer the telemetry, and beside a slow step only its own clocks count.",
         ("baseline flags", "step telemetry", "collective and data-phase timings"),
         (
             "BORDER_Z",
