@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MIN_SCORE, PEAK_GAUGES, EngineConfig
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MIN_SCORE, EngineConfig
 from fabricscope.service.correlate.decompose import Straggler
 from fabricscope.service.correlate.devices import ERROR_RATE_METRICS, ORIGIN_METRICS
-from fabricscope.service.correlate.localize import Topo, rank_candidates
+from fabricscope.service.correlate.localize import PEAK_GAUGES, Topo, rank_candidates
 from fabricscope.service.correlate.records import Attribution, CauseDraft, EvidenceRow, named
 from fabricscope.service.correlate.rules import ids
 from fabricscope.service.correlate.rules.trace import adjusted, caused, noted

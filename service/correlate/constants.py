@@ -260,11 +260,6 @@ AFTERMATH_S: dict[str, float] = {"link_down_total": 10.0}
 # window: it explains a step when nothing present does (the lab's flap), not over a fault that is on
 # now (congestion on the link that flapped a few seconds earlier).
 AFTERMATH_WEIGHT = 0.3
-# Gauges that report the peak since their last read (OpenConfig max-queue-len, SONiC's periodic
-# watermark, jnxCosQstatDepthPeak): like a counter's rate, a 10-s reading holds seconds outside the
-# step, so it is not a state the step ran in (causes.has_state_row): a one-step incast's watermark,
-# read after it, shows in the steps before it and would fill them in as the fault's.
-PEAK_GAUGES = frozenset({"queue_watermark_bytes"})
 # Longest a series' sample may lie past a step's window and still be the one that covers its end:
 # collectors sample every 1-10 s, and one lost sample doubles a span; 30 s bounds the index probe
 # while a collector that was silent longer says nothing trustworthy about the step.

@@ -25,7 +25,7 @@ RULES: tuple[Rule, ...] = (
         "A series is a signal when its window value stands out from its peer group (same role, metric and "
         "labels) by a robust z with a per-metric floor, and from its own recent past: a fault stands out "
         "from both, a busy hour from neither.",
-        ("series in the step window", "peer groups", "localize.FLOORS", "localize.SIGNALS"),
+        ("series in the step window", "peer groups", "localize.FLOORS", "localize.SIGNALS", "localize.PEAK_GAUGES"),
         (
             "MIN_SCORE",
             "PEER_MIN_Z",
@@ -33,7 +33,6 @@ RULES: tuple[Rule, ...] = (
             "SOLO_REL_FLOOR",
             "SOLO_FLOOR_SHARE",
             "LEVEL_FLOOR_MIN_SHARE",
-            "PEAK_GAUGES",
         ),
     ),
     Rule(
