@@ -12,12 +12,14 @@ tune or held-back seeds, nor any test's).
     .venv/bin/python bench/ablation.py                       # 8 runs on seeds 9001,9002 (~20 min on 2 cores)
     .venv/bin/python bench/ablation.py --runs 4 --rules promote.fault_edge,cause.episode
     .venv/bin/python bench/ablation.py --database-url postgresql://...   # a server of yours (a new database)
+    .venv/bin/python bench/ablation.py --rules none --dump before.json   # every rule on only, answers kept
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import re
 import sys
 import tempfile
@@ -56,7 +58,7 @@ def switchable() -> list[str]:
     return sorted(set(found), key=lambda r: BY_ID[r].precedence)
 
 
-def load(conn: psycopg.Connection, seeds: list[int], n_runs: int) -> list[Scenario]:
+def load(conn: psycopg.Connection, seeds: list[int], n_runs: int, step_jitter: float | None = None) -> list[Scenario]:
     sink = DirectSink(conn)
     clock = itertools.count()
     runs: list[Scenario] = []
@@ -65,7 +67,7 @@ def load(conn: psycopg.Connection, seeds: list[int], n_runs: int) -> list[Scenar
     t_all = time.perf_counter()
     for seed, n in zip(seeds, per_seed, strict=True):
         for i in range(n):
-            (sc,) = accuracy_runs(1, seed, first=i, t0=1.75e9 + next(clock) * RUN_SPACING_S)
+            (sc,) = accuracy_runs(1, seed, first=i, t0=1.75e9 + next(clock) * RUN_SPACING_S, step_jitter=step_jitter)
             send_scenario(sink, sc, topology=sc.cluster.spec != prev)
             prev = sc.cluster.spec
             runs.append(sc)
@@ -105,17 +107,32 @@ def decided(results: list[tuple[Scenario, Any]]) -> Counter[str]:
     return n
 
 
+def dump_answers(path: Path, results: list[tuple[Scenario, Any]]) -> None:
+    """The answers that decide accuracy, one row per step, in a stable order (a diff of two dumps is
+    the steps whose answer changed)."""
+    keep = ("slow", "layer", "component", "confidence", "rules")
+    rows = [{"job": sc.job, "step": s, **{k: (a or {}).get(k) for k in keep}}
+            for sc, got in results for s, a in sorted(got.items())]
+    path.write_text(json.dumps(rows, indent=0, sort_keys=True))
+    print(f"dumped {len(rows)} answers to {path}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="9001,9002", help="seeds no rule was tuned on")
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--rules", default=None, help="comma list of rule ids to ablate (default: every switchable one)")
     ap.add_argument("--database-url", default=None, help="a PostgreSQL server (default: an embedded one)")
+    ap.add_argument("--step-jitter", type=float, default=None,
+                    help="every run's healthy step-time spread (e.g. 0.15: a noisy host) instead of the drawn 1-2 %%")
+    ap.add_argument("--dump", type=Path, default=None,
+                    help="write every baseline answer (verdict, layer, component, confidence, rules) as JSON, "
+                         "to compare two engines' answers step by step")
     args = ap.parse_args()
     from tests.support import TestDatabase
 
     seeds = [int(s) for s in args.seeds.split(",")]
-    rules = args.rules.split(",") if args.rules else switchable()
+    rules = [] if args.rules == "none" else args.rules.split(",") if args.rules else switchable()
     unknown = [r for r in rules if r not in BY_ID]
     if unknown:
         sys.exit(f"bench/ablation.py: --rules: not rule ids: {', '.join(unknown)}")
@@ -124,13 +141,15 @@ def main() -> None:
         with psycopg.connect(db.url, autocommit=True) as conn:
             print(f"ablation: {args.runs} runs on seeds {seeds}; {len(rules)} rules, each switched off alone",
                   flush=True)
-            runs = load(conn, seeds, args.runs)
+            runs = load(conn, seeds, args.runs, args.step_jitter)
             t = time.perf_counter()
             base_results = attribute(conn, runs, frozenset())
             base, uses = rates(base_results), decided(base_results)
             print(f"baseline (every rule on, {time.perf_counter() - t:.0f}s): {int(base['faulty'])} faulty steps, "
                   f"{int(base['healthy'])} healthy; recall {base['recall']:.4f}, layer {base['layer']:.4f}, "
                   f"component {base['component']:.4f}, false slow {base['false_slow']:.4f}", flush=True)
+            if args.dump:
+                dump_answers(args.dump, base_results)
             print(f"{'rule off':34s} {'decided':>7} {'recall':>8} {'layer':>8} {'component':>9} {'false slow':>10}")
             for rule in rules:
                 t = time.perf_counter()

@@ -175,10 +175,13 @@ def _small_sustained(cluster: Any, rng: np.random.Generator, kinds: list[str], s
 
 
 def accuracy_runs(n_runs: int, seed: int, only: list[str] | None = None, ib_every: int = 5,
-                  robust: bool = True, first: int = 0, t0: float = 1.75e9, shapes: bool = True) -> list[Scenario]:
+                  robust: bool = True, first: int = 0, t0: float = 1.75e9, shapes: bool = True,
+                  step_jitter: float | None = None) -> list[Scenario]:
     """Runs `first`..`first + n_runs - 1` of `seed`. Robust: every name, the sampling of each collector,
     skew, missing series, counter starts and noise drawn per run; faults from +5 %, a fifth of the runs
-    with small sustained faults, and two in five faults of the others beginning and ending mid-step."""
+    with small sustained faults, and two in five faults of the others beginning and ending mid-step.
+    `step_jitter`: the healthy step-time spread of every run instead of the drawn 1-2 % (a noisy host:
+    its compute time scattered alike on every rank, the data phase and the collectives not)."""
     out = []
     for i in range(first, first + n_runs):
         rng = np.random.default_rng(seed * 1000 + i)
@@ -189,6 +192,8 @@ def accuracy_runs(n_runs: int, seed: int, only: list[str] | None = None, ib_ever
             if shapes:
                 spec = with_shape(spec, seed, i)
             variation = Variation.draw(np.random.default_rng([seed, i, 1515]))
+            if step_jitter is not None:
+                variation = dataclasses.replace(variation, step_jitter=step_jitter)
         cluster = build_cluster(spec)
         kinds = kinds_for(spec.fabric, only or []) or kinds_for(spec.fabric, list(FAULT_KINDS))
         steps = ROBUST_STEPS if robust else 80

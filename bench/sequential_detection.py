@@ -134,8 +134,7 @@ def old_detector(duration: np.ndarray, is_ckpt: np.ndarray, ckpt_med: np.ndarray
         med = float(np.median(hd))
         sigma = max(C.MAD_TO_SIGMA * float(np.median(np.abs(hd - med))), C.MIN_SIGMA_REL * med)
         if is_ckpt[i]:
-            extra = float(np.median(hist_ck)) if len(hist_ck) >= C.CKPT_MIN_HISTORY else \
-                float(ckpt_med[i]) + C.CKPT_FIRST_MARGIN_S
+            extra = float(np.median(hist_ck)) if hist_ck else float(ckpt_med[i]) + C.MIN_EXCESS_S
             b = med + extra
             slow[i] = d > b + max(C.K_SIGMA * sigma + C.CKPT_SPREAD_SHARE * extra, C.REL * b)
             if not slow[i]:

@@ -9,7 +9,8 @@ the request never waits for attribution, and never takes a lock held across data
 :class:`ArrivalWorker` (one thread in ``serve``) waits for that event, lets a burst land for
 ``correlate_debounce_s`` (64 ranks posting the same step make one pass, not 64), then runs one pass
 over every job woken meanwhile. The engine still decides what is ready (all ranks in, telemetry
-``telemetry_margin_s`` past the step's end); a wake that finds nothing ready costs a few index
+past the step's window: ``EngineConfig.window_pad`` after its end; the worker is woken from the
+shortest pad on); a wake that finds nothing ready costs a few index
 lookups. The interval job stays: it is the safety net for anything a wake missed, and the only
 trigger for data another process committed (``fabricscope writer`` in NATS mode, another
 ``serve``): this signal does not cross processes.

@@ -5,7 +5,10 @@
 
 rules: catalogued rules (service/correlate/rules), or 0 before the catalogue existed; constants:
 tunable constants (module-level UPPERCASE numbers/tables of constants.py, the numeric fields of
-EngineConfig and SeqParams) less the catalogue's plumbing; switches: their boolean fields; the
+EngineConfig and SeqParams) whose value is a number written there, less the catalogue's plumbing and
+facts of the estimators: a constant defined as another (`min_mean = REL`, a rule's own name for a
+shared number) or computed from others chooses no number of its own and is counted as `aliases`;
+switches: their boolean fields; the
 longest function (lines) and the largest module (lines); case citations: simulator runs cited in
 product code (tests/correlate/test_no_case_citations.py's patterns, when that test exists).
 """
@@ -24,8 +27,15 @@ ENGINE = ROOT / "service" / "correlate"
 CITATION = re.compile(r"\b\d{3} runs? \d+|\bruns? \d+ steps? \d+|\bstop \d{2}\b|issue #\d+|seed set|held back at")
 
 
-def _config_fields(tree: ast.Module) -> list[tuple[str, bool]]:
-    """(Class.field, is_bool) of EngineConfig and SeqParams."""
+def _chosen(value: ast.expr | None) -> bool:
+    """Whether a constant's value is a number (or a table of them) written where it is defined, not
+    a name or an expression of names (an alias or a derived value)."""
+    return value is not None and not any(isinstance(n, ast.Name) and n.id.isupper() or isinstance(n, ast.Attribute)
+                                         for n in ast.walk(value))
+
+
+def _config_fields(tree: ast.Module) -> list[tuple[str, bool, bool]]:
+    """(Class.field, is_bool, chosen) of EngineConfig and SeqParams."""
     out = []
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name in ("EngineConfig", "SeqParams"):
@@ -34,16 +44,17 @@ def _config_fields(tree: ast.Module) -> list[tuple[str, bool]]:
                     st.annotation.id in ("bool", "int", "float"))
                 if scalar and isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
                     is_bool = isinstance(st.annotation, ast.Name) and st.annotation.id == "bool"
-                    out.append((f"{node.name}.{st.target.id}", is_bool))
+                    out.append((f"{node.name}.{st.target.id}", is_bool, _chosen(st.value)))
     return out
 
 
-def _module_constants(tree: ast.Module) -> list[str]:
+def _module_constants(tree: ast.Module) -> list[tuple[str, bool]]:
+    """(NAME, chosen) of constants.py's module-level constants."""
     names = []
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
         if isinstance(target, ast.Name) and target.id.isupper() and not target.id.startswith("DEFAULT_"):
-            names.append(target.id)
+            names.append((target.id, _chosen(getattr(node, "value", None))))
     return names
 
 
@@ -59,19 +70,22 @@ def counts(engine: Path = ENGINE) -> dict[str, object]:
     rules = 0
     if (engine / "rules" / "catalogue.py").exists():
         sys.path.insert(0, str(ROOT.parent))
-        from fabricscope.service.correlate.rules import PLUMBING, RULES  # noqa: PLC0415
-        plumbing = {p.replace("EngineConfig.", "EngineConfig.").replace("SeqParams.", "SeqParams.") for p in PLUMBING}
-        rules = len(RULES)
-    consts = [c for c in _module_constants(const_tree) if c not in plumbing]
-    numeric = [f for f, b in fields if not b and f not in plumbing]
-    switches = [f for f, b in fields if b]
+        from fabricscope.service.correlate import rules as catalogue  # noqa: PLC0415
+
+        plumbing = set(catalogue.PLUMBING) | set(getattr(catalogue, "FACTS", ()))
+        rules = len(catalogue.RULES)
+    consts = [(c, chosen) for c, chosen in _module_constants(const_tree) if c not in plumbing]
+    numeric = [(f, chosen) for f, b, chosen in fields if not b and f not in plumbing]
+    switches = [f for f, b, _ in fields if b]
+    aliases = sum(not chosen for _, chosen in consts + numeric)
     files = sorted(engine.rglob("*.py"))
     root = engine.parent.parent
     funcs = [(f"{p.relative_to(root)}:{name}", n) for p in files for name, n in _functions(ast.parse(p.read_text()))]
     longest = max(funcs, key=lambda x: x[1])
     largest = max(((str(p.relative_to(root)), len(p.read_text().splitlines())) for p in files), key=lambda x: x[1])
     cites = sum(len(CITATION.findall(p.read_text())) for p in files)
-    return {"rules": rules, "constants": len(consts) + len(numeric), "switches": len(switches),
+    return {"rules": rules, "constants": len(consts) + len(numeric) - aliases, "aliases": aliases,
+            "switches": len(switches),
             "longest_function": {"name": longest[0], "lines": longest[1]},
             "largest_module": {"name": largest[0], "lines": largest[1]},
             "case_citations": cites, "plumbing": len(plumbing)}

@@ -108,7 +108,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
     app.state.sample_writer = SampleWriter()
     app.state.engine = engine
     # what the ingest routes signal once a batch is committed; inert unless the background worker runs
-    app.state.arrivals = Arrivals(margin_s=engine.config.telemetry_margin_s)
+    app.state.arrivals = Arrivals(margin_s=engine.config.window_pad_min_s)
     app.state.token_scopes = settings.token_scopes()
     app.state.reads = ReadGates(heavy=settings.max_heavy_reads, heavy_per_client=settings.max_heavy_reads_per_client,
                                 cheap=settings.max_cheap_reads, cheap_per_client=settings.max_cheap_reads_per_client)

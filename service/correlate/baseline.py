@@ -34,9 +34,7 @@ from fabricscope.service.correlate.constants import (
     BOOTSTRAP_MAX_RATIO,
     BORDER_Z,
     CHANGE_RUN,
-    CKPT_FIRST_MARGIN_S,
     CKPT_HISTORY,
-    CKPT_MIN_HISTORY,
     CKPT_SPREAD_SHARE,
     DEFAULT_SEQ,
     EPISODE_GAP_STEPS,
@@ -45,6 +43,7 @@ from fabricscope.service.correlate.constants import (
     FAINT_Z,
     K_SIGMA,
     MAD_SIGMA_SE,
+    MIN_EXCESS_S,
     MIN_HISTORY,
     NEAR_SLOW_STEPS,
     NET_TIMING_SHARE,
@@ -277,11 +276,11 @@ class _Pass:
         """Checkpoint step `i` by its own baseline: the plain steps' median `med` and the extra its
         write has taken."""
         seg = self.cusum.seg
-        enough = len(self.hist_ck) >= CKPT_MIN_HISTORY
+        enough = bool(self.hist_ck)  # any earlier checkpoint: one is a better bar than the phase alone
         if enough:
             extra = _median(self.hist_ck)
         elif np.isfinite(self.ckpt_med[i]):
-            extra = float(self.ckpt_med[i]) + CKPT_FIRST_MARGIN_S
+            extra = float(self.ckpt_med[i]) + MIN_EXCESS_S
         else:  # the job's first checkpoint, its write not measured (not marked): it is its own example
             extra = max(d - med, 0.0)
         b = med + extra
@@ -407,8 +406,11 @@ def _verdicts(p: _Pass, ckpt_max: np.ndarray, transfer_ok: np.ndarray, data_ok: 
         x_net = np.where(transfer_ok, p.transfer - p.base_t, np.nan)
         x_data = np.where(data_ok, p.data - p.base_d, np.nan)
         # checkpoint steps too: the write is a phase of its own, and a fault's collectives or loaders
-        # lose their time at a checkpoint step as at any other, hidden there by the write's spread
-        unjudged = ~slow & calm & ~border & ~faint
+        # lose their time at a checkpoint step as at any other, hidden there by the write's spread.
+        # In a noisy job too: each phase is judged against its own spread, not the step's, so host
+        # noise that scatters the step times (a busy core) does not hide a loss that every rank's
+        # loaders or collectives share (their median across ranks stays steady under such noise)
+        unjudged = ~slow & ~border & ~faint
         net_only = unjudged & _phase_lost(x_net, p.sig_t, base)
         data_only = unjudged & ~net_only & _phase_lost(x_data, p.sig_d, base)
         # a checkpoint step's excess is what it took beyond a plain step and its slowest write (the

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MIN_SCORE, PEAK_GAUGES, EngineConfig
+from fabricscope.service.correlate.constants import DEFAULT_CONFIG, MIN_SCORE, EngineConfig
 from fabricscope.service.correlate.decompose import Straggler
 from fabricscope.service.correlate.devices import ERROR_RATE_METRICS, ORIGIN_METRICS
-from fabricscope.service.correlate.localize import Topo, rank_candidates
+from fabricscope.service.correlate.localize import PEAK_GAUGES, Topo, rank_candidates
 from fabricscope.service.correlate.records import Attribution, CauseDraft, EvidenceRow, named
 from fabricscope.service.correlate.rules import ids
 from fabricscope.service.correlate.rules.trace import adjusted, caused, noted
@@ -315,7 +315,7 @@ def combine_causes(
     for share, c in ((w_share, work), (n_share, net)):
         if c is not None and share >= cfg.min_share:
             c["lost_s"] = lost * share
-            c["confidence"] *= cfg.share_confidence_base + cfg.share_confidence_span * share
+            c["confidence"] *= (1.0 - cfg.share_confidence_span) + cfg.share_confidence_span * share
             causes.append(c)
     return causes
 

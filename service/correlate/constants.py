@@ -14,6 +14,31 @@ from dataclasses import dataclass
 # Scales a median absolute deviation to a standard deviation for normal data (1 / Phi^-1(3/4)).
 MAD_TO_SIGMA = 1.4826
 
+# -- numbers several rules share: one principle, one value (rules/catalogue.py SHARED) -------------
+# An outlier is three robust sigmas (or standard errors) out: rare by chance (about 1 in 370 for
+# normal noise, one-sided 1 in 740), common under a fault. Every rule that asks "does this stand out
+# from its noise?" without a reason of its own for another bar uses it.
+OUTLIER_Z = 3.0
+# The least sustained regression that must be reported (relative): the sequential test is designed
+# for it, and the rules that ask "is this step over its own level by a fault's amount?" use it too.
+SHIFT = 0.05
+# "Most of it": a share that holds at least half is the larger part (of a phase's excess, a host's
+# ranks, a step's loss, a state's time in the step).
+MAJORITY = 0.5
+# The confidence of a coin toss: what a cause named by one kind of evidence that cannot tell it from
+# the alternative starts at, and rises from as its evidence grows.
+COIN = 0.5
+# The least confidence at which a named cause stands on its own (over `unknown_confidence`, under
+# a host's TCP retransmissions alone at 0.29-0.49: one series, 100x its past but 3 floors over it).
+WEAK_CONFIDENCE = 0.25
+# The confidence of a finding that telemetry alone makes specific (a component's own counters or
+# state, not timing): what a step with only faint timing needs, and what a GPU named from its
+# telemetry alone starts at.
+STRONG_CONFIDENCE = 0.8
+# A cause inferred without its own telemetry in the step (from timing alone, or from the steps of
+# its episode) keeps this share of its confidence: the timing says where, not why.
+INFERRED_SHARE = 0.6
+
 # -- step-time baseline (baseline.py) ------------------------------------------------------------
 # Healthy steps kept: a few minutes of training at 1-5 s steps, enough for a stable median.
 WINDOW = 48
@@ -55,14 +80,15 @@ NEAR_SLOW_STEPS = 3
 # simulator's tuning and development runs: the network faults' first and last partly covered steps measured
 # 31-45 spreads and 4-7 % of the step, the healthy steps beside other faults under 2 spreads.
 NET_TIMING_Z = 4.0
-NET_TIMING_SHARE = 0.5
+NET_TIMING_SHARE = MAJORITY
 # Sigma floor relative to the median: a perfectly steady job (MAD 0) must not flag 0.1% noise.
 MIN_SIGMA_REL = 0.002
 # Steps a flat slow run must last before it is the job's new level (a new training phase) rather
-# than a fault: longer than the longest fault that must still be reported (40 steps), so
-# a sustained fault is never adopted as normal. The price: a legitimate new level is reported slow
+# than a fault: one whole baseline window of it, so the level it replaces is one the window held
+# (WINDOW's 48 are longer than the longest fault that must still be reported, 40 steps, so a
+# sustained fault is never adopted as normal). The price: a legitimate new level is reported slow
 # for its first 48 steps (a few minutes) before it is accepted.
-CHANGE_RUN = 48
+CHANGE_RUN = WINDOW
 # ...and flat: its two halves' medians agree within 2% (a ramp, e.g. a growing leak, is not a level).
 CHANGE_HALF_AGREE = 0.02
 # ...and its spread is at most twice the healthy one (a new level has the job's usual noise).
@@ -71,12 +97,10 @@ CHANGE_SIGMA_RATIO = 2.0
 BOOTSTRAP_MAX_RATIO = 1.5
 # Checkpoint extras remembered: checkpoints are rare, 8 span a long run.
 CKPT_HISTORY = 8
-# Checkpoint extras needed before their median replaces the step's own checkpoint phase: one. A
-# checkpoint step is judged against the job's earlier checkpoint steps however few they are; judged
-# against its own phase time, a write twice as long as the job's previous one reads as normal.
-CKPT_MIN_HISTORY = 1
-# Margin added to the first checkpoints' own phase time (seconds): a write that takes its usual time.
-CKPT_FIRST_MARGIN_S = 0.01
+# A checkpoint step is judged against the job's earlier checkpoint steps however few they are (one
+# is enough; judged against its own phase time, a write twice as long as the job's previous one reads
+# as normal); the job's first checkpoint against its own phase time plus MIN_EXCESS_S (a write that
+# takes its usual time is not slow).
 # Share of the checkpoint extra added to the slow threshold: checkpoint writes vary more than steps.
 CKPT_SPREAD_SHARE = 0.05
 # A job that marks no checkpoints: a step whose volumes took over this many times the median step's
@@ -93,7 +117,7 @@ class SeqParams:
 
     # Smallest sustained shift that must be reported (relative): the CUSUM is tuned to it, so a
     # step counts as evidence for a fault when it is more than half of it over the baseline.
-    shift: float = 0.05
+    shift: float = SHIFT
     # ...or this many of the job's own robust sigmas when that is more (Page's design for a shift of
     # a couple of sigmas): in a noisy job (the lab under CPU contention: sigma 30-40% of the step) a
     # 5% design gains almost nothing per step even from a doubled step time, and its evidence is a
@@ -121,7 +145,7 @@ class SeqParams:
     # fabric lab's 0.1-s steps, measured in CI) the healthy level itself wanders by 10-50 % for dozens
     # of steps; a CUSUM there flagged 87 steps outside every fault of one lab run. Such a job keeps
     # the per-step test alone, as before.
-    max_noise: float = 0.05
+    max_noise: float = SHIFT
     # Healthy steps needed before the sequential test runs. 20 left a fault that begins in a job's
     # first 20 steps in the window it is judged by: it raised its own bar and hid the faults after it
     # (a +5-9 % fault among them). With the adaptive end and the
@@ -155,7 +179,7 @@ class SeqParams:
     # it a dozen steps' +2.5 % wander in 2.2 % noise is proven with a larger fault that follows it,
     # and its healthy steps are false slow. 3: a true shift's own noise parts it this far about once in
     # a thousand. 0: off.
-    drift_split_z: float = 3.0
+    drift_split_z: float = OUTLIER_Z
     # A proven segment's leading steps under this excess over the window's centre (and not slow on
     # their own) are not its onset: the CUSUM dates a change from the last step its evidence was zero,
     # and a healthy step that ran 2-3 % over just before a fault (1-2 sigmas: one in ten) became the
@@ -171,11 +195,11 @@ class SeqParams:
     # the CUSUM (h / cap = 4 steps at least) cannot prove. 3 sigmas and the design shift picked on the
     # tuning seeds of both benches (bench/attribution.py recall, bench/sequential_detection.py false
     # slow steps on fault-free series <= 0.1 %; 4 % instead of 5 % went over it).
-    pair_z: float = 3.0
-    pair_min: float = 0.05
+    pair_z: float = OUTLIER_Z
+    pair_min: float = SHIFT
     # A checkpoint step next to a slow step is slow when it runs this much over its own baseline (a
     # fault that ends with it adds to it; 0: off). The design shift; 2.5 % flagged healthy ones.
-    ckpt_next_to_slow: float = 0.05
+    ckpt_next_to_slow: float = SHIFT
     # An excursion's step that the per-step test flags and that runs this many times the level of
     # the excursion's quiet steps (at least the design shift) is another fault's step, slow on its
     # own: it neither adds to nor takes from the evidence of the excursion's shift (0: off, every
@@ -196,7 +220,7 @@ DEFAULT_SEQ = SeqParams()
 # the midpoint between the baseline and the segment's level: clearly nearer the baseline. Three
 # sigmas keep every step of a small (+5-12 %) segment in it (the cut falls under the baseline) and
 # drop the healthy steps between two large faults that the draining evidence would carry along.
-SEG_MEMBER_SIGMAS = 3.0
+SEG_MEMBER_SIGMAS = OUTLIER_Z
 # Later steps the engine reads when it judges a step (look-ahead): a 5% shift in 2.5% noise is
 # proven within ~8 steps and its end within ~4, so 16 later steps give a step its final answer.
 SEQ_LOOKAHEAD_STEPS = 16
@@ -207,7 +231,7 @@ EPISODE_GAP_STEPS = 2
 # ...and a run of this many slow steps is sustained even when each was slow on its own (a quiet job:
 # +7 % is over the per-step bar): as many as the sequential test needs at most to prove a shift
 # (h / cap), so it is the same notion of "sustained" with or without noise.
-EPISODE_MIN_STEPS = 4
+EPISODE_MIN_STEPS = round(DEFAULT_SEQ.h / DEFAULT_SEQ.cap)
 
 # -- stragglers (decompose.py) --------------------------------------------------------------------
 # Peer z-score for a rank's excess work to count as a straggler (jitter among ranks stays under 3).
@@ -223,9 +247,9 @@ WORK_MAD_FLOOR_S = 0.005
 # local volume's +20 % is 4 sigma, under MIN_Z. Only for hosts with a volume the job checkpoints to.
 CKPT_MIN_Z = 3.5
 # Ranks slow in the same phase by at least half the worst one's excess are slow with it.
-MEMBER_SHARE = 0.5
+MEMBER_SHARE = MAJORITY
 # A straggler is host-level when its slow ranks are all on one host and at least half of that host.
-HOST_LEVEL_SHARE = 0.5
+HOST_LEVEL_SHARE = MAJORITY
 
 # -- localization (localize.py, queries.py) -------------------------------------------------------
 # Seconds before a step in which a signal still explains it. A link that went down and came back
@@ -236,11 +260,6 @@ AFTERMATH_S: dict[str, float] = {"link_down_total": 10.0}
 # window: it explains a step when nothing present does (the lab's flap), not over a fault that is on
 # now (congestion on the link that flapped a few seconds earlier).
 AFTERMATH_WEIGHT = 0.3
-# Gauges that report the peak since their last read (OpenConfig max-queue-len, SONiC's periodic
-# watermark, jnxCosQstatDepthPeak): like a counter's rate, a 10-s reading holds seconds outside the
-# step, so it is not a state the step ran in (causes.has_state_row): a one-step incast's watermark,
-# read after it, shows in the steps before it and would fill them in as the fault's.
-PEAK_GAUGES = frozenset({"queue_watermark_bytes"})
 # Longest a series' sample may lie past a step's window and still be the one that covers its end:
 # collectors sample every 1-10 s, and one lost sample doubles a span; 30 s bounds the index probe
 # while a collector that was silent longer says nothing trustworthy about the step.
@@ -250,9 +269,9 @@ MAX_SAMPLE_GAP_S = 30.0
 # pay an index probe each; a longer range would read more rows of the fast ones than probes cost.
 NEXT_SCAN_S = 2.5
 # Score a series needs to count as anomalous (3 robust sigmas: rare by chance, common under a fault).
-MIN_SCORE = 3.0
+MIN_SCORE = OUTLIER_Z
 # Peer z-score a series needs to come back from the database at all: the same bar as MIN_SCORE.
-PEER_MIN_Z = 3.0
+PEER_MIN_Z = OUTLIER_Z
 # Outliers returned per window: more than any real fault lights up, bounded for a fabric-wide storm.
 MAX_OUTLIERS = 64
 # When the step-window query reads the window's whole time range (BRIN) and keeps the job's series
@@ -293,10 +312,10 @@ class EngineConfig:
     # least this confidence; 0 or more than 1: never (either tier). 0.25: over unknown_confidence, under
     # a host's TCP retransmissions alone (0.29-0.49: one series, 100x its past but 3 floors over it);
     # 0.5 lost such steps on the tuning runs and no false one.
-    corroborate_min_confidence: float = 0.25
+    corroborate_min_confidence: float = WEAK_CONFIDENCE
     # A faint step (baseline.py: FAINT_Z, FAINT_REL) needs this much: most of a healthy step's own
     # telemetry names nothing, and what it names (a neighbouring fault's tail in a 10-s sample) is weak.
-    corroborate_faint_confidence: float = 0.8
+    corroborate_faint_confidence: float = STRONG_CONFIDENCE
     # A step under every timing bar is still slow when its ranks waited for a straggler this share of
     # the baseline longer than for the next-slowest rank (decompose.straggler_loss; engine.py) and its
     # telemetry names the cause with a `timing` row of its own: the ranks' clocks measure the time the
@@ -391,14 +410,14 @@ class EngineConfig:
     # Floor of the telemetry coverage applied to an unnamed network cause.
     unknown_coverage_floor: float = 0.2
     # Confidence of a storage cause with no straggler to tie it to a rank: a coin toss at best.
-    storage_without_straggler_confidence: float = 0.5
+    storage_without_straggler_confidence: float = COIN
     # A storage cause with no straggler (a shared volume every rank reads) explains time the ranks
     # spent reading, so it is named only when the step's median `data` phase is at least this share
     # of the lost local work. In the fabric lab a packet-loss step lost 0.26 s waiting outside the
     # timed collectives while `data` took 11 ms, and a sub-millisecond shared volume's scheduling
     # jitter (0.5 -> 1.9 ms) would otherwise have taken that time. Half: a volume's slowdown is all in
     # `data` (which also holds the usual read time), other local work's noise is not.
-    storage_data_share: float = 0.5
+    storage_data_share: float = MAJORITY
     # A straggler whose own phase excess is under this share of the step's lost local work did not
     # cause most of it: with a candidate off the job's hosts (a shared volume) that the ranks' reading can hold
     # (storage_data_share), the storage is named instead (a shared volume slowed at a checkpoint
@@ -418,30 +437,30 @@ class EngineConfig:
     straggler_z_scale: float = 20.0
     # A checkpoint straggler pinned on the volume its checkpoints go to (from the hook's checkpoint
     # events) with no anomalous telemetry of that volume: the timing alone says which host, not why.
-    checkpoint_without_telemetry_factor: float = 0.6
+    checkpoint_without_telemetry_factor: float = INFERRED_SHARE
     # Network confidence = (base + span * margin over the runner-up) * (1 - exp(-total / scale))
     # * (origin_base + origin_span * strongest weight): a clear, strong, origin signal nears 1, a
     # symptom-only one (weight 0.2-0.4) stays near 0.6 of that.
-    net_margin_base: float = 0.5
+    net_margin_base: float = COIN
     net_margin_span: float = 0.45
     net_total_scale: float = 4.0
-    net_origin_base: float = 0.5
-    net_origin_span: float = 0.5
-    # A cause's confidence is scaled by (base + span * its share of the lost time): a cause that
+    net_origin_base: float = COIN
+    net_origin_span: float = 1.0 - COIN
+    # A cause's confidence is scaled by (1 - span + span * its share of the lost time): a cause that
     # explains all of it keeps its confidence, a minor one loses up to 30%.
-    share_confidence_base: float = 0.7
     share_confidence_span: float = 0.3
     # A healthy step's confidence: base + span * how far below the slow threshold it is (0..1).
-    healthy_confidence_base: float = 0.5
-    healthy_confidence_span: float = 0.5
+    healthy_confidence_base: float = COIN
+    healthy_confidence_span: float = 1.0 - COIN
     # Share of ranks timed when the job has no placement (ranks unknown): half the usual trust.
-    unplaced_timing_confidence: float = 0.5
+    unplaced_timing_confidence: float = COIN
     # Never claim certainty: the engine infers from telemetry, it does not observe the cause.
     max_confidence: float = 0.99
 
     # -- background attribution (process_pending) ---------------------------------------------------
-    # Telemetry counts as in for a step once the newest NIC sample is this far past the step's end.
-    telemetry_margin_s: float = 2.0
+    # Telemetry counts as in for a step once the newest NIC sample is past its window (window_pad
+    # after its end: the samples the answer reads are stored then, where a fixed 2 s margin waited
+    # a second longer for the 1-s steps of a small job and no longer for the 5-s pad of a long step),
     # ...or once the step ended this long ago (a job without fresh telemetry must not wait forever).
     telemetry_stale_s: float = 120.0
     # NIC series probed for the telemetry horizon: a few suffice, each probe is an index lookup.
@@ -463,7 +482,7 @@ class EngineConfig:
     device_evidence_boost: float = 0.3
     # Confidence of a GPU named from its telemetry alone (no straggler, no network anomaly), before
     # the margin over other GPUs: the finding is specific, but the timings did not point at it.
-    gpu_scan_confidence: float = 0.8
+    gpu_scan_confidence: float = STRONG_CONFIDENCE
 
     # -- shared storage ------------------------------------------------------------------------------
     # A storage cause with no straggler (every rank's data phase grew alike) rises from
@@ -474,11 +493,11 @@ class EngineConfig:
     # -- sustained episodes (episode.py) ---------------------------------------------------------------
     # A step whose own evidence names nothing lists its episode's best-evidenced cause at this share
     # of that cause's confidence: the same event is likely, but this step's telemetry did not show it.
-    episode_confidence_factor: float = 0.6
+    episode_confidence_factor: float = INFERRED_SHARE
     # A step whose own top cause is under this confidence lists its episode's cause first when that,
     # scaled down as above, is stronger (episode.py: a coarse-sampled switch leaves some steps of a
     # long fault with only noise to show).
-    episode_weak_confidence: float = 0.25
+    episode_weak_confidence: float = WEAK_CONFIDENCE
     # A step under every timing bar inside a fault its noise hid is slow when its own window shows the
     # cause's own state (a gauge or an event of the component: causes.has_state_row), it is not far
     # under the level of the nearest slow steps either side (around.at_their_level), and those, up to
@@ -503,7 +522,7 @@ class EngineConfig:
     # ...when the state covers at least this share of the step between its first and last reading in
     # it (devices.state_runs: the time it surely held): a fault that began late in the step, or ended
     # early in it, slowed it by under half its effect.
-    fill_edge_share: float = 0.5
+    fill_edge_share: float = MAJORITY
     # Steps of the episode attributed to find that cause when none is stored yet (a GET of an old
     # step): the ones the per-step test flagged, worst first; a few show the cause if any does.
     episode_max_donors: int = 3
@@ -511,6 +530,10 @@ class EngineConfig:
     # Rule ids (rules/ids.py) the engine skips: how bench/ablation.py measures what each rule adds.
     # Not a tunable: the service runs with every rule on.
     disabled: frozenset[str] = frozenset()
+
+    def window_pad(self, duration_s: float) -> float:
+        """Seconds of telemetry read after a step of `duration_s` ends (window_pad_*)."""
+        return min(max(self.window_pad_share * duration_s, self.window_pad_min_s), self.window_pad_max_s)
 
     def off(self, rule: str) -> bool:
         """Whether rule `rule` is switched off (an ablation)."""

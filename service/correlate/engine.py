@@ -432,7 +432,7 @@ class AttributionEngine:
         waited = straggler_loss(per_rank, st) if st is not None and cfg.measured_work_loss else 0.0
         e_work = work_lost(d, base, transfer, base_t, waited)
         total = e_comm + e_work or 1.0
-        pad = 0.0 if own_span else min(max(cfg.window_pad_share * d, cfg.window_pad_min_s), cfg.window_pad_max_s)
+        pad = 0.0 if own_span else cfg.window_pad(d)
 
         raw, coverage = self._window(conn, meta, start, start + d + pad)
 

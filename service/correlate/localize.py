@@ -112,6 +112,11 @@ LEVEL_FLOORS: dict[str, float] = {"read_latency_seconds": SOLO_REL_FLOOR}
 # the latency sample's span (5-10 s), and read as the cause of the plain steps after it (false slow steps
 # after a slow checkpoint write).
 WRITE_SIGNALS = frozenset({"write_latency_seconds"})
+# Gauges that report the peak since their last read (OpenConfig max-queue-len, SONiC's periodic
+# watermark, jnxCosQstatDepthPeak): like a counter's rate, a 10-s reading holds seconds outside the
+# step, so it is not a state the step ran in (causes.has_state_row): a one-step incast's watermark,
+# read after it, shows in the steps before it and would fill them in as the fault's.
+PEAK_GAUGES = frozenset({"queue_watermark_bytes"})
 
 
 @dataclass

@@ -92,10 +92,11 @@ def process_pending(engine: Engine, conn: Any, *, job: str | None = None, limit:
         horizon = q.telemetry_horizon(conn, sources=nics) if nics else None
         now = time.time()
         judged: list[int] = []
-        for step, end, n in rows:
+        for step, start, end, n in rows:
             complete = n >= len(ranks) or (top_step is not None and step <= top_step - cfg.final_lag_steps)
+            # the step's telemetry window (its span and its pad) is in once a NIC sample is past it
             telemetry_in = (
-                horizon is None or horizon >= end + cfg.telemetry_margin_s or end < now - cfg.telemetry_stale_s
+                horizon is None or horizon >= end + cfg.window_pad(end - start) or end < now - cfg.telemetry_stale_s
             )
             if not (complete and telemetry_in):
                 break  # later steps wait too: baselines are built in order

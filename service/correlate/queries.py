@@ -571,12 +571,14 @@ def last_step(conn: Any, *, job: str) -> int | None:
     return None if r is None or r[0] is None else int(r[0])
 
 
-def unattributed_steps(conn: Any, *, job: str, after: int) -> list[tuple[int, float, int]]:
-    """Steps after `after` with no attribution yet: (step, latest end as epoch seconds, ranks reported)."""
+def unattributed_steps(conn: Any, *, job: str, after: int) -> list[tuple[int, float, float, int]]:
+    """Steps after `after` with no attribution yet: (step, earliest start and latest end as epoch
+    seconds, ranks reported)."""
     return [
-        (int(s), float(e), int(n))
-        for s, e, n in conn.execute(
-            """SELECT s.step, extract(epoch FROM max(s.end_ts))::float8, count(*) FROM steps s
+        (int(s), float(b), float(e), int(n))
+        for s, b, e, n in conn.execute(
+            """SELECT s.step, extract(epoch FROM min(s.start_ts))::float8, extract(epoch FROM max(s.end_ts))::float8,
+                  count(*) FROM steps s
            WHERE s.job = %s AND s.step > %s AND NOT EXISTS
              (SELECT 1 FROM attributions a WHERE a.job = s.job AND a.step = s.step)
            GROUP BY s.step ORDER BY s.step""",

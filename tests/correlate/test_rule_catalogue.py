@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fabricscope.service.correlate import constants
 from fabricscope.service.correlate.constants import EngineConfig, SeqParams
-from fabricscope.service.correlate.rules import BY_ID, PLUMBING, RULES, catalogue_markdown, ids
+from fabricscope.service.correlate.rules import BY_ID, FACTS, PLUMBING, RULES, SHARED, catalogue_markdown, ids
 
 ENGINE = Path(constants.__file__).resolve().parent
 DOCS = ENGINE.parent.parent / "docs" / "correlation-engine.md"
@@ -42,12 +42,52 @@ def test_every_rule_states_its_claim_and_inputs() -> None:
 
 
 def test_every_tunable_constant_has_exactly_one_owner() -> None:
-    owned = [c for r in RULES for c in (*r.constants, *r.switches)] + list(PLUMBING)
+    owned = [c for r in RULES for c in (*r.constants, *r.switches)] + list(PLUMBING) + list(FACTS) + [
+        sh.name for sh in SHARED]
     dupes = sorted({c for c in owned if owned.count(c) > 1})
     assert not dupes, f"owned twice: {dupes}"
     known = _all_constants()
     assert not set(owned) - known, f"not constants of constants.py: {sorted(set(owned) - known)}"
     assert not known - set(owned), f"no rule owns: {sorted(known - set(owned))}"
+
+
+def _defaults() -> dict[str, ast.expr]:
+    """Each constant of constants.py (`NAME`, `EngineConfig.field`, `SeqParams.field`) -> its value's
+    expression as written."""
+    tree = ast.parse((ENGINE / "constants.py").read_text())
+    out: dict[str, ast.expr] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            if isinstance(target, ast.Name):
+                out[target.id] = node.value
+        if isinstance(node, ast.ClassDef):
+            for st in node.body:
+                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
+                    out[f"{node.name}.{st.target.id}"] = st.value
+    return out
+
+
+def _names_in(expr: ast.expr) -> set[str]:
+    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+
+
+def test_shared_numbers_are_chosen_once_and_their_aliases_are_only_names_for_them() -> None:
+    """A shared number is written once (a literal); each rule's own name for it is defined by it (so
+    changing the principle changes every rule that states it) and carries its value; and a constant
+    defined by a shared number is listed as its alias (the catalogue's table is complete)."""
+    defaults = _defaults()
+    shared = {sh.name: sh for sh in SHARED}
+    for sh in SHARED:
+        assert isinstance(defaults[sh.name], ast.Constant), f"{sh.name} is not a number written once"
+        assert len(sh.aliases) >= 2, f"{sh.name} is shared by fewer than two rules"
+        for alias in sh.aliases:
+            assert sh.name in _names_in(defaults[alias]), f"{alias} is not defined by {sh.name}"
+    for name, expr in defaults.items():
+        for used in _names_in(expr) & set(shared):
+            assert name in shared[used].aliases, f"{name} is defined by {used} but not listed as its alias"
+    assert EngineConfig().storage_data_share == constants.MAJORITY
+    assert SeqParams().pair_z == constants.OUTLIER_Z == constants.MIN_SCORE
 
 
 def test_switches_are_booleans_and_constants_are_not() -> None:

@@ -225,7 +225,7 @@ def test_a_queues_watermark_is_no_state_of_the_steps_own_seconds() -> None:
     """`own_state` (a gap between a fault's slow steps): a queue's watermark is the peak since its
     last read, so a 10-s reading holds a fault's seconds after the step (779 run 65: a one-step
     incast's watermark filled the two steps before it in). Its occupancy, a state, still counts.
-    Rule: a peak-since-last-read gauge is no state the step ran in (constants.PEAK_GAUGES,
+    Rule: a peak-since-last-read gauge is no state the step ran in (localize.PEAK_GAUGES,
     causes.has_state_row)."""
     def between(cause: tuple[str, str | None]) -> bool:
         return True

@@ -6,8 +6,9 @@ holds between its catalogue markers (tests/correlate/test_rule_catalogue.py chec
 
 from __future__ import annotations
 
-from fabricscope.service.correlate.rules.catalogue import PLUMBING, RULES
-from fabricscope.service.correlate.rules.model import Rule
+from fabricscope.service.correlate import constants
+from fabricscope.service.correlate.rules.catalogue import FACTS, PLUMBING, RULES, SHARED
+from fabricscope.service.correlate.rules.model import Rule, Shared
 
 BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
 FAMILIES = {
@@ -31,8 +32,20 @@ def catalogue_markdown() -> str:
             switches = ", ".join(f"`{s}`" for s in r.switches) or "—"
             lines.append(f"| `{r.id}` | {r.claim} | {', '.join(r.inputs)} | {consts} | {switches} |")
         lines.append("")
+    lines += [
+        "### Shared numbers: one principle, several rules",
+        "",
+        "| number | value | principle | the rules' own names for it |",
+        "|---|---|---|---|",
+    ]
+    for sh in SHARED:
+        names = ", ".join(f"`{a}`" for a in sh.aliases)
+        lines.append(f"| `{sh.name}` | {getattr(constants, sh.name):g} | {sh.claim} | {names} |")
+    lines.append("")
+    lines.append("Facts of the estimators (not tuned): " + ", ".join(f"`{c}`" for c in FACTS) + ".")
+    lines.append("")
     lines.append("Plumbing (speed and bookkeeping, never an answer): " + ", ".join(f"`{c}`" for c in PLUMBING) + ".")
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["BY_ID", "PLUMBING", "RULES", "Rule", "catalogue_markdown"]
+__all__ = ["BY_ID", "FACTS", "PLUMBING", "RULES", "SHARED", "Rule", "Shared", "catalogue_markdown"]

@@ -12,7 +12,7 @@ adjustments; within a family the first rule that holds decides.
 from __future__ import annotations
 
 from fabricscope.service.correlate.rules import ids
-from fabricscope.service.correlate.rules.model import Rule
+from fabricscope.service.correlate.rules.model import Rule, Shared
 
 C = "EngineConfig."
 S = "SeqParams."
@@ -25,7 +25,7 @@ RULES: tuple[Rule, ...] = (
         "A series is a signal when its window value stands out from its peer group (same role, metric and "
         "labels) by a robust z with a per-metric floor, and from its own recent past: a fault stands out "
         "from both, a busy hour from neither.",
-        ("series in the step window", "peer groups", "localize.FLOORS", "localize.SIGNALS"),
+        ("series in the step window", "peer groups", "localize.FLOORS", "localize.SIGNALS", "localize.PEAK_GAUGES"),
         (
             "MIN_SCORE",
             "PEER_MIN_Z",
@@ -33,7 +33,6 @@ RULES: tuple[Rule, ...] = (
             "SOLO_REL_FLOOR",
             "SOLO_FLOOR_SHARE",
             "LEVEL_FLOOR_MIN_SHARE",
-            "PEAK_GAUGES",
         ),
     ),
     Rule(
@@ -70,7 +69,7 @@ RULES: tuple[Rule, ...] = (
         "A step over its baseline by the larger of K robust sigmas and a relative floor is slow: healthy "
         "jitter is one or two sigmas, and under a few percent nobody loses real time.",
         ("step durations", "healthy window"),
-        ("K_SIGMA", "REL", "MIN_SIGMA_REL", "MAD_SIGMA_SE"),
+        ("K_SIGMA", "REL", "MIN_SIGMA_REL"),
     ),
     Rule(
         ids.VERDICT_CHECKPOINT_BAR,
@@ -79,7 +78,7 @@ RULES: tuple[Rule, ...] = (
         "ordinary step), with the ordinary steps' bar as its floor: its write varies more than compute, "
         "and a checkpoint step twice as long as the earlier ones is slow however few there were.",
         ("step durations", "checkpoint phase or events"),
-        ("CKPT_HISTORY", "CKPT_MIN_HISTORY", "CKPT_FIRST_MARGIN_S", "CKPT_SPREAD_SHARE"),
+        ("CKPT_HISTORY", "CKPT_SPREAD_SHARE"),
     ),
     Rule(
         ids.VERDICT_SEQUENTIAL,
@@ -139,9 +138,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         ids.PROMOTE_BORDERLINE,
         200,
-        "A step over the noise but under the bar is slow when its own telemetry names a cause surely; the "
-        "fainter the timing, the surer the telemetry must be, and beside a slow step only the step's own "
-        "clocks count (a coarse sample covers its neighbours too).",
+        "A step over the noise but under the bar, or one phase of it over that phase's own noise (in any "
+        "job, however noisy its step times), is slow when its own telemetry names a cause surely; the "
+        "fainter the timing, the surer the telemetry, and beside a slow step only its own clocks count.",
         ("baseline flags", "step telemetry", "collective and data-phase timings"),
         (
             "BORDER_Z",
@@ -382,7 +381,7 @@ RULES: tuple[Rule, ...] = (
         "over a floor is a cause, weighted by its share, and unexplained work while the network shows an "
         "anomaly is time waiting on the network.",
         ("step decomposition",),
-        (C + "min_share", C + "share_confidence_base", C + "share_confidence_span"),
+        (C + "min_share", C + "share_confidence_span"),
     ),
     Rule(
         ids.ADJUST_DEVICE_EVIDENCE,
@@ -425,9 +424,61 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
+# Numbers several rules share because they state one principle: each rule keeps its own name for it
+# (an alias a test or an ablation can vary alone), the value is chosen once.
+SHARED: tuple[Shared, ...] = (
+    Shared(
+        "OUTLIER_Z",
+        "An outlier stands three robust sigmas (or standard errors) out of its noise.",
+        ("MIN_SCORE", "PEER_MIN_Z", "SEG_MEMBER_SIGMAS", S + "pair_z", S + "drift_split_z"),
+    ),
+    Shared(
+        "SHIFT",
+        "The least sustained regression that must be reported, and what a step over its own level "
+        "by a fault's amount means.",
+        (S + "shift", S + "pair_min", S + "ckpt_next_to_slow", S + "max_noise"),
+    ),
+    Shared(
+        "MAJORITY",
+        "A share of at least half is the larger part.",
+        ("MEMBER_SHARE", "HOST_LEVEL_SHARE", "NET_TIMING_SHARE", C + "storage_data_share", C + "fill_edge_share"),
+    ),
+    Shared(
+        "COIN",
+        "A cause one kind of evidence cannot tell from its alternative starts at a coin toss and "
+        "rises from there to certainty with its evidence.",
+        (
+            C + "storage_without_straggler_confidence",
+            C + "unplaced_timing_confidence",
+            C + "net_margin_base",
+            C + "net_origin_base",
+            C + "net_origin_span",
+            C + "healthy_confidence_base",
+            C + "healthy_confidence_span",
+        ),
+    ),
+    Shared(
+        "WEAK_CONFIDENCE",
+        "The least confidence at which a named cause stands on its own.",
+        (C + "corroborate_min_confidence", C + "episode_weak_confidence"),
+    ),
+    Shared(
+        "STRONG_CONFIDENCE",
+        "The confidence of a finding that a component's own telemetry makes specific.",
+        (C + "corroborate_faint_confidence", C + "gpu_scan_confidence"),
+    ),
+    Shared(
+        "INFERRED_SHARE",
+        "A cause inferred without its own telemetry in the step keeps this share of its confidence.",
+        (C + "checkpoint_without_telemetry_factor", C + "episode_confidence_factor"),
+    ),
+)
+
+# Properties of the estimators, not choices: nothing to tune.
+FACTS: tuple[str, ...] = ("MAD_TO_SIGMA", "MAD_SIGMA_SE")
+
 # Constants that change speed or bookkeeping, never an answer: not tunable decision constants.
 PLUMBING: tuple[str, ...] = (
-    "MAD_TO_SIGMA",
     "SEQ_LOOKAHEAD_STEPS",
     "MAX_OUTLIERS",
     "BITMAP_MIN_SERIES",
@@ -444,7 +495,6 @@ PLUMBING: tuple[str, ...] = (
     C + "final_rank_share",
     C + "evidence_per_cause",
     C + "max_evidence_score",
-    C + "telemetry_margin_s",
     C + "telemetry_stale_s",
     C + "horizon_probe_nics",
     C + "pending_limit",

@@ -23,3 +23,15 @@ class Rule:
     @property
     def family(self) -> str:
         return self.id.split(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A number several rules use because they state one principle (constants.py's shared section):
+    `name` in constants.py, `claim` (the principle, one sentence), `aliases` (the rules' own constants
+    whose value it is: they stay nameable so a test or an ablation can vary one rule alone, but they
+    add no number of their own)."""
+
+    name: str
+    claim: str
+    aliases: tuple[str, ...]
