@@ -154,10 +154,11 @@ class BoundedDetail:
         late: dict[int, list[dict[str, Any]]] = {}
         while self._inbox:
             rec = self._inbox.popleft()
-            step = rec.get("step")
-            if type(step) is not int:  # outside any step (init, the closing barrier): few, sent in full
+            raw = rec.get("step")
+            if type(raw) is not int:  # outside any step (init, the closing barrier): few, sent in full
                 self._send_detail(rec)
                 continue
+            step = raw
             if step not in self._books and step <= self._newest - self.settings.history:
                 self._summarize(step, _Book(), [rec])  # its step left the history: a summary item alone
                 continue
