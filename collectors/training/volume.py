@@ -9,9 +9,13 @@ The full records of a step go out only when
 - the step was slow here: its time over ``slow_factor`` x the median of this rank's recent steps;
 - the service asked for it (``GET /v1/jobs/{job}/detail_requests``, polled from the sender thread);
 - this rank is in the rotating sample: ``(rank + step // period) % min(sample, world) == 0``, so every
-  rank is sampled every ``sample`` periods and every step has at least one sampled rank.
+  rank is sampled every ``sample`` periods and every step has at least one sampled rank; or, with
+  ``sample_by="step"``, every rank for one step in ``sample`` (whole groups: what the service's
+  per-collective own time needs, docs/training-hook.md);
+- the step never ended: at close or SIGTERM, the step the rank was in goes in full (its last moments).
 
-The last ``history`` steps' records are kept, so a step asked for late is sent from here. Records that
+The last ``history`` steps' records are kept, so a step asked for late is sent from here (a step
+still running when asked for sends what it holds, and the rest as it comes). Records that
 leave the history unsent are counted (``stats["collectives_summarized_only"]``), a request for a
 step already gone too (``stats["detail_requests_missed"]``).
 
@@ -53,6 +57,7 @@ class VolumeSettings:
     period: int = 1
     poll_s: float = 5.0
     settle_s: float = 1.0  # a step is summarized this long after it ended (CUDA timings resolve late)
+    sample_by: str = "rank"  # "rank": a rotating 1 in `sample` ranks each step; "step": all ranks, 1 step in `sample`
 
     @classmethod
     def from_env(cls, env: Any) -> VolumeSettings:
@@ -72,7 +77,16 @@ class VolumeSettings:
                    sample=int(num("FABRICSCOPE_DETAIL_SAMPLE", d.sample, 1, 1 << 20)),
                    period=int(num("FABRICSCOPE_DETAIL_PERIOD", d.period, 1, 1 << 20)),
                    poll_s=num("FABRICSCOPE_DETAIL_POLL_S", d.poll_s, 0.5, 600.0),
-                   settle_s=num("FABRICSCOPE_DETAIL_SETTLE_S", d.settle_s, 0.0, 60.0))
+                   settle_s=num("FABRICSCOPE_DETAIL_SETTLE_S", d.settle_s, 0.0, 60.0),
+                   sample_by=_choice(env, "FABRICSCOPE_DETAIL_SAMPLE_BY", ("rank", "step")))
+
+
+def _choice(env: Any, name: str, choices: tuple[str, ...]) -> str:
+    raw = env.get(name, "") or choices[0]
+    if raw not in choices:
+        log.warning("fabricscope: %s=%r is not one of %s; %r used", name, raw, ", ".join(choices), choices[0])
+        return choices[0]
+    return raw
 
 
 class _Book:
@@ -107,6 +121,7 @@ class BoundedDetail:
         self._lock = threading.Lock()
         self.stats = {"collective_summaries": 0, "collectives_detailed": 0, "collectives_summarized_only": 0,
                       "detail_steps_slow": 0, "detail_steps_sampled": 0, "detail_steps_requested": 0,
+                      "detail_steps_unfinished": 0,
                       "detail_requests_missed": 0, "detail_polls_failed": 0}
 
     # -- caller side (cheap) ------------------------------------------------------------------------
@@ -128,17 +143,28 @@ class BoundedDetail:
                     self._next_poll = now + self.settings.poll_s
                     self._poll_requests()
                 for step in sorted(self._books):
-                    b = self._books[step]
-                    # a step never closed (no step_end) is summarized once it falls out of the history
-                    ended = b.end is not None and (final or now - b.end >= self.settings.settle_s)
-                    if not b.summarized and (ended or step <= self._newest - self.settings.history):
-                        self._summarize(step, b, b.records)
-                        b.summarized = True
-                        if b.slow or self._sampled(step) or step in self._requested:
-                            self._detail(step, b)
+                    self._settle(step, self._books[step], now, final)
                 self._trim()
             except Exception as e:  # nothing may reach the sender's loop or the training loop
                 log.warning("fabricscope: bounded collective detail: %s", e)
+
+    def _settle(self, step: int, b: _Book, now: float, final: bool) -> None:
+        """Summarize a step once it has ended and settled; a step that never ended is summarized once it
+        leaves the history, or at close and SIGTERM (the step the rank was in: its records go in full)."""
+        if b.summarized:
+            return
+        ended = b.end is not None and (final or now - b.end >= self.settings.settle_s)
+        unfinished = final and b.end is None
+        if not (ended or unfinished or step <= self._newest - self.settings.history):
+            return
+        self._summarize(step, b, b.records)
+        b.summarized = True
+        if b.detailed:
+            return
+        why = ("slow" if b.slow else "unfinished" if unfinished else "requested" if step in self._requested
+               else "sampled" if self._sampled(step) else None)
+        if why is not None:
+            self._detail(step, b, why)
 
     def _take_in(self) -> None:
         while self._ends:
@@ -163,15 +189,11 @@ class BoundedDetail:
                 self._summarize(step, _Book(), [rec])  # its step left the history: a summary item alone
                 continue
             b = self._book(step)
-            if not b.summarized:
-                b.records.append(rec)
-                continue
-            # after its step was summarized (a CUDA timing resolved late): its own summary item adds to
-            # the step's (the service sums a step's items), and it goes in full where the step did
             b.records.append(rec)
-            late.setdefault(step, []).append(rec)
-            if b.detailed:
+            if b.detailed:  # its step goes in full (asked for while it ran, or a late timing)
                 self._send_detail(rec)
+            if b.summarized:  # a CUDA timing resolved after its step was summarized: one more summary
+                late.setdefault(step, []).append(rec)  # item, which the service adds to the step's
         for step, recs in late.items():
             self._summarize(step, self._books[step], recs)
 
@@ -183,6 +205,8 @@ class BoundedDetail:
         return b
 
     def _sampled(self, step: int) -> bool:
+        if self.settings.sample_by == "step":  # every rank, one step in `sample`: whole groups
+            return (step // self.settings.period) % self.settings.sample == 0
         world = self._world() or self.settings.sample
         m = max(1, min(self.settings.sample, world))
         return (self._rank() + step // self.settings.period) % m == 0
@@ -217,11 +241,9 @@ class BoundedDetail:
             self._submit("collective_summaries", s)
         self.stats["collective_summaries"] += len(acc)
 
-    def _detail(self, step: int, b: _Book) -> None:
+    def _detail(self, step: int, b: _Book, why: str) -> None:
         b.detailed = True
-        why = ("detail_steps_slow" if b.slow else "detail_steps_requested" if step in self._requested
-               else "detail_steps_sampled")
-        self.stats[why] += 1
+        self.stats[f"detail_steps_{why}"] += 1
         self._requested.discard(step)
         for r in b.records:
             self._send_detail(r)
@@ -242,11 +264,10 @@ class BoundedDetail:
         steps, self._after = got
         for step in steps:
             b = self._books.get(step)
-            if b is not None and b.summarized:
-                if not b.detailed:  # asked for late: sent from the history now
-                    self._requested.add(step)
-                    self._detail(step, b)
-            elif b is not None or step > self._newest:
+            if b is not None:
+                if not b.detailed:  # in the history (ended or still running): what it holds goes now
+                    self._detail(step, b, "requested")
+            elif step > self._newest:
                 if len(self._requested) < _MAX_PENDING_REQUESTS:
                     self._requested.add(step)
             else:

@@ -127,3 +127,39 @@ def test_records_outside_steps_go_in_full_and_a_broken_poll_is_counted() -> None
     vol.tick()
     assert sent == [("collectives", {"rank": 3, "op": "barrier", "start": 1e9, "end": 1e9 + 1})]
     assert vol.stats["detail_polls_failed"] == 1
+
+
+def test_sampling_by_step_sends_whole_steps() -> None:
+    for rank in range(3):
+        j = Job(rank=rank, world=40, sample_by="step", sample=4)
+        for n in range(12):
+            j.step(n, ops=1)
+        j.vol.tick(final=True)
+        assert {i["step"] for i in j.of("collectives")} == {0, 4, 8}
+
+
+def test_a_running_step_asked_for_sends_what_it_holds_and_the_rest_as_it_comes() -> None:
+    j = Job(rank=1, world=16)
+    for n in range(6):
+        j.step(n)
+    j.vol.tick(now=j.t + 100)
+    rec = {"rank": 1, "op": "all_reduce", "seq": 999, "bytes": 8, "step": 6, "start": j.t, "end": j.t + 0.01}
+    j.vol.add(rec)  # step 6 is running: one collective done, the rank then blocks (a hang)
+    j.requests.append([6])
+    j.vol.tick(now=j.t + 200)
+    assert j.of("collectives", 6) == [rec] and j.of("collective_summaries", 6) == []
+    j.vol.add(dict(rec, seq=1000))
+    j.vol.tick(now=j.t + 300)
+    assert [i["seq"] for i in j.of("collectives", 6)] == [999, 1000]
+
+
+def test_at_close_the_step_the_rank_was_in_goes_in_full() -> None:
+    j = Job(rank=1, world=16)
+    for n in range(3):
+        j.step(n)
+    j.vol.add({"rank": 1, "op": "all_reduce", "seq": 7, "step": 3, "start": j.t, "end": j.t + 0.01})
+    j.vol.tick(now=j.t + 100)
+    assert j.of("collectives", 3) == []  # still running: held
+    j.vol.tick(final=True)
+    assert len(j.of("collectives", 3)) == 1 and j.of("collective_summaries", 3)[0]["count"] == 1
+    assert j.vol.stats["detail_steps_unfinished"] == 1
