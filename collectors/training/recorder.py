@@ -257,7 +257,7 @@ class Recorder:
                 t.resolve()
                 t._stop.set()
             if self._volume is not None:
-                self._volume.tick(final=True)
+                self._volume.tick(final=True, closing=True)
             if self._sender is not None:
                 self._sender.close(self._exit_timeout if timeout_s is None else timeout_s)
         except Exception as e:
@@ -275,7 +275,7 @@ class Recorder:
             if self._flight is not None:
                 self._flight.poll(final=dying)
             if self._volume is not None:
-                self._volume.tick(final=True)
+                self._volume.tick(final=True, closing=dying)
             if dying:
                 self._closed = True
                 self.collectives_on = False

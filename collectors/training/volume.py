@@ -132,9 +132,10 @@ class BoundedDetail:
         self._ends.append((step, start, end, completed))
 
     # -- sender thread ------------------------------------------------------------------------------
-    def tick(self, *, final: bool = False, now: float | None = None) -> None:
+    def tick(self, *, final: bool = False, closing: bool = False, now: float | None = None) -> None:
         """Take in what arrived, poll for requests when due, summarize the steps that have settled
-        (all ended ones when ``final``), send the detail they call for, and trim the history."""
+        (all ended ones when ``final``, and the one still running when ``closing``), send the detail
+        they call for, and trim the history."""
         with self._lock:
             try:
                 self._take_in()
@@ -143,18 +144,18 @@ class BoundedDetail:
                     self._next_poll = now + self.settings.poll_s
                     self._poll_requests()
                 for step in sorted(self._books):
-                    self._settle(step, self._books[step], now, final)
+                    self._settle(step, self._books[step], now, final or closing, closing)
                 self._trim()
             except Exception as e:  # nothing may reach the sender's loop or the training loop
                 log.warning("fabricscope: bounded collective detail: %s", e)
 
-    def _settle(self, step: int, b: _Book, now: float, final: bool) -> None:
+    def _settle(self, step: int, b: _Book, now: float, final: bool, closing: bool) -> None:
         """Summarize a step once it has ended and settled; a step that never ended is summarized once it
         leaves the history, or at close and SIGTERM (the step the rank was in: its records go in full)."""
         if b.summarized:
             return
         ended = b.end is not None and (final or now - b.end >= self.settings.settle_s)
-        unfinished = final and b.end is None
+        unfinished = closing and b.end is None
         if not (ended or unfinished or step <= self._newest - self.settings.history):
             return
         self._summarize(step, b, b.records)

@@ -159,7 +159,8 @@ def test_at_close_the_step_the_rank_was_in_goes_in_full() -> None:
         j.step(n)
     j.vol.add({"rank": 1, "op": "all_reduce", "seq": 7, "step": 3, "start": j.t, "end": j.t + 0.01})
     j.vol.tick(now=j.t + 100)
-    assert j.of("collectives", 3) == []  # still running: held
-    j.vol.tick(final=True)
+    j.vol.tick(final=True)  # a flush: the running step is not summarized yet
+    assert j.of("collectives", 3) == [] and j.of("collective_summaries", 3) == []
+    j.vol.tick(final=True, closing=True)
     assert len(j.of("collectives", 3)) == 1 and j.of("collective_summaries", 3)[0]["count"] == 1
     assert j.vol.stats["detail_steps_unfinished"] == 1
