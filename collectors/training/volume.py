@@ -135,14 +135,19 @@ class BoundedDetail:
     def tick(self, *, final: bool = False, closing: bool = False, now: float | None = None) -> None:
         """Take in what arrived, poll for requests when due, summarize the steps that have settled
         (all ended ones when ``final``, and the one still running when ``closing``), send the detail
-        they call for, and trim the history."""
+        they call for, and trim the history. Only the sender thread's own ticks poll (a flush, close or
+        SIGTERM must not wait for the service's answer), and never while holding the lock."""
+        now = time.time() if now is None else now
+        got: tuple[list[int], int] | None = None
+        polled = self._poll is not None and not (final or closing) and now >= self._next_poll
+        if polled:
+            self._next_poll = now + self.settings.poll_s
+            got = self._fetch()
         with self._lock:
             try:
                 self._take_in()
-                now = time.time() if now is None else now
-                if self._poll is not None and (now >= self._next_poll or final):
-                    self._next_poll = now + self.settings.poll_s
-                    self._poll_requests()
+                if polled:
+                    self._apply_requests(got)
                 for step in sorted(self._books):
                     self._settle(step, self._books[step], now, final or closing, closing)
                 self._trim()
@@ -253,12 +258,14 @@ class BoundedDetail:
         self._submit("collectives", rec)
         self.stats["collectives_detailed"] += 1
 
-    def _poll_requests(self) -> None:
+    def _fetch(self) -> tuple[list[int], int] | None:
         assert self._poll is not None
         try:
-            got = self._poll(self._after)
+            return self._poll(self._after)
         except Exception:
-            got = None
+            return None
+
+    def _apply_requests(self, got: tuple[list[int], int] | None) -> None:
         if got is None:
             self.stats["detail_polls_failed"] += 1
             return

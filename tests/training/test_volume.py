@@ -103,6 +103,10 @@ def test_a_requested_step_is_sent_late_from_the_history_and_evictions_are_counte
     assert j.vol.stats["detail_requests_missed"] == 2  # step 0, long gone
     assert j.vol.stats["collectives_summarized_only"] == 2 * 4  # steps 0 and 1 left the 8-step history unsent
     assert j.polls[-2:] == [0, 1]  # each poll asks after the last request it saw
+    n = len(j.polls)
+    j.vol.tick(final=True)
+    j.vol.tick(final=True, closing=True, now=j.t + 3000)
+    assert len(j.polls) == n  # a flush, close or SIGTERM never waits for the service's answer
 
 
 def test_a_record_after_its_step_was_summarized_adds_a_summary_item() -> None:
