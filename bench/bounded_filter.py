@@ -2,13 +2,16 @@
 
 ``thin(conn, job, sample_by)`` replays each rank's stored steps and collectives through the hook's own
 :class:`~fabricscope.collectors.training.volume.BoundedDetail` (the same slow flag, sample and
-settings as in a training process; no server requests) and deletes the collective rows it would not
-have sent. ``bench/attribution.py --bounded-detail rank|step`` uses it to measure attribution
-accuracy with bounded detail on the simulator's scenarios.
+settings as in a training process, ``FABRICSCOPE_DETAIL_*`` from the environment; no server
+requests) and deletes the collective rows it would not have sent. ``bench/attribution.py
+--bounded-detail rank|step`` uses it to measure attribution accuracy with bounded detail on the
+simulator's scenarios.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import Any
 
 import psycopg
@@ -41,7 +44,8 @@ def _sent_steps(rank: int, rows: list[tuple[Any, ...]], with_records: set[tuple[
         if kind == "collectives":
             sent.add(item["step"])
 
-    vol = BoundedDetail(VolumeSettings(sample_by=sample_by), submit, lambda: rank, lambda: world)
+    settings = dataclasses.replace(VolumeSettings.from_env(os.environ), sample_by=sample_by)  # FABRICSCOPE_DETAIL_*
+    vol = BoundedDetail(settings, submit, lambda: rank, lambda: world)
     for _, step, start, end in rows:
         if (rank, int(step)) in with_records:  # one stand-in record: the decision is per rank-step
             vol.add({"rank": rank, "op": "all_reduce", "step": int(step), "start": float(start), "end": float(start)})
