@@ -77,6 +77,7 @@ class DataPath:
     def __init__(self, args: argparse.Namespace) -> None:
         self._stop: list[Any] = []
         self.engine = AttributionEngine()  # one per process, as in the service: its caches stay warm
+        self.thin: str | None = getattr(args, "bounded_detail", None)  # #45 item 3: see bench/bounded_filter.py
         if args.direct:
             self.db_url = args.direct
             self.conn = psycopg.connect(self.db_url, autocommit=True)
@@ -332,6 +333,11 @@ def collect(dp: DataPath, label: str, seeds: list[int], n_runs: int, only: list[
             t = time.perf_counter()
             send_scenario(dp.sink, sc, topology=sc.cluster.spec != prev)
             prev = sc.cluster.spec
+            if dp.thin:  # the collectives a hook in bounded mode would have sent, no more
+                from bench.bounded_filter import thin
+
+                kept, had = thin(dp.conn, sc.job, dp.thin)
+                print(f"  [{label}] bounded detail ({dp.thin}): records of {kept} of {had} rank-steps kept", flush=True)
             t_send = time.perf_counter() - t
             t = time.perf_counter()
             got = {s: dp.engine.attribute_step(dp.conn, job=sc.job, step=s) for s in sorted(sc.truth)}
@@ -489,6 +495,8 @@ def main() -> None:
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--ib-every", type=int, default=5, help="every Nth accuracy run is an InfiniBand fabric (0: none)")
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--bounded-detail", choices=("rank", "step"), default=None,
+                    help="keep only the collectives a hook in bounded mode sends (#45 item 3), sampled by rank or step")
     args = ap.parse_args()
     if args.url and not args.database_url:
         ap.error("--url needs --database-url (the engine reads the database directly)")

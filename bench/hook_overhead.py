@@ -13,6 +13,10 @@ blocks cancel drift; medians resist the noise of a shared machine. Printed:
   down (the hook retrying and spooling in the background).
 
 Targets (issue 3): <= 20 µs per collective and <= 1 % of step time on CPU.
+
+``--volume [--world N]``: instead, collective rows per second per rank with bounded detail against one
+row per collective, on a real gloo job of 100 all-reduces a step (bench/volume_rows.py; #45 item 3,
+target <= 5 rows/s per GPU at a 2 s step).
 """
 
 from __future__ import annotations
@@ -303,7 +307,14 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--volume", action="store_true", help="rows/s per rank, bounded detail on vs off (#45)")
     args = ap.parse_args()
+    if args.volume:
+        from bench import volume_rows
+
+        va = volume_rows.args_parser().parse_args([f"--world={args.world}"])
+        volume_rows.report(va, volume_rows.run(va))
+        return
     if args.worker:
         worker(args)
         return

@@ -110,6 +110,28 @@ class CollectivesBatch(BaseModel):
     collectives: list[CollectiveIn]
 
 
+class CollectiveSummaryIn(BaseModel):
+    rank: Rank
+    step: Count
+    op: Text
+    bucket: Count = Field(description="the largest power of 4 at or below the collectives' bytes; 0: no bytes")
+    group_size: Annotated[StrictInt, Field(ge=contract.MIN_GROUP_SIZE, le=contract.MAX_INT32)] | None = None
+    count: Annotated[StrictInt, Field(ge=1, le=contract.MAX_INT)]
+    total_s: Seconds
+    max_s: Seconds
+    bytes: Count | None = None
+    slowest_group: Text | None = None
+    slowest_seq: Count | None = None
+    start: Timestamp = Field(description="the first summarized collective's start")
+    end: Timestamp = Field(description="the last one's end")
+
+
+class CollectiveSummariesBatch(BaseModel):
+    job: JobName
+    batch_id: Text | None = None
+    collective_summaries: list[CollectiveSummaryIn]
+
+
 class EventIn(BaseModel):
     kind: Name = Field(examples=["pfc_storm"])
     source: Text
@@ -299,4 +321,5 @@ INGEST_MODELS: dict[str, type[BaseModel]] = {
     "steps": StepsBatch,
     "collectives": CollectivesBatch,
     "events": EventsBatch,
+    "collective_summaries": CollectiveSummariesBatch,
 }

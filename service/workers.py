@@ -34,9 +34,10 @@ EXPECTED: tuple[type[Exception], ...] = (psycopg.OperationalError, LeaseLost)
 def retention(conn: psycopg.Connection, *, days: int) -> int:
     """Delete old raw rows: on plain PostgreSQL all of them; with TimescaleDB (whose policy drops old
     chunks of the hypertables) the engine's sample frames and counter increments, plain tables there."""
-    tables = [("sample_frames", "bucket"), ("counter_increments", "ts")]
+    tables = [("sample_frames", "bucket"), ("counter_increments", "ts"), ("detail_requests", "requested_at")]
     if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'timescaledb'").fetchone():
-        tables += [("samples", "ts"), ("collectives", "start_ts"), ("ingest_batches", "received_at")]
+        tables += [("samples", "ts"), ("collectives", "start_ts"), ("collective_summaries", "start_ts"),
+                   ("ingest_batches", "received_at")]
     total = 0
     for table, col in tables:
         cur = conn.execute(f"DELETE FROM {table} WHERE {col} < now() - make_interval(days => %s)", (days,))

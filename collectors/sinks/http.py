@@ -16,6 +16,7 @@ import urllib.parse
 import urllib.request
 from email.utils import parsedate_to_datetime
 from pathlib import Path
+from typing import Any
 
 from fabricscope.collectors.sinks.sender import Sender
 from fabricscope.core import wire
@@ -71,6 +72,19 @@ class HttpTransport:
         except (OSError, ValueError, http.client.HTTPException) as e:
             log.debug("fabricscope: %s %s: %s", method, path, e)
             return http_outcome(None, f"{method} {path}: {type(e).__name__}")
+
+    def get_json(self, path: str) -> Any:
+        """``GET path`` of the API: the decoded JSON answer, or None on any failure (logged at debug)."""
+        headers = {"Accept": "application/json"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        req = urllib.request.Request(self._url + path, method="GET", headers=headers)
+        try:
+            with self._opener.open(req, timeout=self.timeout_s) as resp:
+                return json.loads(resp.read())
+        except (OSError, ValueError, http.client.HTTPException) as e:
+            log.debug("fabricscope: GET %s: %s", path, e)
+            return None
 
     def close(self) -> None:
         """Nothing held between requests."""

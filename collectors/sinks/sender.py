@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -87,6 +88,7 @@ class Sender:
         self._force = False
         self._probe_failures = 0
         self._stats = dict.fromkeys(_STATS, 0)
+        self._tick_hooks: list[Callable[[], None]] = []
         self._spool: Spool | None = None
         if spool_path is not None:
             try:
@@ -125,6 +127,11 @@ class Sender:
             self._q.append(("job", job, body))
         except Exception:  # pragma: no cover - defensive: nothing may reach the training loop
             pass
+
+    def on_tick(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the sender thread before each send cycle (every ``flush_interval_s``, and at each
+        flush and close): work a caller must keep off its own thread (the hook's bounded detail)."""
+        self._tick_hooks.append(fn)
 
     def _count_drop(self, why: str, n: int) -> None:
         with self._drop_lock:
@@ -195,6 +202,8 @@ class Sender:
             try:
                 # A flush or close tries the service now even while it is thought to be away.
                 self._force = flush_target != self._flush_done or closing
+                for fn in self._tick_hooks:
+                    fn()
                 self._cycle()
             except Exception:  # pragma: no cover - the thread must outlive any bug
                 log.exception("fabricscope sender: unexpected error")

@@ -13,8 +13,8 @@ import json
 import time
 from typing import Any
 
-KINDS = frozenset({"samples", "steps", "collectives", "events"})
-JOB_KINDS = frozenset({"steps", "collectives"})  # their body names the job once per batch
+KINDS = frozenset({"samples", "steps", "collectives", "events", "collective_summaries"})
+JOB_KINDS = frozenset({"steps", "collectives", "collective_summaries"})  # their body names the job once per batch
 SUBJECT_PREFIX = "fabricscope.ingest"  # the bus subject of a kind is "<prefix>.<kind>"
 MSG_ID = "Nats-Msg-Id"  # the bus header carrying the batch id (JetStream de-duplicates on it)
 GZIP_OVER = 4096  # bodies smaller than this are not worth the CPU of gzip on the bus

@@ -4,6 +4,8 @@ CREATE EXTENSION IF NOT EXISTS timescaledb;
 SELECT create_hypertable('samples', by_range('ts', INTERVAL '1 day'), if_not_exists => TRUE, migrate_data => TRUE);
 SELECT create_hypertable('steps', by_range('start_ts', INTERVAL '7 days'), if_not_exists => TRUE, migrate_data => TRUE);
 SELECT create_hypertable('collectives', by_range('start_ts', INTERVAL '1 day'), if_not_exists => TRUE, migrate_data => TRUE);
+SELECT create_hypertable('collective_summaries', by_range('start_ts', INTERVAL '1 day'), if_not_exists => TRUE,
+                         migrate_data => TRUE);
 -- Compression (columnstore): samples by series, collectives by job (the engine reads a job's steps;
 -- both tables are append-only, and their rows are ~90 % of the database). Set once: a hypertable with
 -- compressed chunks refuses a new configuration, and the same one needs no second ALTER.
@@ -34,7 +36,7 @@ DECLARE
   want interval := INTERVAL ':retention_days days';
   have interval;
 BEGIN
-  FOREACH t IN ARRAY ARRAY['samples', 'collectives'] LOOP
+  FOREACH t IN ARRAY ARRAY['samples', 'collectives', 'collective_summaries'] LOOP
     SELECT (config->>'drop_after')::interval INTO have FROM timescaledb_information.jobs
      WHERE proc_name = 'policy_retention' AND hypertable_schema = current_schema() AND hypertable_name = t;
     IF have IS DISTINCT FROM want THEN

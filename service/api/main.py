@@ -31,6 +31,7 @@ from fabricscope.service.api.routes import (
     topology,
 )
 from fabricscope.service.api.routes import compare as compare_routes  # (#48)
+from fabricscope.service.api.routes import detail as detail_routes  # (#45 item 3)
 from fabricscope.service.api.routes import fleet as fleet_routes  # (#48)
 from fabricscope.service.api.routes import hang as hang_routes  # (#45 item 4)
 from fabricscope.service.api.routes import placement as placement_routes  # (#17 item 4)
@@ -120,7 +121,8 @@ def create_app(settings: Settings | None = None, *, background: bool = False,
                placement_routes.router,  # #17: GET /v1/jobs/{job}/placement
                fleet_routes.router,  # #48: GET /v1/fleet/...
                compare_routes.router,  # #48: GET /v1/jobs/{a}/compare/{b}
-               hang_routes.router)  # #45: GET /v1/jobs/{job}/hang
+               hang_routes.router,  # #45: GET /v1/jobs/{job}/hang
+               detail_routes.router)  # #45: GET/POST /v1/jobs/{job}/detail_requests
     for r in routers:
         app.include_router(r)
     # The routes as their routers declare them (FastAPI wraps included routers in private types):

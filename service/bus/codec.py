@@ -18,7 +18,7 @@ from fabricscope.service.ingest.body import decode_body
 
 PREFIX = wire.SUBJECT_PREFIX  # the collectors' NATS transport publishes to the same subjects
 # "jobs" carries PUT /v1/jobs bodies (rank placement) from senders that register their job.
-KINDS = ("samples", "steps", "collectives", "events", "jobs")
+KINDS = ("samples", "steps", "collectives", "events", "jobs", "collective_summaries")
 DEAD_PREFIX = "fabricscope.rejected"  # batches a writer refused (bad input), kept for people
 GZIP_OVER = wire.GZIP_OVER
 MSG_ID = wire.MSG_ID

@@ -22,6 +22,7 @@ from fabricscope.service.bus import codec, lenient
 from fabricscope.service.db import inventory
 from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.ingest import store
+from fabricscope.service.ingest import summaries as sm
 from fabricscope.service.ingest import validate as v
 from fabricscope.service.ingest.errors import IngestError
 from fabricscope.service.ingest.partial import Rejected, without_bad_items
@@ -95,8 +96,8 @@ class Handler:
             if kind == "samples":
                 cols, body, bad = items(lambda b: v.samples(b, self._limits()))
                 return Prepared(kind, body, len(cols), cols, sorted(set(cols.source)), bad)
-            if kind in ("steps", "collectives"):
-                check = v.steps if kind == "steps" else v.collectives
+            if kind in ("steps", "collectives", "collective_summaries"):
+                check = {"steps": v.steps, "collectives": v.collectives, "collective_summaries": sm.summaries}[kind]
                 v.job_name(body)
                 rows, body, bad = items(lambda b: check(b, self._limits()))
                 return Prepared(kind, body, len(rows), rows, rejected=bad)
@@ -161,6 +162,8 @@ class Handler:
             out = store.store_steps(conn, body=p.body, rows=p.columns)
         elif p.kind == "collectives":
             out = store.store_collectives(conn, body=p.body, rows=p.columns)
+        elif p.kind == "collective_summaries":
+            out = store.store_summaries(conn, body=p.body, rows=p.columns)
         elif p.kind == "events":
             out = store.store_events(conn, body=p.body, rows=p.columns)
         else:  # jobs: an upsert, idempotent by itself

@@ -24,6 +24,7 @@ from fabricscope.service.db import inventory
 from fabricscope.service.db.database import redact
 from fabricscope.service.db.writer import SampleWriter
 from fabricscope.service.ingest import store
+from fabricscope.service.ingest import summaries as sm
 from fabricscope.service.ingest import validate as v
 from fabricscope.service.ingest.errors import IngestError
 from fabricscope.service.schemas import JobIn
@@ -90,6 +91,8 @@ class DbTransport:
             store.store_steps(conn, body=body, rows=v.steps(body, limits))
         elif batch.kind == "collectives":
             store.store_collectives(conn, body=body, rows=v.collectives(body, limits))
+        elif batch.kind == "collective_summaries":
+            store.store_summaries(conn, body=body, rows=sm.summaries(body, limits))
         else:
             store.store_events(conn, body=body, rows=v.events(body, limits))
 

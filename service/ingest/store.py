@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 
 from fabricscope.service.db import writer as w
+from fabricscope.service.ingest import summaries as sm
 from fabricscope.service.ingest import validate as v
 
 
@@ -52,6 +53,13 @@ def store_collectives(conn: psycopg.Connection, *, body: dict[str, Any],
     job = v.job_name(body)
     return _store_rows(conn, body=body, kind="collectives", job=job,
                        write=lambda c: w.write_collectives(c, job=job, rows=rows))
+
+
+def store_summaries(conn: psycopg.Connection, *, body: dict[str, Any],
+                    rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    job = v.job_name(body)
+    return _store_rows(conn, body=body, kind=sm.KIND, job=job,
+                       write=lambda c: sm.write_summaries(c, job=job, rows=rows))
 
 
 def store_events(conn: psycopg.Connection, *, body: dict[str, Any], rows: list[tuple[Any, ...]]) -> dict[str, Any]:

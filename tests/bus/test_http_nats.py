@@ -64,3 +64,33 @@ def test_http_splits_batches_over_max_payload(tmp_path, make_writers, fresh_data
     finally:
         svc.stop()
         srv.stop()
+
+
+def test_collective_summaries_go_through_the_bus(nats_server, make_writers, fresh_database, tmp_path) -> None:
+    import time
+
+    import psycopg
+
+    url = fresh_database.url
+    svc = start_service(url, tmp_path, env={"FABRICSCOPE_INGEST_MODE": "nats", "FABRICSCOPE_NATS_URL": nats_server.url})
+    item = {"rank": 2, "step": 7, "op": "all_reduce", "bucket": 1024, "count": 3, "total_s": 0.3, "max_s": 0.2,
+            "start": 1.7e9, "end": 1.7e9 + 1}
+    try:
+        with httpx.Client(base_url=svc.url, timeout=30) as api:
+            r = api.post("/v1/ingest/collective_summaries", json={"job": "bus-sum", "collective_summaries": [
+                dict(item, bucket=1000)]})
+            assert r.status_code == 422
+            assert r.json()["detail"][0]["loc"] == ["body", "collective_summaries", 0, "bucket"]
+            r = api.post("/v1/ingest/collective_summaries", json={"job": "bus-sum", "collective_summaries": [item]})
+            assert r.json() == {"accepted": 1}
+        make_writers(url, nats_server.url).start("w1")
+        deadline = time.monotonic() + 60
+        got: list[tuple[object, ...]] = []
+        while not got and time.monotonic() < deadline:
+            with psycopg.connect(url) as conn:
+                got = conn.execute("SELECT rank, step, op, bucket, group_size, count FROM collective_summaries"
+                                   " WHERE job = 'bus-sum'").fetchall()
+            time.sleep(0.3)
+        assert got == [(2, 7, "all_reduce", 1024, 0, 3)]
+    finally:
+        svc.stop()

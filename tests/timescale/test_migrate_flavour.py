@@ -40,11 +40,12 @@ def test_migrate_twice_keeps_the_same_policy_jobs(ts_db: TestDatabase) -> None:
         procs = sorted((p, t) for _, p, t, _ in again)
         assert procs == sorted([("policy_compression", "samples"), ("policy_compression", "collectives"),
                                 ("policy_retention", "samples"), ("policy_retention", "collectives"),
+                                ("policy_retention", "collective_summaries"),
                                 ("policy_refresh_continuous_aggregate", "samples_1m")])
         # a changed retention is applied (one policy a table, with the new interval)
         migrate(ts_db.url, _settings(ts_db.url, retention_days=45))
         drops = {t: c["drop_after"] for _, p, t, c in conn.execute(JOBS).fetchall() if p == "policy_retention"}
-        assert drops == {"samples": "45 days", "collectives": "45 days"}
+        assert drops == {"samples": "45 days", "collectives": "45 days", "collective_summaries": "45 days"}
         migrate(ts_db.url, _settings(ts_db.url))
 
 
@@ -65,7 +66,7 @@ def test_migrate_onto_plain_tables_with_rows(ts_db: TestDatabase) -> None:
         assert flavour.timescaledb and flavour.timescaledb_version
         with psycopg.connect(url, autocommit=True) as conn:
             tables = {r[0] for r in conn.execute("SELECT hypertable_name FROM timescaledb_information.hypertables")}
-            assert tables == {"samples", "steps", "collectives"}
+            assert tables == {"samples", "steps", "collectives", "collective_summaries"}
             assert conn.execute("SELECT count(*), sum(value) FROM ONLY samples").fetchone() == (0, None)  # moved
             assert conn.execute("SELECT count(*), sum(value) FROM samples").fetchone() == (200, 20100.0)
             assert conn.execute("SELECT count(*) FROM steps").fetchone() == (50,)

@@ -1,4 +1,4 @@
-"""POST /v1/ingest/{samples,steps,collectives,events} — the write side of docs/API.md."""
+"""POST /v1/ingest/{samples,steps,collectives,events,collective_summaries} — the write side of docs/API.md."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from fabricscope.service.api.deps import IngestAuth, PoolDep, SettingsDep, WriterDep
 from fabricscope.service.arrival import Arrivals
 from fabricscope.service.ingest import store
+from fabricscope.service.ingest import summaries as sm
 from fabricscope.service.ingest import validate as v
 from fabricscope.service.ingest.body import decode_body, inflate
 from fabricscope.service.ingest.errors import IngestError, TooLarge
@@ -147,6 +148,11 @@ async def ingest_steps(request: Request, pool: PoolDep, settings: SettingsDep) -
 @_route("collectives", "Ingest per-rank collective timings of a job")
 async def ingest_collectives(request: Request, pool: PoolDep, settings: SettingsDep) -> Any:
     return await _job_rows(request, pool, settings, "collectives", v.collectives, store.store_collectives)
+
+
+@_route("collective_summaries", "Ingest per-rank, per-step collective summaries of a job (bounded detail)")
+async def ingest_collective_summaries(request: Request, pool: PoolDep, settings: SettingsDep) -> Any:
+    return await _job_rows(request, pool, settings, sm.KIND, sm.summaries, store.store_summaries)
 
 
 @_route("events", "Ingest events (checkpoint, pfc_storm, ecn_burst, link_flap, ...)")
