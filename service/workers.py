@@ -21,6 +21,7 @@ from psycopg_pool import ConnectionPool
 from fabricscope.service.arrival import Arrivals, ArrivalWorker, OwnedJobs
 from fabricscope.service.bus.leases import LeaseLost
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.ingest import detail
 from fabricscope.service.observability import metrics as m
 from fabricscope.service.settings import Settings
 
@@ -152,7 +153,8 @@ def _start_attribution(sched: BackgroundScheduler, pool: ConnectionPool, setting
         with one_pass:
             m.ATTRIBUTION_PASSES.labels("interval").inc()
             for job in owned.claim_all(conn, jobs):
-                engine.process_pending(conn, job=job)
+                if engine.process_pending(conn, job=job):
+                    detail.ask_for_slow_steps(conn, job=job)
 
     sched.add_job(_guarded(pool, "attribution", correlate, running), "interval",
                   seconds=settings.correlate_interval_s, id="correlate", jitter=1)
@@ -164,7 +166,8 @@ def _start_attribution(sched: BackgroundScheduler, pool: ConnectionPool, setting
             with one_pass:
                 m.ATTRIBUTION_PASSES.labels("arrival").inc()
                 for job in owned.mine(conn, sorted(jobs)):
-                    engine.process_pending(conn, job=job)
+                    if engine.process_pending(conn, job=job):
+                        detail.ask_for_slow_steps(conn, job=job)
 
         _guarded(pool, "attribution on arrival", judge, running)()
 

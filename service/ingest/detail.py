@@ -68,8 +68,26 @@ def request_missing(conn: psycopg.Connection, *, job: str, steps: list[int],
     return request(conn, job=job, steps=missing, reason=reason) if missing else []
 
 
+# Recent steps a slow verdict asks detail for: the hook keeps its last 64 steps' records
+# (FABRICSCOPE_DETAIL_HISTORY's default); an older step's records are gone, so asking costs a row
+# and answers nothing.
+RECENT_STEPS = 64
+
+
+def ask_for_slow_steps(conn: psycopg.Connection, *, job: str, recent: int = RECENT_STEPS) -> list[dict[str, Any]]:
+    """After a judge stored its verdicts for ``job``: the slow steps among its ``recent`` newest judged
+    ones that some rank summarized without records are asked of every rank (once each). Nothing for a
+    job that sends every record (it has no summaries)."""
+    slow = [int(r[0]) for r in conn.execute(
+        """SELECT step FROM attributions WHERE job = %(job)s AND slow
+              AND step > (SELECT max(step) FROM attributions WHERE job = %(job)s) - %(recent)s
+              AND EXISTS (SELECT 1 FROM collective_summaries WHERE job = %(job)s)""",
+        {"job": job, "recent": recent}).fetchall()]
+    return request_missing(conn, job=job, steps=slow) if slow else []
+
+
 def _row(r: tuple[Any, ...]) -> dict[str, Any]:
     return {"id": int(r[0]), "step": int(r[1]), "rank": r[2], "reason": r[3], "requested_at": r[4]}
 
 
-__all__ = ["pending", "request", "request_missing", "steps_without_detail"]
+__all__ = ["ask_for_slow_steps", "pending", "request", "request_missing", "steps_without_detail"]

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 
 from fabricscope.service.ingest import detail
+from tests.support import TestDatabase, own_service
 
 T = time.time() - 600
 
@@ -91,3 +93,34 @@ def test_detail_requests_are_posted_polled_per_rank_and_made_for_slow_steps_with
     assert [q["step"] for q in polled] == [6, 7]
     assert api.get(f"/v1/jobs/{j}/detail_requests", params={"rank": 0, "after": polled[-1]["id"]}).json()[
         "requests"] == []
+
+
+def test_the_attribution_worker_asks_every_rank_for_a_slow_steps_detail(test_database: TestDatabase,
+                                                                       tmp_path: Path) -> None:
+    """The service's own worker (on arrival) judges a bounded-detail job and asks for the records of
+    the step it found slow that a rank only summarized; the healthy steps are not asked for."""
+    with own_service(test_database, tmp_path, env={"FABRICSCOPE_CORRELATE_INTERVAL_S": "60"}) as (svc, _), \
+            httpx.Client(base_url=svc.url, timeout=30) as api:
+        _slow_step_is_asked_for(api)
+
+
+def _slow_step_is_asked_for(api: httpx.Client) -> None:
+    j = job()
+    api.put(f"/v1/jobs/{j}", json={"ranks": [{"rank": r, "host": f"{j}-h{r}"} for r in (0, 1)]}).raise_for_status()
+    t, steps, summaries, records = time.time() - 300, [], [], []
+    for s in range(30):
+        d = 2.0 if s == 20 else 1.0 + 0.01 * (s % 3)
+        for r in (0, 1):
+            steps.append({"rank": r, "step": s, "start": t, "end": t + d})
+            summaries.append(summary(s, rank=r, start=t, end=t + d * 0.5))
+        records.append({"rank": 0, "step": s, "seq": s, "op": "all_reduce", "bytes": 4096,  # rank 0 sampled
+                        "start": t, "end": t + d * 0.5, "group": "world", "group_size": 2})
+        t += d
+    for kind, items in (("collective_summaries", summaries), ("collectives", records), ("steps", steps)):
+        api.post(f"/v1/ingest/{kind}", json={"job": j, kind: items}).raise_for_status()
+    deadline, asked = time.monotonic() + 30, []
+    while time.monotonic() < deadline and not asked:
+        asked = api.get(f"/v1/jobs/{j}/detail_requests", params={"rank": 1}).json()["requests"]
+        time.sleep(0.3)
+    assert [q["step"] for q in asked] == [20], asked
+    assert api.get(f"/v1/jobs/{j}/steps", params={"slow": "true"}).json()[0]["step"] == 20
