@@ -247,3 +247,19 @@ def test_snmpwalk_timeticks_printed_as_a_clock_are_ticks() -> None:
                                        ".1.3.6.1.2.1.1.3.0 = Timeticks: (42835038) 4 days, 22:59:10.38\n")
     assert [v for _, v in varbinds] == [71048, ((4 * 24 + 21) * 3600 + 21 * 60 + 18) * 100, 42835038]
     assert problems == []
+
+
+# i43t: Centreon's Cisco and Extreme VOSS walks (held back) and a Westermo switch's: a name (ifName, or ifDescr
+# where there is none) carried by two ifIndexes. Before, both interfaces' series went under one source, each
+# series twice, exit 0 and no problem line; a store keeps one at random.
+def test_snmp_interfaces_sharing_a_name_are_kept_apart_and_said() -> None:
+    from fabricscope.collectors.switch.snmp.parse import parse as snmp_parse
+    ifx = "1.3.6.1.2.1.2.2.1"
+    varbinds: list[tuple[str, int | bytes]] = [
+        (f"{ifx}.2.4096", b"1"), (f"{ifx}.2.4098", b"1"), (f"{ifx}.2.7", b"vlan1"),
+        (f"{ifx}.10.4096", 11), (f"{ifx}.10.4098", 22), (f"{ifx}.10.7", 33)]
+    polled = snmp_parse("sw", varbinds, 1.0)
+    got = sorted((s.source, s.value) for s in polled.samples if s.metric == "rx_bytes_total")
+    assert got == [("sw:1#4096", 11.0), ("sw:1#4098", 22.0), ("sw:vlan1", 33.0)]
+    assert polled.problems == ["interface name '1' is carried by ifIndex 4096, 4098: their samples named 1#<ifIndex>"]
+    assert polled.if_names == {4096: "1#4096", 4098: "1#4098", 7: "vlan1"}  # LLDP names the same sources

@@ -63,6 +63,26 @@ def _value(col: Column, raw: Value) -> float | None:
     return raw * col.scale
 
 
+def _interface_names(names: Mapping[int, str], descr: Mapping[int, str]) -> tuple[dict[int, str], list[str]]:
+    """ifIndex → the name its samples go under: ifName, else ifDescr. A name that two or more ifIndexes
+    carry (a device reusing a port label across line cards, an anonymised walk) cannot name a source on
+    its own: their series would collide and a store would keep one at random. Each such interface is
+    named ``<name>#<ifIndex>`` and the name is one problem line."""
+    plain = {i: n for i in {*names, *descr} if (n := names.get(i) or descr.get(i))}
+    by_name: dict[str, list[int]] = defaultdict(list)
+    for if_index, name in plain.items():
+        by_name[name].append(if_index)
+    problems: list[str] = []
+    for name, indexes in sorted(by_name.items()):
+        if len(indexes) > 1:
+            indexes.sort()
+            for if_index in indexes:
+                plain[if_index] = f"{name}#{if_index}"
+            problems.append(f"interface name {name!r} is carried by ifIndex {', '.join(map(str, indexes))}: "
+                            f"their samples named {name}#<ifIndex>")
+    return plain, problems
+
+
 def parse(
     device: str,
     varbinds: Iterable[tuple[str, Value]],
@@ -128,7 +148,8 @@ def parse(
 
     for (part, _), total in summed.items():
         parts[part].append(total)
-    out.if_names = {i: names.get(i) or descr[i] for i in descr} | names
+    out.if_names, shared = _interface_names(names, descr)
+    out.problems.extend(shared)
     best: dict[tuple[int, str, tuple[tuple[str, str], ...]], tuple[int, float]] = {}
     for (if_index, metric, labels, col_labels, rank), values in parts.items():
         if len(values) != ncols[(metric, col_labels, rank)]:
@@ -139,7 +160,7 @@ def parse(
 
     wanted: dict[str, bool] = {}
     for (if_index, metric, labels), (_, value) in sorted(best.items()):
-        name = names.get(if_index) or descr.get(if_index)
+        name = out.if_names.get(if_index)
         if not name:
             out.problems.append(f"ifIndex {if_index}: no ifName/ifDescr, samples skipped")
             continue
