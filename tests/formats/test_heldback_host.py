@@ -181,12 +181,49 @@ def test_held_back_mountstats_without_nfs_is_refused_and_says_why() -> None:
         fmt.read(raw, "node", 1_700_000_000.0)
 
 
+# nccl-topo (i43t): four cloud vendors' NCCL topology files, held back unread; first run: all refused.
+TOPO = sorted(HELD.glob("nccl-topo/*/topo.xml"))
+
+
+@pytest.mark.parametrize("raw", TOPO, ids=[p.parent.name for p in TOPO])
+def test_held_back_nccl_topo_second_run(raw: Path) -> None:
+    fmt = formats.load().sniff(raw)  # AWS's files open with a licence comment
+    assert fmt is not None and fmt.name == "nccl-topo"
+    r = fmt.read(raw, "node", 1_700_000_000.0)
+    got = {"samples": canon(r.samples), "problems": r.problems}
+    assert got == json.loads((raw.parent / "expected.json").read_text())
+
+
+def test_held_back_nccl_topo_links_are_the_files_own() -> None:
+    """Every class-only GPU/NIC's link is its own attributes; the empty ones say why nothing came out."""
+    import xml.etree.ElementTree as ET
+
+    for case, devices in (("aws-p4d-24xl", 12), ("azure-ndv5", 16)):
+        raw = HELD / f"nccl-topo/{case}/topo.xml"
+        got = {(s["source"], s["metric"]): s["value"] for s in _smi(raw)["samples"]}
+        leaves = [el for el in ET.parse(raw).getroot().iter("pci") if el.get("class", "")[:6] in ("0x0302", "0x0200",
+                                                                                                  "0x0207")]
+        assert len(leaves) == devices == len(got) / 2
+        for el in leaves:
+            gen = {"8": 3, "16": 4, "32": 5}[el.get("link_speed", "").split()[0].split(".")[0]]
+            assert got[(f"node:{el.get('busid')}", "pcie_link_generation_max")] == gen
+            assert got[(f"node:{el.get('busid')}", "pcie_link_width_max")] == int(el.get("link_width", ""))
+    assert _smi(HELD / "nccl-topo/azure-ncv4/topo.xml")["problems"][0].startswith("4 devices without a PCIe link")
+    assert _smi(HELD / "nccl-topo/aws-g5-48xl/topo.xml")["problems"] == [
+        "9 <pci> entries carry a bus id only (no class, no link): not read"]
+
+
 if __name__ == "__main__" and "--regen" in sys.argv:
     for case in CASES:
         (case / "expected.json").write_text(json.dumps(_actual(case), indent=1) + "\n")
         print("wrote", case / "expected.json")
     for raw in OTHER:
         (raw.parent / "expected.json").write_text(json.dumps(_parsed(raw), indent=1) + "\n")
+        print("wrote", raw.parent / "expected.json")
+    for raw in TOPO:
+        r = formats.load().get("nccl-topo").read(raw, "node", 1_700_000_000.0)
+        (raw.parent / "expected.json").write_text(json.dumps({"samples": canon(r.samples), "problems": r.problems},
+                                                             indent=1) + "\n")
         print("wrote", raw.parent / "expected.json")
     for raw in [*SMI, *PROC, *SNAPS]:
         (raw.parent / "expected.json").write_text(json.dumps(_smi(raw), indent=1) + "\n")

@@ -190,3 +190,37 @@ def test_lprocfs_name_listed_twice_is_never_overwritten_in_silence(tmp_path: Pat
     assert _by(r.samples)[("lustre_statfs_total", ())] == 5
     assert r.problems == ["statfs listed 2 times (5, 9 samples): the first kept, the others skipped "
                           "(two counters under one name)"]
+
+
+# i43t: cloud vendors' NCCL topology files (tests/fixtures/pcie/aws-*, azure-*; docs/heldback/host.md) open with a
+# licence comment and name their GPUs and NICs by PCI class alone, with no <gpu>/<nic> element. Before, they were not
+# sniffed, and read with -f they gave nothing and no problem line: every link dropped in silence.
+def test_nccl_topology_file_devices_named_by_class_are_read_and_said(tmp_path: Path) -> None:
+    raw = tmp_path / "topo.xml"
+    raw.write_text('<!--\nCopyright (c) 2022, a cloud.\n-->\n<system version="1">\n <cpu numaid="0">\n'
+                   '  <pci busid="ffff:ff:01.0" class="0x060400" link_speed="16 GT/s" link_width="16">\n'
+                   '   <pci busid="0003:00:00.0" class="0x030200" link_speed="16 GT/s" link_width="16"/>\n'
+                   '   <pci busid="0103:00:00.0" class="0x020700" link_speed="8 GT/s" link_width="8"/>\n'
+                   '  </pci>\n  <pci busid="0001:00:00.0" class="0x030200" link_speed="" link_width="0"/>\n'
+                   '  <pci busid="0000:4f:00.0" link_speed="32 GT/s PCIe/s" link_width="16"/>\n'
+                   ' </cpu>\n</system>\n')
+    fmt = REG.sniff(raw)
+    assert fmt is not None and fmt.name == "nccl-topo"
+    r = fmt.read(raw, "h", 1.0)
+    got = {(s.source, s.metric): s.value for s in r.samples}
+    assert got == {("h:0003:00:00.0", "pcie_link_generation_max"): 4, ("h:0003:00:00.0", "pcie_link_width_max"): 16,
+                   ("h:0103:00:00.0", "pcie_link_generation_max"): 3, ("h:0103:00:00.0", "pcie_link_width_max"): 8}
+    assert r.problems == [
+        "3 devices named by PCI class only (no <gpu>/<nic> element, as in a hand-made NCCL_TOPO_FILE): their links "
+        "reported under their bus ids (GPU 0003:00:00.0, NIC 0103:00:00.0, GPU 0001:00:00.0, ...)",
+        "1 devices without a PCIe link speed or width (a VM's virtual PCI?): GPU 0001:00:00.0",
+        "1 PCI devices with a link but no class and no <gpu>/<nic> element: not read (0000:4f:00.0)"]
+
+
+def test_aws_p5_topology_without_classes_reads_nothing_and_says_why() -> None:
+    raw = FIXTURES / "pcie/aws-p5-48xl-nccl-topo/topo.xml"
+    r = _read("nccl-topo", raw)
+    assert r.samples == []
+    assert r.problems == ["32 PCI devices with a link but no class and no <gpu>/<nic> element: not read "
+                          "(0000:4f:00.0, 0000:50:00.0, 0000:51:00.0, 0000:52:00.0, ...)",
+                          "8 <pci> entries carry a bus id only (no class, no link): not read"]
