@@ -224,3 +224,39 @@ def test_aws_p5_topology_without_classes_reads_nothing_and_says_why() -> None:
     assert r.problems == ["32 PCI devices with a link but no class and no <gpu>/<nic> element: not read "
                           "(0000:4f:00.0, 0000:50:00.0, 0000:51:00.0, 0000:52:00.0, ...)",
                           "8 <pci> entries carry a bus id only (no class, no link): not read"]
+
+
+# i43t: hwloc's captures of real machines (tests/fixtures/sysfs_net/hwloc-*, docs/heldback/host.md) are whole /sys
+# trees: class/net, class/infiniband and PCIe links in one. Sniffed, they were read as whichever format sorts first,
+# exit 0 and no guess line; and entries whose targets the copy did not keep were skipped without a word.
+def test_a_whole_sys_tree_sniffed_says_which_other_formats_it_holds() -> None:
+    tree = FIXTURES / "sysfs_net/hwloc-40intel64-2g2n4c/sys"
+    proc = subprocess.run([sys.executable, "-m", "fabricscope", "parse", str(tree), "--device", "h", "--ts", "1"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 3, proc.stderr
+    line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("summary "))
+    summary = json.loads(line.removeprefix("summary "))
+    assert summary["format"] == "sysfs-infiniband"
+    assert summary["guesses"] == ["sniffed as sysfs-infiniband, but this input also reads as sysfs-net, sysfs-pcie: "
+                                  "name the one meant with --format"]
+
+
+def test_class_entries_with_nothing_behind_them_are_said(tmp_path: Path) -> None:
+    import shutil
+
+    net = tmp_path / "sys/class/net"
+    net.mkdir(parents=True)
+    shutil.copytree(FIXTURES / "sysfs_net/debian12-vm-lo-eth0/sys/class/net/eth0", net / "eth0", symlinks=True)
+    (net / "lo").symlink_to("../../devices/virtual/net/lo")  # the copy did not keep the target
+    (net / "bonding_masters").write_text("\n")  # a regular file there is not an interface
+    r = _read("sysfs-net", tmp_path / "sys")
+    assert {s.source for s in r.samples} == {"h:e:eth0"}
+    assert r.problems == ["1 interfaces listed with nothing behind them in this tree (a partial copy of /sys?), "
+                          "not read: lo"]
+    ib = tmp_path / "sys/class/infiniband"
+    shutil.copytree(FIXTURES / "sysfs_net/hwloc-40intel64-2g2n4c/sys/class/infiniband/qib0/ports",
+                    ib / "qib0/ports", symlinks=True)
+    (ib / "scif0").symlink_to("../../devices/scif_dma_0/infiniband/scif0")
+    r = _read("sysfs-infiniband", tmp_path / "sys")
+    assert r.problems[0] == ("1 RDMA devices listed with no ports/<n>/counters in this tree (a partial copy of "
+                             "/sys?), not read: scif0")
