@@ -164,7 +164,8 @@ def test_held_back_snmpwalk_second_run(case: str) -> None:
 
 # i43t: four ibnetdiscover dumps held back unread (vendor docs via jabl/ibtopotool's tests, Mellanox's parser task);
 # first run all right, pinned as it came out: every link with its speed, and the problems.
-IBNET = sorted(p for p in HELD.glob("ibnetdiscover/*") if p.suffix == ".topo" or p.name == "mellanox-topo-parser-task-small.txt")
+IBNET = sorted(p for p in HELD.glob("ibnetdiscover/*")
+               if p.suffix == ".topo" or p.name == "mellanox-topo-parser-task-small.txt")
 
 
 def _links(raw: Path) -> dict:
