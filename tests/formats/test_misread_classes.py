@@ -260,3 +260,34 @@ def test_class_entries_with_nothing_behind_them_are_said(tmp_path: Path) -> None
     r = _read("sysfs-infiniband", tmp_path / "sys")
     assert r.problems[0] == ("1 RDMA devices listed with no ports/<n>/counters in this tree (a partial copy of "
                              "/sys?), not read: scif0")
+
+
+# i43t: node_exporter's /proc/pressure/irq (held back, docs/heldback/host.md): Linux 6.1+ has a fourth PSI resource,
+# irq, that prints only a "full" line. Before, it was refused ("name it with --resource (cpu, io, memory)"), the
+# agent never read it, and in `cat /proc/pressure/*` its line joined io's file.
+def test_irq_pressure_is_a_resource_told_by_its_content(tmp_path: Path) -> None:
+    held = FIXTURES / "heldback/host/psi/node-exporter"
+    raw = tmp_path / "psi.txt"  # no name to guess from: the content (full, no some) says irq
+    raw.write_text((held / "irq").read_text() + "\n")
+    r = _read("proc-pressure", raw)
+    assert [(s.metric, s.labels, s.value) for s in r.samples] == [
+        ("irq_pressure_seconds_total", {"level": "full"}, 0.008494)] and r.guesses == []
+    every = tmp_path / "all.txt"  # `cat /proc/pressure/*`: ls order, irq between io and memory
+    every.write_text("".join((held / n).read_text().rstrip("\n") + "\n" for n in ("cpu", "io", "irq", "memory")))
+    got = {(s.metric, s.labels["level"]): s.value for s in _read("proc-pressure", every).samples}
+    assert got[("io_pressure_seconds_total", "full")] == 159.229614  # io's own full line, not irq's
+    assert got[("irq_pressure_seconds_total", "full")] == 0.008494
+    assert got[("memory_pressure_seconds_total", "some")] == 0
+
+
+def test_the_agent_reads_irq_pressure(tmp_path: Path) -> None:
+    import shutil
+
+    from fabricscope.collectors.host.pressure import PressureCollector
+
+    proc = tmp_path / "proc"
+    shutil.copytree(FIXTURES / "heldback/host/psi/node-exporter", proc / "pressure")
+    got = {(s.metric, s.labels["level"]): s.value for s in PressureCollector("h", proc_root=proc, thermal_root=None)
+           .poll() if s.metric.endswith("_pressure_seconds_total")}
+    assert got[("irq_pressure_seconds_total", "full")] == 0.008494
+    assert got[("cpu_pressure_seconds_total", "some")] == 14.036781
