@@ -279,3 +279,32 @@ def test_snmpwalk_type_names_in_capitals_are_read() -> None:
     # a type with no rule is said; one that carries no count (IpAddress) is skipped as before
     assert problems == ["1 OID lines of a type not read (Float), skipped, the first "
                         "'.1.3.6.1.4.1.9.9.1.0 = Float: 1.5'"]
+
+
+# i43t: a walk as net-snmp prints it by default, with MIB names, indented in a document (a Siemens SCALANCE
+# X204IRT in rtlabs-com/p-net's docs). Before: not sniffed, and `-f snmpwalk` refused it ("no varbinds").
+def test_snmpwalk_with_mib_names_is_read_and_the_rest_said() -> None:
+    from fabricscope.collectors.formats import load
+    raw = Path(__file__).resolve().parents[1] / "fixtures/snmp-walk/siemens-scalance-x204irt-pnet-docs/walk.txt"
+    assert "   IF-MIB::ifHCInOctets.1 = Counter64: 908950" in raw.read_text().splitlines()
+    fmt = load().sniff(raw)
+    assert fmt is not None and fmt.name == "snmpwalk"
+    r = fmt.read(raw, "sw", 1.0)
+    got = {(s.source, s.metric): s.value for s in r.samples}
+    p1 = "sw:Siemens, SIMATIC NET, Ethernet Port, X1 P1"
+    assert got[(p1, "rx_bytes_total")] == 908950  # ifHCInOctets, not ifInOctets (the same here)
+    assert got[(p1, "rx_packets_total")] == 911 + 6744 + 1096  # HC unicast + multicast + broadcast
+    assert got[(p1, "tx_bytes_total")] == 1516677
+    assert r.problems[0].startswith("244 lines name an object with no numeric OID known here")
+
+
+def test_snmp_ifhighspeed_that_disagrees_with_ifspeed_is_not_trusted() -> None:
+    """The same SCALANCE puts b/s into ifHighSpeed (Mb/s): its 10 Mb/s ports read 10 Tb/s before."""
+    from fabricscope.collectors.switch.snmp.parse import parse as snmp_parse
+    polled = snmp_parse("sw", [("1.3.6.1.2.1.2.2.1.2.1", b"p1"), ("1.3.6.1.2.1.2.2.1.5.1", 10_000_000),
+                               ("1.3.6.1.2.1.31.1.1.1.15.1", 10_000_000),
+                               ("1.3.6.1.2.1.2.2.1.2.2", b"p2"), ("1.3.6.1.2.1.2.2.1.5.2", 4294967295),
+                               ("1.3.6.1.2.1.31.1.1.1.15.2", 40_000)], 1.0)
+    assert {s.source: s.value for s in polled.samples if s.metric == "speed_bps"} == {"sw:p1": 10e6, "sw:p2": 40e9}
+    assert polled.problems == ["ifHighSpeed disagrees with ifSpeed on ifIndex 1 (ifIndex 1: ifHighSpeed 10000000 "
+                               "Mb/s, ifSpeed 10000000 b/s): ifSpeed kept, exact below 4.29 Gb/s"]

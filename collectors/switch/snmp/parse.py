@@ -83,6 +83,23 @@ def _interface_names(names: Mapping[int, str], descr: Mapping[int, str]) -> tupl
     return plain, problems
 
 
+def _check_speeds(parts: Mapping[tuple, list[float]], best: dict[tuple, tuple[int, float]]) -> list[str]:
+    """ifHighSpeed (Mb/s) against ifSpeed (b/s, exact below its 2**32 - 1 ceiling, where it saturates and is left
+    absent): where both are there and disagree, the device misreports one of them (a SCALANCE switch puts b/s into
+    ifHighSpeed: 10 Mb/s ports read as 10 Tb/s). ifSpeed, exact, is kept; the disagreement is one problem line."""
+    off: list[tuple[int, float, float]] = []
+    for (if_index, metric, labels), (rank, high) in best.items():
+        exact = parts.get((if_index, metric, labels, labels, 1)) if metric == "speed_bps" and rank == 0 else None
+        if exact and exact[0] > 0 and round(high / 1e6) != round(exact[0] / 1e6):
+            best[(if_index, metric, labels)] = (1, exact[0])
+            off.append((if_index, high, exact[0]))
+    if not off:
+        return []
+    i, high, low = off[0]
+    return [f"ifHighSpeed disagrees with ifSpeed on ifIndex {', '.join(str(o[0]) for o in off)} (ifIndex {i}: "
+            f"ifHighSpeed {high / 1e6:.0f} Mb/s, ifSpeed {low:.0f} b/s): ifSpeed kept, exact below 4.29 Gb/s"]
+
+
 def parse(
     device: str,
     varbinds: Iterable[tuple[str, Value]],
@@ -158,6 +175,7 @@ def parse(
         if key not in best or rank < best[key][0]:
             best[key] = (rank, float(sum(values)))
 
+    out.problems.extend(_check_speeds(parts, best))
     wanted: dict[str, bool] = {}
     for (if_index, metric, labels), (_, value) in sorted(best.items()):
         name = out.if_names.get(if_index)
