@@ -308,3 +308,14 @@ def test_snmp_ifhighspeed_that_disagrees_with_ifspeed_is_not_trusted() -> None:
     assert {s.source: s.value for s in polled.samples if s.metric == "speed_bps"} == {"sw:p1": 10e6, "sw:p2": 40e9}
     assert polled.problems == ["ifHighSpeed disagrees with ifSpeed on ifIndex 1 (ifIndex 1: ifHighSpeed 10000000 "
                                "Mb/s, ifSpeed 10000000 b/s): ifSpeed kept, exact below 4.29 Gb/s"]
+
+
+def test_snmp_packets_of_an_agent_without_ifxtable_come_from_iftable() -> None:
+    """i43t: an HP Envy printer's agent (held back) has no ifXTable; its packets were read from HC columns only
+    and came out absent with no word. ifTable's unicast + non-unicast are every packet."""
+    from fabricscope.collectors.switch.snmp.parse import parse as snmp_parse
+    ift = "1.3.6.1.2.1.2.2.1"
+    polled = snmp_parse("sw", [(f"{ift}.2.2", b"wlan0"), (f"{ift}.11.2", 13696), (f"{ift}.12.2", 4),
+                               (f"{ift}.17.2", 3629), (f"{ift}.18.2", 0)], 1.0)
+    got = {s.metric: s.value for s in polled.samples}
+    assert got["rx_packets_total"] == 13700 and got["tx_packets_total"] == 3629
