@@ -109,6 +109,21 @@ class Registry:
                 continue  # a sniffer that cannot look is a "no"
         return None
 
+    def also(self, path: Path, chosen: Format) -> list[Format]:
+        """The other formats whose sniffer takes ``path`` too (a whole /sys holds class/net, class/infiniband
+        and PCI links): sniffing chose ``chosen`` among them, which a caller must say."""
+        head = "" if path.is_dir() else _LEADING_BLANK_LINES.sub("", read_head(path))
+        out = []
+        for fmt in sorted(self.formats.values(), key=lambda f: (f.priority, f.name)):
+            if fmt is chosen or fmt.directory != path.is_dir():
+                continue
+            try:
+                if fmt.sniff(path, head):
+                    out.append(fmt)
+            except (OSError, ValueError):
+                continue
+        return out
+
 
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\r?\n)+")
 

@@ -62,6 +62,22 @@ def _canonical(reading: formats.Reading) -> int:
             + len(reading.events) + len(reading.links))
 
 
+def _ambiguity(reg: formats.Registry, chosen: formats.Format, path: Path, device: str, when: float) -> list[str]:
+    """A sniffed input another format also reads something canonical from (a whole /sys tree holds interface,
+    RDMA and PCIe files): which one was meant is a guess, said, never a silent pick by sniff order."""
+    others = []
+    for other in reg.also(path, chosen):
+        try:
+            if _canonical(other.read(path, device, when)):
+                others.append(other.name)
+        except (ParseError, OSError, UnicodeDecodeError, ValueError):
+            continue
+    if not others:
+        return []
+    return [f"sniffed as {chosen.name}, but this input also reads as {', '.join(others)}: "
+            f"name the one meant with --format"]
+
+
 def parse_command(
     path: Annotated[Path | None, typer.Argument(help=_PATH_HELP)] = None,
     fmt: Annotated[str | None, typer.Option("--format", "-f", help=_FORMAT_HELP)] = None,
@@ -105,6 +121,8 @@ def parse_command(
     except (OSError, UnicodeDecodeError) as exc:
         _fail(f"{path}: cannot read: {exc}")
         return
+    if fmt is None:
+        reading.guesses.extend(_ambiguity(reg, chosen, path, device, when))
     out = sys.stdout
     for s in reading.samples:
         out.write(_line("sample", s.to_json()) + "\n")

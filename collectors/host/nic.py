@@ -379,18 +379,30 @@ def _is_netdev(d: Path) -> bool:
 
 def _netdev_dirs(path: Path) -> list[Path]:
     """Interface directories at ``path``: one interface, ``class/net`` or a sysfs root."""
+    return _netdevs_and_empty(path)[0]
+
+
+def _netdevs_and_empty(path: Path) -> tuple[list[Path], list[str]]:
+    """Interface directories at ``path``, and the names beside them that hold nothing to read: a
+    ``class/net`` entry whose target a partial copy of /sys did not keep (a dangling link), or an empty
+    directory. Regular files there (``bonding_masters``) are not interfaces."""
     if _is_netdev(path):
-        return [path]
+        return [path], []
     for base in (path, path / "net", path / "class/net"):
-        found = sorted(d for d in base.glob("*") if _is_netdev(d)) if base.is_dir() else []
+        entries = sorted(base.glob("*")) if base.is_dir() else []
+        found = [d for d in entries if _is_netdev(d)]
         if found:
-            return found
-    return []
+            return found, [d.name for d in entries if not _is_netdev(d) and (d.is_symlink() or d.is_dir())]
+    return [], []
 
 
 def _read_sysfs_net(path: Path, device: str, ts: float) -> Reading:
     out = Reading()
-    for d in _netdev_dirs(path):
+    found, empty = _netdevs_and_empty(path)
+    if empty:
+        out.problems.append(f"{len(empty)} interfaces listed with nothing behind them in this tree (a partial copy "
+                            f"of /sys?), not read: {', '.join(empty)}")
+    for d in found:
         files = {}
         stats = sorted((d / "statistics").iterdir()) if (d / "statistics").is_dir() else []
         if not stats:

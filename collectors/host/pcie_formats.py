@@ -56,6 +56,28 @@ def _int_or_none(text: str | None) -> int | None:
         return None
 
 
+# PCI class code (its first two bytes) -> what NCCL would have put under the <pci>: vendors' hand-made topology
+# files (NCCL_TOPO_FILE) name their devices by class alone, with no <gpu>/<nic> element.
+PCI_CLASS_KIND = {"0x0300": "GPU", "0x0302": "GPU", "0x0200": "NIC", "0x0207": "NIC"}
+_BRIDGE_CLASS = "0x0604"
+
+
+def _topo_sources(el: ET.Element, device: str) -> tuple[str, list[str]]:
+    """What one <pci> holds (GPU, NIC, bridge, "" for unknown) and the sources its link is reported under: NCCL's
+    ``gpu<dev>`` / net names where its dump has them, else the PCI bus id (all a class-only device has)."""
+    gpu = el.find("gpu")
+    if gpu is not None:
+        return "GPU", [f"{device}:gpu{gpu.get('dev')}"] if gpu.get("dev") else []
+    nic = el.find("nic")
+    if nic is not None:
+        return "NIC", [f"{device}:{n.get('name')}" for n in nic.findall("net") if n.get("name")]
+    klass = (el.get("class") or "")[:6].lower()
+    if klass == _BRIDGE_CLASS or el.find("pci") is not None:
+        return "bridge", []
+    kind = PCI_CLASS_KIND.get(klass, "")
+    return kind, [f"{device}:{el.get('busid')}"] if kind and el.get("busid") else []
+
+
 def _read_nccl_topo(path: Path, device: str, ts: float) -> Reading:
     try:
         root = ET.parse(path).getroot()
@@ -64,24 +86,59 @@ def _read_nccl_topo(path: Path, device: str, ts: float) -> Reading:
     if root.tag != "system":
         raise ParseError(f"{path}: not an NCCL topology XML (root <{root.tag}>, expected <system>)")
     out = Reading()
+    by_class: list[str] = []
+    no_link: list[str] = []
+    unknown: list[str] = []
     for el in root.iter("pci"):
+        kind, sources = _topo_sources(el, device)
+        busid = el.get("busid") or "?"
         # NCCL writes max_link_speed / max_link_width there (src/graph/xml.cc, ncclTopoGetXmlFromSys).
         width = _int_or_none(el.get("link_width"))
         link = pcie.PcieLink(max_gen=pcie.gen_of(el.get("link_speed")), max_width=width if width else None)
-        gpu = el.find("gpu")
-        sources = [f"{device}:gpu{gpu.get('dev')}"] if gpu is not None and gpu.get("dev") else []
-        nic = el.find("nic")
-        if nic is not None:
-            sources += [f"{device}:{n.get('name')}" for n in nic.findall("net") if n.get("name")]
-        if el.get("link_speed") and link.max_gen is None and (sources or gpu is not None):
-            out.problems.append(f"pci {el.get('busid')}: link_speed {el.get('link_speed')!r} not understood")
+        if kind == "bridge":
+            continue
+        if not kind:
+            if el.get("link_speed") or el.get("link_width"):
+                unknown.append(busid)
+            continue
+        if el.find("gpu") is None and el.find("nic") is None:
+            by_class.append(f"{kind} {busid}")
+        if el.get("link_speed") and link.max_gen is None:
+            out.problems.append(f"pci {busid}: link_speed {el.get('link_speed')!r} not understood")
+        elif link.max_gen is None and link.max_width is None:
+            no_link.append(f"{kind} {busid}")
         for source in sources:
             out.samples.extend(link_samples(link, source, ts))
+    out.problems.extend(_topo_problems(root, by_class, no_link, unknown))
     return out
 
 
+def _topo_problems(root: ET.Element, by_class: list[str], no_link: list[str], unknown: list[str]) -> list[str]:
+    out = []
+    if by_class:
+        out.append(f"{len(by_class)} devices named by PCI class only (no <gpu>/<nic> element, as in a hand-made "
+                   f"NCCL_TOPO_FILE): their links reported under their bus ids ({', '.join(by_class[:4])}, ...)")
+    if no_link:
+        out.append(f"{len(no_link)} devices without a PCIe link speed or width (a VM's virtual PCI?): "
+                   f"{', '.join(no_link[:4])}{', ...' if len(no_link) > 4 else ''}")
+    if unknown:
+        out.append(f"{len(unknown)} PCI devices with a link but no class and no <gpu>/<nic> element: not read "
+                   f"({', '.join(unknown[:4])}{', ...' if len(unknown) > 4 else ''})")
+    stray = [n.get("name") or "?" for cpu in root.iter("cpu") for nic in cpu.findall("nic") for n in nic.findall("net")]
+    if stray:
+        out.append(f"NIC {', '.join(stray)} not under a <pci>: no PCIe link to read")
+    bare = [el.get("busid") or "?" for el in root.iter("pci") if not el.attrib.keys() - {"busid"}]
+    if bare:
+        out.append(f"{len(bare)} <pci> entries carry a bus id only (no class, no link): not read")
+    return out
+
+
+_XML_PREAMBLE = re.compile(r"\s*(<\?xml[^>]*>\s*)?(<!--.*?-->\s*)*<system version=", re.S)
+
+
 def _looks_like_nccl_topo(_path: Path, head: str) -> bool:
-    return re.match(r"\s*(<\?xml[^>]*>\s*)?<system version=", head) is not None
+    # vendors' topology files open with a licence comment before <system>
+    return _XML_PREAMBLE.match(head) is not None
 
 
 class PcieLinkCollector:

@@ -1,4 +1,4 @@
-"""Host pressure: PSI stall time (``/proc/pressure/{cpu,io,memory}``, and the same files of the
+"""Host pressure: PSI stall time (``/proc/pressure/{cpu,io,irq,memory}``, and the same files of the
 training job's cgroup v2 directories) and CPU thermal throttle counts.
 
 A rank whose CPU time is stolen (data-loader workers over the cgroup's quota, a noisy neighbour),
@@ -27,7 +27,8 @@ from fabricscope.core.model import Sample, now
 
 log = logging.getLogger(__name__)
 
-RESOURCES = ("cpu", "io", "memory")
+# irq (Linux 6.1+, IRQ time accounting) prints only a "full" line; the tuple is in `ls` order, as a glob pastes them.
+RESOURCES = ("cpu", "io", "irq", "memory")
 LEVELS = ("some", "full")
 PSI_METRIC = {r: f"{r}_pressure_seconds_total" for r in RESOURCES}
 THROTTLE_METRIC = "cpu_thermal_throttle_total"
@@ -173,7 +174,10 @@ def _listdir(path: Path) -> list[str]:
 #    directory's name (a guess).
 _NAMES = {f"{r}{suffix}": r for r in RESOURCES for suffix in ("", ".pressure", ".txt", ".pressure.txt")}
 _PSI_LINE = re.compile(r"(?<![\w.])(some|full)\s+avg10=\S+\s+avg60=\S+\s+avg300=\S+\s+total=(\S+)")
-_NAMED = re.compile(r"(?:/pressure/|\bcat\s+)(cpu|io|memory)\b|\b(cpu|io|memory)\.pressure\b")
+_NAMED = re.compile(r"(?:/pressure/|\bcat\s+)(cpu|io|irq|memory)\b|\b(cpu|io|irq|memory)\.pressure\b")
+# What a paste of unnamed PSI files most likely is, by how many there are: `cat /proc/pressure/{cpu,io,memory}`
+# or `cat /proc/pressure/*` (irq between io and memory, and only where its group has no "some" line).
+_CAT_ORDERS = {3: ("cpu", "io", "memory"), 4: ("cpu", "io", "irq", "memory")}
 
 
 @dataclass
@@ -213,7 +217,9 @@ def _groups(text: str) -> tuple[list[_Group], list[str]]:
             continue
         level = m[1]
         name = _named(line[: m.start()]) or pending  # grep's "/proc/pressure/io:some ..." names its own line
-        if level == "some" or not groups or (name is not None and name != groups[-1].named):
+        # a file has one line per level: a second "full" is the next file's (irq's, which has no "some")
+        again = bool(groups) and any(ln.startswith(level) for ln in groups[-1].lines)
+        if level == "some" or not groups or again or (name is not None and name != groups[-1].named):
             groups.append(_Group(name))
             pending = None
         groups[-1].lines.append(line[m.start():])
@@ -225,8 +231,11 @@ def _resource(path: Path, group: str, given: str | None, guesses: list[str]) -> 
         if given not in RESOURCES:
             raise ParseError(f"--resource {given!r}: expected one of {', '.join(RESOURCES)}")
         return given
-    if not any(line.startswith("full ") for line in group.splitlines()):
+    lines = group.splitlines()
+    if not any(line.startswith("full ") for line in lines):
         return "cpu"  # only cpu pressure has no "full" line (kernels before 5.13): the content says so
+    if not any(line.startswith("some ") for line in lines):
+        return "irq"  # only irq pressure has no "some" line (Linux 6.1+): the content says so
     named = _NAMES.get(path.name)
     if named is None:
         raise ParseError(f"PSI text does not name its resource and the file name {path.name!r} does not either: "
@@ -245,6 +254,8 @@ def _named_groups(groups: list[_Group], device: str, ts: float, cgroup: str | No
         res = g.named
         if res is None and not any(line.startswith("full ") for line in g.lines):
             res = "cpu"
+        elif res is None and not any(line.startswith("some ") for line in g.lines):
+            res = "irq"
         if res is None:
             problems.append(f"PSI lines with no resource named, skipped: {g.lines[0][:80]!r}")
         elif res in seen:
@@ -268,17 +279,27 @@ def _read_psi(path: Path, device: str, ts: float, resource: str | None = None,
     if resource is None and any(g.named for g in groups):
         samples = _named_groups(groups, device, ts, cgroup, problems)
         return Reading(samples=samples, problems=problems, guesses=guesses)
-    if len(groups) == len(RESOURCES) and resource is None:
-        guesses.append("three PSI files in one: read as cpu, io, memory in that order "
-                       "(cat /proc/pressure/{cpu,io,memory}); split them to confirm")
-        samples = [s for r, g in zip(RESOURCES, groups, strict=True)
+    order = _CAT_ORDERS.get(len(groups))
+    if order and resource is None and _fits(order, groups):
+        count = ("three", "four")[len(groups) - 3]
+        cat = "*" if "irq" in order else "{cpu,io,memory}"
+        guesses.append(f"{count} PSI files in one: read as {', '.join(order)} in that order "
+                       f"(cat /proc/pressure/{cat}); split them to confirm")
+        samples = [s for r, g in zip(order, groups, strict=True)
                    for s in psi_samples(r, parse_psi(g.text), ts, device, cgroup)]
         return Reading(samples=samples, problems=problems, guesses=guesses)
     if len(groups) != 1:
-        raise ParseError(f"{len(groups)} PSI files in one input; expected 1, or cpu, io and memory in that order")
+        raise ParseError(f"{len(groups)} PSI files in one input; expected 1, or cpu, io and memory (and irq "
+                         f"between io and memory) in that order")
     res = _resource(path, groups[0].text, resource, guesses)
     return Reading(samples=psi_samples(res, parse_psi(groups[0].text), ts, device, cgroup), problems=problems,
                    guesses=guesses)
+
+
+def _fits(order: tuple[str, ...], groups: list[_Group]) -> bool:
+    """The content agrees with the order: irq's group (and only it) has no "some" line."""
+    return all((r == "irq") == (not any(ln.startswith("some ") for ln in g.lines))
+               for r, g in zip(order, groups, strict=True))
 
 
 def _looks_like_psi(_path: Path, head: str) -> bool:
@@ -290,7 +311,7 @@ def _looks_like_psi(_path: Path, head: str) -> bool:
 
 
 FORMATS = (
-    Format("proc-pressure", "/proc/pressure/{cpu,io,memory} or a cgroup's <resource>.pressure (PSI stall "
+    Format("proc-pressure", "/proc/pressure/{cpu,io,irq,memory} or a cgroup's <resource>.pressure (PSI stall "
            "time, counters); the resource from --resource or the content, the cgroup from --cgroup",
            sniff=_looks_like_psi, read=_read_psi, options=("resource", "cgroup")),
 )

@@ -289,9 +289,22 @@ def _port_dirs(path: Path) -> list[tuple[str, int, Path]]:
     return found
 
 
+def _devices_without_ports(path: Path, read: set[str]) -> list[str]:
+    """Names ``class/infiniband`` lists (at ``path`` a sysfs root or that directory) that no port was read for:
+    a device whose target a partial copy of /sys did not keep, or one without ``ports/<n>/counters``."""
+    base = path if path.name == "infiniband" else path / "class" / "infiniband"
+    entries = sorted(base.iterdir()) if base.is_dir() else []
+    return [e.name for e in entries if e.name not in read and (e.is_symlink() or e.is_dir())]
+
+
 def _read_sysfs_ib(path: Path, device: str, ts: float) -> Reading:
     out = Reading()
-    for dev, port, d in _port_dirs(path):
+    ports = _port_dirs(path)
+    unread = _devices_without_ports(path, {dev for dev, _, _ in ports})
+    if unread:
+        out.problems.append(f"{len(unread)} RDMA devices listed with no ports/<n>/counters in this tree (a partial "
+                            f"copy of /sys?), not read: {', '.join(unread)}")
+    for dev, port, d in ports:
         (counters, problems), hw = port_counters(d, f"{dev}/{port}"), _read_counter_dir(d / "hw_counters")
         if not counters and not hw:
             out.problems.append(f"{dev}/{port}: no readable counters")

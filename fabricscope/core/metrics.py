@@ -83,7 +83,8 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in [
     *_rows("counter", "packets the kernel dropped before the stack (softnet backlog full) / softirq budget ran out",
            "softnet_dropped_total", "softnet_time_squeeze_total"),
     *_rows("counter", "PSI stall time (label level some|full, cgroup where per cgroup)", "cpu_pressure_seconds_total",
-           "io_pressure_seconds_total", "memory_pressure_seconds_total", labels=("level", "cgroup")),
+           "io_pressure_seconds_total", "memory_pressure_seconds_total", "irq_pressure_seconds_total",
+           labels=("level", "cgroup")),
     *_rows("counter", "CPU thermal throttle events (label scope core|package)", "cpu_thermal_throttle_total",
            labels=("scope",)),
     # Issue #43: cloud NIC allowances (ENA) and PCIe credit stalls (mlx5), from ethtool -S.

@@ -190,3 +190,104 @@ def test_lprocfs_name_listed_twice_is_never_overwritten_in_silence(tmp_path: Pat
     assert _by(r.samples)[("lustre_statfs_total", ())] == 5
     assert r.problems == ["statfs listed 2 times (5, 9 samples): the first kept, the others skipped "
                           "(two counters under one name)"]
+
+
+# i43t: cloud vendors' NCCL topology files (tests/fixtures/pcie/aws-*, azure-*; docs/heldback/host.md) open with a
+# licence comment and name their GPUs and NICs by PCI class alone, with no <gpu>/<nic> element. Before, they were not
+# sniffed, and read with -f they gave nothing and no problem line: every link dropped in silence.
+def test_nccl_topology_file_devices_named_by_class_are_read_and_said(tmp_path: Path) -> None:
+    raw = tmp_path / "topo.xml"
+    raw.write_text('<!--\nCopyright (c) 2022, a cloud.\n-->\n<system version="1">\n <cpu numaid="0">\n'
+                   '  <pci busid="ffff:ff:01.0" class="0x060400" link_speed="16 GT/s" link_width="16">\n'
+                   '   <pci busid="0003:00:00.0" class="0x030200" link_speed="16 GT/s" link_width="16"/>\n'
+                   '   <pci busid="0103:00:00.0" class="0x020700" link_speed="8 GT/s" link_width="8"/>\n'
+                   '  </pci>\n  <pci busid="0001:00:00.0" class="0x030200" link_speed="" link_width="0"/>\n'
+                   '  <pci busid="0000:4f:00.0" link_speed="32 GT/s PCIe/s" link_width="16"/>\n'
+                   ' </cpu>\n</system>\n')
+    fmt = REG.sniff(raw)
+    assert fmt is not None and fmt.name == "nccl-topo"
+    r = fmt.read(raw, "h", 1.0)
+    got = {(s.source, s.metric): s.value for s in r.samples}
+    assert got == {("h:0003:00:00.0", "pcie_link_generation_max"): 4, ("h:0003:00:00.0", "pcie_link_width_max"): 16,
+                   ("h:0103:00:00.0", "pcie_link_generation_max"): 3, ("h:0103:00:00.0", "pcie_link_width_max"): 8}
+    assert r.problems == [
+        "3 devices named by PCI class only (no <gpu>/<nic> element, as in a hand-made NCCL_TOPO_FILE): their links "
+        "reported under their bus ids (GPU 0003:00:00.0, NIC 0103:00:00.0, GPU 0001:00:00.0, ...)",
+        "1 devices without a PCIe link speed or width (a VM's virtual PCI?): GPU 0001:00:00.0",
+        "1 PCI devices with a link but no class and no <gpu>/<nic> element: not read (0000:4f:00.0)"]
+
+
+def test_aws_p5_topology_without_classes_reads_nothing_and_says_why() -> None:
+    raw = FIXTURES / "pcie/aws-p5-48xl-nccl-topo/topo.xml"
+    r = _read("nccl-topo", raw)
+    assert r.samples == []
+    assert r.problems == ["32 PCI devices with a link but no class and no <gpu>/<nic> element: not read "
+                          "(0000:4f:00.0, 0000:50:00.0, 0000:51:00.0, 0000:52:00.0, ...)",
+                          "8 <pci> entries carry a bus id only (no class, no link): not read"]
+
+
+# i43t: hwloc's captures of real machines (tests/fixtures/sysfs_net/hwloc-*, docs/heldback/host.md) are whole /sys
+# trees: class/net, class/infiniband and PCIe links in one. Sniffed, they were read as whichever format sorts first,
+# exit 0 and no guess line; and entries whose targets the copy did not keep were skipped without a word.
+def test_a_whole_sys_tree_sniffed_says_which_other_formats_it_holds() -> None:
+    tree = FIXTURES / "sysfs_net/hwloc-40intel64-2g2n4c/sys"
+    proc = subprocess.run([sys.executable, "-m", "fabricscope", "parse", str(tree), "--device", "h", "--ts", "1"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 3, proc.stderr
+    line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("summary "))
+    summary = json.loads(line.removeprefix("summary "))
+    assert summary["format"] == "sysfs-infiniband"
+    assert summary["guesses"] == ["sniffed as sysfs-infiniband, but this input also reads as sysfs-net, sysfs-pcie: "
+                                  "name the one meant with --format"]
+
+
+def test_class_entries_with_nothing_behind_them_are_said(tmp_path: Path) -> None:
+    import shutil
+
+    net = tmp_path / "sys/class/net"
+    net.mkdir(parents=True)
+    shutil.copytree(FIXTURES / "sysfs_net/debian12-vm-lo-eth0/sys/class/net/eth0", net / "eth0", symlinks=True)
+    (net / "lo").symlink_to("../../devices/virtual/net/lo")  # the copy did not keep the target
+    (net / "bonding_masters").write_text("\n")  # a regular file there is not an interface
+    r = _read("sysfs-net", tmp_path / "sys")
+    assert {s.source for s in r.samples} == {"h:e:eth0"}
+    assert r.problems == ["1 interfaces listed with nothing behind them in this tree (a partial copy of /sys?), "
+                          "not read: lo"]
+    ib = tmp_path / "sys/class/infiniband"
+    shutil.copytree(FIXTURES / "sysfs_net/hwloc-40intel64-2g2n4c/sys/class/infiniband/qib0/ports",
+                    ib / "qib0/ports", symlinks=True)
+    (ib / "scif0").symlink_to("../../devices/scif_dma_0/infiniband/scif0")
+    r = _read("sysfs-infiniband", tmp_path / "sys")
+    assert r.problems[0] == ("1 RDMA devices listed with no ports/<n>/counters in this tree (a partial copy of "
+                             "/sys?), not read: scif0")
+
+
+# i43t: node_exporter's /proc/pressure/irq (held back, docs/heldback/host.md): Linux 6.1+ has a fourth PSI resource,
+# irq, that prints only a "full" line. Before, it was refused ("name it with --resource (cpu, io, memory)"), the
+# agent never read it, and in `cat /proc/pressure/*` its line joined io's file.
+def test_irq_pressure_is_a_resource_told_by_its_content(tmp_path: Path) -> None:
+    held = FIXTURES / "heldback/host/psi/node-exporter"
+    raw = tmp_path / "psi.txt"  # no name to guess from: the content (full, no some) says irq
+    raw.write_text((held / "irq").read_text() + "\n")
+    r = _read("proc-pressure", raw)
+    assert [(s.metric, s.labels, s.value) for s in r.samples] == [
+        ("irq_pressure_seconds_total", {"level": "full"}, 0.008494)] and r.guesses == []
+    every = tmp_path / "all.txt"  # `cat /proc/pressure/*`: ls order, irq between io and memory
+    every.write_text("".join((held / n).read_text().rstrip("\n") + "\n" for n in ("cpu", "io", "irq", "memory")))
+    got = {(s.metric, s.labels["level"]): s.value for s in _read("proc-pressure", every).samples}
+    assert got[("io_pressure_seconds_total", "full")] == 159.229614  # io's own full line, not irq's
+    assert got[("irq_pressure_seconds_total", "full")] == 0.008494
+    assert got[("memory_pressure_seconds_total", "some")] == 0
+
+
+def test_the_agent_reads_irq_pressure(tmp_path: Path) -> None:
+    import shutil
+
+    from fabricscope.collectors.host.pressure import PressureCollector
+
+    proc = tmp_path / "proc"
+    shutil.copytree(FIXTURES / "heldback/host/psi/node-exporter", proc / "pressure")
+    got = {(s.metric, s.labels["level"]): s.value for s in PressureCollector("h", proc_root=proc, thermal_root=None)
+           .poll() if s.metric.endswith("_pressure_seconds_total")}
+    assert got[("irq_pressure_seconds_total", "full")] == 0.008494
+    assert got[("cpu_pressure_seconds_total", "some")] == 14.036781

@@ -247,3 +247,75 @@ def test_snmpwalk_timeticks_printed_as_a_clock_are_ticks() -> None:
                                        ".1.3.6.1.2.1.1.3.0 = Timeticks: (42835038) 4 days, 22:59:10.38\n")
     assert [v for _, v in varbinds] == [71048, ((4 * 24 + 21) * 3600 + 21 * 60 + 18) * 100, 42835038]
     assert problems == []
+
+
+# i43t: Centreon's Cisco and Extreme VOSS walks (held back) and a Westermo switch's: a name (ifName, or ifDescr
+# where there is none) carried by two ifIndexes. Before, both interfaces' series went under one source, each
+# series twice, exit 0 and no problem line; a store keeps one at random.
+def test_snmp_interfaces_sharing_a_name_are_kept_apart_and_said() -> None:
+    from fabricscope.collectors.switch.snmp.parse import parse as snmp_parse
+    ifx = "1.3.6.1.2.1.2.2.1"
+    varbinds: list[tuple[str, int | bytes]] = [
+        (f"{ifx}.2.4096", b"1"), (f"{ifx}.2.4098", b"1"), (f"{ifx}.2.7", b"vlan1"),
+        (f"{ifx}.10.4096", 11), (f"{ifx}.10.4098", 22), (f"{ifx}.10.7", 33)]
+    polled = snmp_parse("sw", varbinds, 1.0)
+    got = sorted((s.source, s.value) for s in polled.samples if s.metric == "rx_bytes_total")
+    assert got == [("sw:1#4096", 11.0), ("sw:1#4098", 22.0), ("sw:vlan1", 33.0)]
+    assert polled.problems == ["interface name '1' is carried by ifIndex 4096, 4098: their samples named 1#<ifIndex>"]
+    assert polled.if_names == {4096: "1#4096", 4098: "1#4098", 7: "vlan1"}  # LLDP names the same sources
+
+
+# i43t: Centreon's FortiGate walk spells its types in capitals (COUNTER64:, GAUGE32:); before, every counter of its
+# 53 interfaces was dropped with exit 0 and no problem line, only oper status (INTEGER) came out.
+def test_snmpwalk_type_names_in_capitals_are_read() -> None:
+    from fabricscope.collectors.switch.snmp.formats import read_snmpwalk
+    varbinds, problems = read_snmpwalk(".1.3.6.1.2.1.31.1.1.1.6.3 = COUNTER64: 41444509\n"
+                                       ".1.3.6.1.2.1.31.1.1.1.15.3 = GAUGE32: 1000\n"
+                                       ".1.3.6.1.2.1.1.3.0 = 8074\n"  # -Ot: Timeticks without its type
+                                       ".1.3.6.1.2.1.4.20.1.1.10.0.0.1 = IpAddress: 10.0.0.1\n"
+                                       ".1.3.6.1.4.1.9.9.1.0 = Float: 1.5\n")
+    assert varbinds == [("1.3.6.1.2.1.31.1.1.1.6.3", 41444509), ("1.3.6.1.2.1.31.1.1.1.15.3", 1000),
+                        ("1.3.6.1.2.1.1.3.0", 8074)]
+    # a type with no rule is said; one that carries no count (IpAddress) is skipped as before
+    assert problems == ["1 OID lines of a type not read (Float), skipped, the first "
+                        "'.1.3.6.1.4.1.9.9.1.0 = Float: 1.5'"]
+
+
+# i43t: a walk as net-snmp prints it by default, with MIB names, indented in a document (a Siemens SCALANCE
+# X204IRT in rtlabs-com/p-net's docs). Before: not sniffed, and `-f snmpwalk` refused it ("no varbinds").
+def test_snmpwalk_with_mib_names_is_read_and_the_rest_said() -> None:
+    from fabricscope.collectors.formats import load
+    raw = Path(__file__).resolve().parents[1] / "fixtures/snmp-walk/siemens-scalance-x204irt-pnet-docs/walk.txt"
+    assert "   IF-MIB::ifHCInOctets.1 = Counter64: 908950" in raw.read_text().splitlines()
+    fmt = load().sniff(raw)
+    assert fmt is not None and fmt.name == "snmpwalk"
+    r = fmt.read(raw, "sw", 1.0)
+    got = {(s.source, s.metric): s.value for s in r.samples}
+    p1 = "sw:Siemens, SIMATIC NET, Ethernet Port, X1 P1"
+    assert got[(p1, "rx_bytes_total")] == 908950  # ifHCInOctets, not ifInOctets (the same here)
+    assert got[(p1, "rx_packets_total")] == 911 + 6744 + 1096  # HC unicast + multicast + broadcast
+    assert got[(p1, "tx_bytes_total")] == 1516677
+    assert r.problems[0].startswith("244 lines name an object with no numeric OID known here")
+
+
+def test_snmp_ifhighspeed_that_disagrees_with_ifspeed_is_not_trusted() -> None:
+    """The same SCALANCE puts b/s into ifHighSpeed (Mb/s): its 10 Mb/s ports read 10 Tb/s before."""
+    from fabricscope.collectors.switch.snmp.parse import parse as snmp_parse
+    polled = snmp_parse("sw", [("1.3.6.1.2.1.2.2.1.2.1", b"p1"), ("1.3.6.1.2.1.2.2.1.5.1", 10_000_000),
+                               ("1.3.6.1.2.1.31.1.1.1.15.1", 10_000_000),
+                               ("1.3.6.1.2.1.2.2.1.2.2", b"p2"), ("1.3.6.1.2.1.2.2.1.5.2", 4294967295),
+                               ("1.3.6.1.2.1.31.1.1.1.15.2", 40_000)], 1.0)
+    assert {s.source: s.value for s in polled.samples if s.metric == "speed_bps"} == {"sw:p1": 10e6, "sw:p2": 40e9}
+    assert polled.problems == ["ifHighSpeed disagrees with ifSpeed on ifIndex 1 (ifIndex 1: ifHighSpeed 10000000 "
+                               "Mb/s, ifSpeed 10000000 b/s): ifSpeed kept, exact below 4.29 Gb/s"]
+
+
+def test_snmp_packets_of_an_agent_without_ifxtable_come_from_iftable() -> None:
+    """i43t: an HP Envy printer's agent (held back) has no ifXTable; its packets were read from HC columns only
+    and came out absent with no word. ifTable's unicast + non-unicast are every packet."""
+    from fabricscope.collectors.switch.snmp.parse import parse as snmp_parse
+    ift = "1.3.6.1.2.1.2.2.1"
+    polled = snmp_parse("sw", [(f"{ift}.2.2", b"wlan0"), (f"{ift}.11.2", 13696), (f"{ift}.12.2", 4),
+                               (f"{ift}.17.2", 3629), (f"{ift}.18.2", 0)], 1.0)
+    got = {s.metric: s.value for s in polled.samples}
+    assert got["rx_packets_total"] == 13700 and got["tx_packets_total"] == 3629

@@ -103,3 +103,19 @@ def test_lldp_columns_are_walked_even_when_empty_at_the_full_walk() -> None:
     assert not full
     assert set(oids.LLDP_COLUMNS) <= set(walk)
     assert oids.IF_NAME not in walk
+
+
+def test_ifspeed_stays_in_the_poll_where_ifhighspeed_disagrees_with_it() -> None:
+    """i43t: parse keeps ifSpeed where a device's ifHighSpeed disagrees with it (a SCALANCE puts b/s there);
+    a planned poll that left ifSpeed out would report its 10 Mb/s ports at 10 Tb/s between full walks."""
+    from fabricscope.collectors.switch.snmp.formats import read_snmpwalk
+
+    fixtures = FIXTURES / "snmp-walk"
+    for case, kept in (("siemens-scalance-x204irt-pnet-docs", True), ("netsnmp-linux-snmpbulkwalk-On", False)):
+        varbinds, _ = read_snmpwalk((fixtures / case / "walk.txt").read_text())
+        plan = WalkPlan(oids.STANDARD)
+        plan.observe(varbinds, full=True, if_indexes=frozenset(parse("sw", varbinds, 1.0).if_names))
+        assert ("1.3.6.1.2.1.2.2.1.5" not in plan.skipped) is kept, case
+        planned = [vb for vb in varbinds if vb[0].rpartition(".")[0] not in plan.skipped]
+        full = {(s.source, s.metric): s.value for s in parse("sw", varbinds, 1.0).samples}
+        assert {(s.source, s.metric): s.value for s in parse("sw", planned, 1.0).samples} == full, case

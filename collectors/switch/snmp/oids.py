@@ -63,6 +63,12 @@ STANDARD: tuple[Column, ...] = (
     Column(_IFX + "11", "tx_packets_total"),  # ifHCOutUcastPkts
     Column(_IFX + "12", "tx_packets_total"),  # ifHCOutMulticastPkts
     Column(_IFX + "13", "tx_packets_total"),  # ifHCOutBroadcastPkts
+    # An agent with no ifXTable (printers, old or small switches) has only ifTable's 32-bit unicast and
+    # non-unicast counts; together they are every packet, as the three HC columns are.
+    Column(_IF + "11", "rx_packets_total", rank=1),  # ifInUcastPkts
+    Column(_IF + "12", "rx_packets_total", rank=1),  # ifInNUcastPkts
+    Column(_IF + "17", "tx_packets_total", rank=1),  # ifOutUcastPkts
+    Column(_IF + "18", "tx_packets_total", rank=1),  # ifOutNUcastPkts
     Column(_IF + "13", "rx_discards_total"),  # ifInDiscards
     Column(_IF + "14", "rx_errors_total"),  # ifInErrors
     Column(_IF + "19", "tx_discards_total"),  # ifOutDiscards

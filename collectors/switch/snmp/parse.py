@@ -63,6 +63,43 @@ def _value(col: Column, raw: Value) -> float | None:
     return raw * col.scale
 
 
+def _interface_names(names: Mapping[int, str], descr: Mapping[int, str]) -> tuple[dict[int, str], list[str]]:
+    """ifIndex → the name its samples go under: ifName, else ifDescr. A name that two or more ifIndexes
+    carry (a device reusing a port label across line cards, an anonymised walk) cannot name a source on
+    its own: their series would collide and a store would keep one at random. Each such interface is
+    named ``<name>#<ifIndex>`` and the name is one problem line."""
+    plain = {i: n for i in {*names, *descr} if (n := names.get(i) or descr.get(i))}
+    by_name: dict[str, list[int]] = defaultdict(list)
+    for if_index, name in plain.items():
+        by_name[name].append(if_index)
+    problems: list[str] = []
+    for name, indexes in sorted(by_name.items()):
+        if len(indexes) > 1:
+            indexes.sort()
+            for if_index in indexes:
+                plain[if_index] = f"{name}#{if_index}"
+            problems.append(f"interface name {name!r} is carried by ifIndex {', '.join(map(str, indexes))}: "
+                            f"their samples named {name}#<ifIndex>")
+    return plain, problems
+
+
+def _check_speeds(parts: Mapping[tuple, list[float]], best: dict[tuple, tuple[int, float]]) -> list[str]:
+    """ifHighSpeed (Mb/s) against ifSpeed (b/s, exact below its 2**32 - 1 ceiling, where it saturates and is left
+    absent): where both are there and disagree, the device misreports one of them (a SCALANCE switch puts b/s into
+    ifHighSpeed: 10 Mb/s ports read as 10 Tb/s). ifSpeed, exact, is kept; the disagreement is one problem line."""
+    off: list[tuple[int, float, float]] = []
+    for (if_index, metric, labels), (rank, high) in best.items():
+        exact = parts.get((if_index, metric, labels, labels, 1)) if metric == "speed_bps" and rank == 0 else None
+        if exact and exact[0] > 0 and round(high / 1e6) != round(exact[0] / 1e6):
+            best[(if_index, metric, labels)] = (1, exact[0])
+            off.append((if_index, high, exact[0]))
+    if not off:
+        return []
+    i, high, low = off[0]
+    return [f"ifHighSpeed disagrees with ifSpeed on ifIndex {', '.join(str(o[0]) for o in off)} (ifIndex {i}: "
+            f"ifHighSpeed {high / 1e6:.0f} Mb/s, ifSpeed {low:.0f} b/s): ifSpeed kept, exact below 4.29 Gb/s"]
+
+
 def parse(
     device: str,
     varbinds: Iterable[tuple[str, Value]],
@@ -128,7 +165,8 @@ def parse(
 
     for (part, _), total in summed.items():
         parts[part].append(total)
-    out.if_names = {i: names.get(i) or descr[i] for i in descr} | names
+    out.if_names, shared = _interface_names(names, descr)
+    out.problems.extend(shared)
     best: dict[tuple[int, str, tuple[tuple[str, str], ...]], tuple[int, float]] = {}
     for (if_index, metric, labels, col_labels, rank), values in parts.items():
         if len(values) != ncols[(metric, col_labels, rank)]:
@@ -137,9 +175,10 @@ def parse(
         if key not in best or rank < best[key][0]:
             best[key] = (rank, float(sum(values)))
 
+    out.problems.extend(_check_speeds(parts, best))
     wanted: dict[str, bool] = {}
     for (if_index, metric, labels), (_, value) in sorted(best.items()):
-        name = names.get(if_index) or descr.get(if_index)
+        name = out.if_names.get(if_index)
         if not name:
             out.problems.append(f"ifIndex {if_index}: no ifName/ifDescr, samples skipped")
             continue

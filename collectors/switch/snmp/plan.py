@@ -82,8 +82,9 @@ class WalkPlan:
         for c in self.columns:
             groups[(c.metric, c.labels, c.rank)].append(c.oid)
         skip = {c for c in self.all if not rows.get(c)}
+        keep_speed = _speeds_disagree(varbinds)  # parse then trusts ifSpeed: it must stay in the poll
         for c in self.columns:
-            if c.rank == 0 or c.oid in skip:
+            if c.rank == 0 or c.oid in skip or (keep_speed and c.transform == "speed32"):
                 continue
             better = [cols for (m, lab, r), cols in groups.items() if m == c.metric and lab == c.labels and r < c.rank]
             if all(any(all(idx in rows.get(o, ()) for o in cols) for cols in better) for idx in rows[c.oid]):
@@ -93,3 +94,19 @@ class WalkPlan:
         if rows.get(oids.IF_DESCR, set()) <= named:
             skip.add(oids.IF_DESCR)
         self.skipped = frozenset(skip - self.always)
+
+
+def _speeds_disagree(varbinds: Sequence[tuple[str, Value]]) -> bool:
+    """Some interface's ifHighSpeed (Mb/s) disagrees with its unsaturated ifSpeed (b/s): parse keeps ifSpeed there
+    (parse._check_speeds), so a planned poll must not leave ifSpeed out."""
+    speed: dict[str, int] = {}
+    high: dict[str, int] = {}
+    for oid, value in varbinds:
+        head, _, idx = oid.lstrip(".").rpartition(".")
+        if isinstance(value, int) and head in (IF_SPEED, IF_HIGH_SPEED):
+            (speed if head == IF_SPEED else high)[idx] = value
+    return any(0 < v < 4294967295 and idx in high and round(v / 1e6) != high[idx] for idx, v in speed.items())
+
+
+IF_SPEED = "1.3.6.1.2.1.2.2.1.5"
+IF_HIGH_SPEED = "1.3.6.1.2.1.31.1.1.1.15"
