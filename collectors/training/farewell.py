@@ -43,9 +43,11 @@ DEFAULT_FLUSH_S = 2.0
 
 
 class Farewell:
-    def __init__(self, dump: Any, *, timeout_s: float = DEFAULT_FLUSH_S) -> None:
-        """``dump(dying, timeout_s)``: the recorder's final dump (never raises)."""
-        self.dump, self.timeout = dump, timeout_s
+    def __init__(self, dump: Any, *, timeout_s: float = DEFAULT_FLUSH_S, on_signal: Any = None) -> None:
+        """``dump(dying, timeout_s)``: the recorder's final dump (never raises). ``on_signal()``: noted
+        in the main thread as the signal reaches Python, before the program's own handler runs (which
+        may close the recorder before the watcher thread's dump has begun)."""
+        self.dump, self.timeout, self.on_signal = dump, timeout_s, on_signal
         self.previous: Any = None
         self.installed = False
         self.done = threading.Event()
@@ -105,6 +107,11 @@ class Farewell:
                 self._w.send(bytes([signal.SIGTERM]))
         except OSError:
             pass
+        if self.on_signal is not None:
+            try:
+                self.on_signal()
+            except Exception as e:  # never into the program's handler or its training loop
+                log.debug("fabricscope: SIGTERM noted with an error: %s", e)
         if callable(self.previous):
             self.previous(signum, frame)
 

@@ -58,6 +58,10 @@ class LastWords:
         except Exception:
             self.errors += 1
 
+    def signalled(self, signal_name: str) -> None:
+        """The process was told to stop: its rank_exit names the signal (final() sends the rest)."""
+        self._exit_attrs = {"signal": signal_name}
+
     def final(self, signal_name: str) -> None:
         """The process was told to stop (farewell.py): what it is inside goes out now, however short
         a time it has been there, marked ``final``; its rank_exit will name the signal."""

@@ -223,7 +223,7 @@ class Recorder:
                 self._register()
             term_s = _env_float(self._env, "FABRICSCOPE_TERM_FLUSH_S", farewell.DEFAULT_FLUSH_S)
             if term_s > 0 and self._env is os.environ:  # the final dump on SIGTERM (farewell.py)
-                fw = farewell.Farewell(self._final_dump, timeout_s=term_s)
+                fw = farewell.Farewell(self._final_dump, timeout_s=term_s, on_signal=self._signalled)
                 self._farewell = fw if fw.install() else None
             atexit.register(self.close)
             import multiprocessing.util as mpu
@@ -262,6 +262,12 @@ class Recorder:
                 self._sender.close(self._exit_timeout if timeout_s is None else timeout_s)
         except Exception as e:
             log.warning("fabricscope: close: %s", e)
+
+    def _signalled(self) -> None:
+        """SIGTERM reached Python (main thread): a close the program's own handler makes from here on
+        says so in its rank_exit, whether or not the final dump's thread has started."""
+        if self._lastwords is not None:
+            self._lastwords.signalled("SIGTERM")
 
     def _final_dump(self, dying: bool, timeout_s: float) -> None:
         """On SIGTERM, from farewell.py's thread (never the training thread): what the rank is inside,
