@@ -25,7 +25,7 @@ import time
 from collections import deque
 from typing import Any
 
-PAIRS_MAX = 8192  # event pairs per device: the ops it may have in flight (issued, not yet resolved)
+PAIRS_MAX = 16384  # event pairs per device: the ops it may have in flight (issued, not yet resolved)
 RING = 1 << 16
 DRY = ("dry",)  # the token of an op that found its device's pool dry: not timed
 
