@@ -278,7 +278,9 @@ class CollectiveTimer:
         if cuda is not None:
             if is_async and res is not None:
                 return TimedWork(res, _CudaEnd(self, cuda, fields))
-            self._cuda_end(cuda, fields)
+            self.cuda.end(cuda, fields)
+            if self._resolver is None:
+                self._start_resolver()
             return res
         return self.track_async(res, fields)
 
@@ -456,10 +458,13 @@ class _CudaEnd:
         self.timer, self.token, self.fields = timer, token, fields
 
     def __call__(self) -> None:
+        t = self.timer
         try:
-            self.timer._cuda_end(self.token, self.fields, waited=True)
+            t.cuda.end(self.token, self.fields, True)
+            if t._resolver is None:
+                t._start_resolver()
         except Exception:
-            self.timer.errors += 1
+            t.errors += 1
 
 
 class _AsyncEnd:

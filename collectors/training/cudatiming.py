@@ -27,6 +27,7 @@ from typing import Any
 
 PAIRS_MAX = 16384  # event pairs per device: the ops it may have in flight (issued, not yet resolved)
 RING = 1 << 16
+_UNSET = object()
 DRY = ("dry",)  # the token of an op that found its device's pool dry: not timed
 
 
@@ -80,6 +81,7 @@ class CudaTiming:
         self._read = 0
         self._issued = 0  # tickets handed out (the last one + 1)
         self._skipped: set[int] = set()
+        self._current: Any = _UNSET  # torch.cuda.current_stream, or None where there is none
         self._streams: dict[Any, deque[tuple[Any, ...]]] = {}  # stream (None: unknown) -> ops, oldest first
         self._lock = threading.Lock()  # resolve() from the resolver thread, flush() and close()
         self.ring_dropped = 0
@@ -93,16 +95,22 @@ class CudaTiming:
         return sum(len(q) for q in self._streams.values()) + self._issued - self._read
 
     def _stream(self) -> Any:
-        current = getattr(self.timer.torch.cuda, "current_stream", None)
+        current = self._current
+        if current is _UNSET:  # looked up once: torch is the timer's, imported by its install()
+            current = self._current = getattr(self.timer.torch.cuda, "current_stream", None)
         return current() if current is not None else None
 
     def start(self) -> Any:
         """On the training thread, before the call: ``(stream, device, pair)``, or ``DRY``."""
         s = self._stream()
-        dev = getattr(s, "device_index", None) if s is not None else None
-        pair = self.pool.take(dev)
-        if pair is None:
-            return DRY
+        dev = s.device_index if s is not None else None
+        free = self.pool._free.get(dev)
+        try:
+            pair = free.pop()  # type: ignore[union-attr]  # the common case, inline: one call less
+        except (AttributeError, IndexError):
+            pair = self.pool.take(dev)
+            if pair is None:
+                return DRY
         pair[0].record(s)
         return (s, dev, pair)
 
