@@ -27,6 +27,7 @@ from typing import Any
 
 PAIRS_MAX = 16384  # event pairs per device: the ops it may have in flight (issued, not yet resolved)
 RING = 1 << 16
+_STREAMS_KEPT = 64
 _UNSET = object()
 DRY = ("dry",)  # the token of an op that found its device's pool dry: not timed
 
@@ -111,16 +112,24 @@ class CudaTiming:
             pair = self.pool.take(dev)
             if pair is None:
                 return DRY
-        pair[0].record(s)
+        try:
+            pair[0].record(s)
+        except Exception:
+            self.pool.give(dev, pair)
+            raise
         return (s, dev, pair)
 
     def end(self, token: tuple[Any, Any, Any], fields: tuple[Any, ...], waited: bool = False) -> None:
         """On the training thread, after the call (an async op: after ``wait()``, on the stream that
         waited). ``fields``: op, seq, bytes, group, group size, step, issue wall time."""
         s, dev, pair = token
-        if waited and s is not None:
-            s = self._stream()
-        pair[1].record(s)
+        try:
+            if waited and s is not None:
+                s = self._stream()
+            pair[1].record(s)
+        except Exception:
+            self.pool.give(dev, pair)  # not lost to the pool; the caller counts the error
+            raise
         n = next(self._ticket)
         self._issued = n + 1
         if self._ring[n % self._size] is None:
@@ -138,6 +147,9 @@ class CudaTiming:
             n = 0
             for q in self._streams.values():
                 n += self._resolve_stream(q)
+            if len(self._streams) > _STREAMS_KEPT:  # streams made and dropped by the job: forget the idle
+                for s in [s for s, q in self._streams.items() if not q]:
+                    del self._streams[s]
         return n
 
     def _take_ring(self) -> None:

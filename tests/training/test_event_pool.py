@@ -245,3 +245,23 @@ def test_the_training_thread_builds_no_dict_per_cuda_op(hook: Any, monkeypatch: 
     assert built == []  # nothing built at the call: the resolver builds them
     CUDA.stream.finish()
     assert timer.resolve() == 3 and built == ["_post"] * 3  # on the resolver's side
+
+
+def test_an_event_that_fails_is_counted_and_never_reaches_the_loop(hook: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    rec, timer, wrapped, sent = hook
+    issue(wrapped, 1)
+    CUDA.stream.finish()
+    timer.resolve()
+
+    def broken(self: Event, stream: Stream | None = None) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    with monkeypatch.context() as m:
+        m.setattr(Event, "record", broken)
+        t = Tensor()
+        assert wrapped(t) is None and wrapped(t, async_op=True).wait()  # the collective's results come back
+    # counted, not posted (a CPU clock would time only the launch), and the pair is back in the pool
+    assert timer.errors == 2 and timer.cuda.pool.made == {0: 1} and len(timer.cuda.pool._free[0]) == 1
+    issue(wrapped, 1)
+    CUDA.stream.finish()
+    assert timer.resolve() == 1 and [m["seq"] for m in sent] == [1, 4]
