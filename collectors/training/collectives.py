@@ -12,9 +12,10 @@ across ranks), and the training step it was issued in.
 
 - CPU tensors (gloo): monotonic clock around the call; an async op ends when its future completes
   (a callback, no extra thread), or when ``wait()`` returns where the backend has no future.
-- CUDA tensors: two CUDA events around the work on the current stream, resolved later by a daemon
-  thread with ``query()``/``elapsed_time`` (no device sync in the training loop). Wall times come
-  from one anchor event synchronised once when the recorder starts timing CUDA.
+- CUDA tensors: two pooled CUDA events around the work on the current stream and one tuple in a
+  ring; a daemon thread resolves them per stream in issue order with ``query()``/``elapsed_time``
+  (no device sync in the training loop; cudatiming.py). Wall times come from one anchor event
+  synchronised once when the recorder starts timing CUDA.
 
 torch is imported only by ``install`` (the recorder calls it lazily).
 """
@@ -27,8 +28,9 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
 from typing import Any, Protocol
+
+from fabricscope.collectors.training.cudatiming import DRY, CudaTiming
 
 
 class Recorder(Protocol):
@@ -72,8 +74,6 @@ _ALWAYS_ASYNC = frozenset({"isend", "irecv"})
 # Point-to-point ops: numbered per (group, direction, peer), not in the group's collective sequence
 # (ranks that are not the peer never see them, and would fall out of step).
 _PEER_PARAM = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
-_PENDING_MAX = 100_000  # CUDA event pairs waiting to be resolved before new ones are dropped
-_POOL_MAX = 4096  # resolved CUDA events kept for reuse: creating one costs ~2.5 µs, reusing ~0.1 µs
 # Sync CPU collectives: one tuple each in a preallocated ring, made into records by the resolver thread
 # (#45 item 2: no dict and no sender queue on the training thread). Full ring: the op is dropped, counted.
 _RING = 1 << 16
@@ -146,13 +146,11 @@ class CollectiveTimer:
         self.tls = threading.local()
         self.errors = 0
         self.recorded = 0
-        self._pending: deque[tuple[Any, Any, dict[str, Any]]] = deque()
+        self.cuda = CudaTiming(self)  # pooled events, a tuple ring, resolution in stream order
         self._resolver: threading.Thread | None = None
         self._anchor: tuple[Any, float] | None = None  # (CUDA event, wall time it completed)
         self._stop = threading.Event()
         self.inflight: tuple[Any, ...] | None = None  # (spec, args, kwargs, t0) of the call in progress
-        self._pool: list[Any] = []  # resolved timing events, re-recorded instead of created (#45)
-        self.events_created = 0
         self._ring: list[tuple[Any, ...] | None] = [None] * _RING
         self._ticket = itertools.count()  # next() is atomic under the GIL: one ticket per call, any thread
         self._read = 0  # the next ticket the resolver makes a record of; slot = ticket % _RING
@@ -273,17 +271,18 @@ class CollectiveTimer:
             if self._resolver is None:
                 self._start_resolver()
             return res
-        meta = self.rec._collective_meta(op, seq, size, g.name, g.size)
-        if cuda is not None:
-            meta["_issued"] = t0 + self.rec.wall_offset
-            if is_async and res is not None:
-                return TimedWork(res, _CudaEnd(self, cuda, meta))
-            self._cuda_end(cuda, meta)
+        # CUDA and async ops: a tuple of the fields, made into a record by the resolver (no dict here)
+        fields = (op, seq, size, g.name, g.size, self.rec._step, t0 + self.rec.wall_offset)
+        if cuda is DRY:  # no event pair free: the op keeps its seq, is counted, and is not posted
             return res
-        if is_async and res is not None:
-            return self.track_async(res, meta, t0)
-        self.emit(meta, t0, t1)
-        return res
+        if cuda is not None:
+            if is_async and res is not None:
+                return TimedWork(res, _CudaEnd(self, cuda, fields))
+            self.cuda.end(cuda, fields)
+            if self._resolver is None:
+                self._start_resolver()
+            return res
+        return self.track_async(res, fields)
 
     def _flight_slot(self, flight: Any, spec: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
                      t0: float) -> list[Any]:
@@ -317,22 +316,29 @@ class CollectiveTimer:
             return TimedWork(res, end)
         return res
 
-    def track_async(self, work: Any, meta: dict[str, Any], t0: float) -> Any:
-        """End the record when the work completes (future callback), else when it is waited on."""
-        perf = time.perf_counter
+    def track_async(self, work: Any, fields: tuple[Any, ...]) -> Any:
+        """End the op when the work completes (future callback), else when it is waited on; either
+        way one tuple goes in the ring, like a sync op's."""
+        end = _AsyncEnd(self, fields)
         try:
             fut = work.get_future()
         except Exception:  # e.g. gloo send/recv: no future
-            return TimedWork(work, lambda: self.emit(meta, t0, perf()))
-        fut.add_done_callback(lambda _f: self.emit(meta, t0, perf()))
+            return TimedWork(work, end)
+        fut.add_done_callback(end)
         return work
 
-    def emit(self, meta: dict[str, Any], t0: float, t1: float) -> None:
-        off = self.rec.wall_offset
-        meta["start"] = t0 + off
-        meta["end"] = t1 + off
-        self.recorded += 1
-        self.rec._submit("collectives", meta)
+    def put(self, fields: tuple[Any, ...], end: float) -> None:
+        """One CPU-timed op into the ring (any thread); ``fields`` as :meth:`_done` makes them."""
+        n = next(self._ticket)
+        if self._ring[n % _RING] is None:
+            op, seq, size, group, group_size, step, start = fields
+            self._ring[n % _RING] = (n, op, seq, size, group, group_size, step, start, end)
+        else:
+            self._skipped.add(n)
+            self.ring_dropped += 1
+            self.rec._count_drop(1)
+        if self._resolver is None:
+            self._start_resolver()
 
     def group(self, pg: Any) -> _Group:
         if pg is None:
@@ -373,33 +379,23 @@ class CollectiveTimer:
                     t = t[0] if t else None
             if t is None or not getattr(t, "is_cuda", False):
                 return None
-            ev = self._event()
-            ev.record()
-            return ev
         except Exception:
             self.errors += 1
             return None
-
-    def _event(self) -> Any:
         try:
-            return self._pool.pop()  # list.pop/append are atomic: the resolver thread refills it
-        except IndexError:
-            self.events_created += 1
-            return self.torch.cuda.Event(enable_timing=True)
+            return self.cuda.start()
+        except Exception:  # a CUDA op that the CPU clock would mistime: not posted, counted
+            self.errors += 1
+            return DRY
 
-    def _release(self, *events: Any) -> None:
-        if len(self._pool) < _POOL_MAX:
-            self._pool.extend(events)
-
-    def _cuda_end(self, start: Any, meta: dict[str, Any]) -> None:
-        end = self._event()
-        end.record()
-        if len(self._pending) >= _PENDING_MAX:
-            self.rec._count_drop(1)
-            return
-        self._pending.append((start, end, meta))
+    def _cuda_end(self, token: Any, fields: tuple[Any, ...], waited: bool = False) -> None:
+        self.cuda.end(token, fields, waited)
         if self._resolver is None:
             self._start_resolver()
+
+    @property
+    def events_created(self) -> int:
+        return self.cuda.pool.events_created
 
     def _start_resolver(self) -> None:
         with self._start_lock:
@@ -451,44 +447,43 @@ class CollectiveTimer:
         return n
 
     def resolve(self) -> int:
-        """Post the ring's records, and the CUDA-timed collectives whose end event has completed,
-        oldest first."""
-        n = self.drain()
-        while self._pending:
-            start, end, meta = self._pending[0]
-            try:
-                if not end.query():
-                    break
-                dur = start.elapsed_time(end) / 1000.0
-                if self._anchor is not None:
-                    ev, wall = self._anchor
-                    meta["start"] = wall + ev.elapsed_time(start) / 1000.0
-                else:  # no anchor: the CPU issue time stands in for the GPU start
-                    meta["start"] = meta.pop("_issued", time.time())
-                meta.pop("_issued", None)
-                meta["end"] = meta["start"] + dur
-                self.recorded += 1
-                self.rec._submit("collectives", meta)
-                self._release(start, end)  # both completed: safe to record again
-            except Exception:
-                self.errors += 1
-            self._pending.popleft()
-            n += 1
-        return n
+        """Post the ring's records, and the CUDA-timed collectives whose end event has completed
+        (per stream, in issue order)."""
+        return self.drain() + self.cuda.resolve()
 
 
 class _CudaEnd:
     """Records the end event once ``wait()`` returned (the stream now waits for the collective)."""
 
     needs_wait = True
-    __slots__ = ("meta", "start", "timer")
+    __slots__ = ("fields", "timer", "token")
 
-    def __init__(self, timer: CollectiveTimer, start: Any, meta: dict[str, Any]) -> None:
-        self.timer, self.start, self.meta = timer, start, meta
+    def __init__(self, timer: CollectiveTimer, token: Any, fields: tuple[Any, ...]) -> None:
+        self.timer, self.token, self.fields = timer, token, fields
 
     def __call__(self) -> None:
+        t = self.timer
         try:
-            self.timer._cuda_end(self.start, self.meta)
+            t.cuda.end(self.token, self.fields, True)
+            if t._resolver is None:
+                t._start_resolver()
+        except Exception:
+            t.errors += 1
+
+
+class _AsyncEnd:
+    """A CPU async op's end: its future's callback (gloo's thread) or its ``wait()``."""
+
+    needs_wait = False
+    __slots__ = ("fields", "timer")
+
+    def __init__(self, timer: CollectiveTimer, fields: tuple[Any, ...]) -> None:
+        self.timer, self.fields = timer, fields
+
+    def __call__(self, *_future: Any) -> None:
+        try:
+            t = self.timer
+            t.put(self.fields, time.perf_counter() + t.rec.wall_offset)
         except Exception:
             self.timer.errors += 1
 
@@ -517,34 +512,36 @@ def ddp_comm_hook(rec: Recorder, inner: Any = None) -> Any:
             return inner(state, bucket)
         if timer.flight is not None and not timer.flight.disabled:
             return inner(state, bucket)  # the Flight Recorder lists the bucket's all-reduce itself
-        g = None
-        meta = None
+        fields = None
         t0 = time.perf_counter()
         try:
             g = timer.group(state if state is not None and hasattr(state, "size") else None)
             g.seq += 1
             buf = bucket.buffer()
-            meta = rec._collective_meta("all_reduce", g.seq, nbytes(buf), g.name, g.size)
+            fields = ("all_reduce", g.seq, nbytes(buf), g.name, g.size, rec._step, t0 + rec.wall_offset)
             cuda = getattr(buf, "is_cuda", False)
         except Exception:
             timer.errors += 1
             cuda = False
-        start_ev = timer._cuda_start((buf,), {}, [(0, "tensor")]) if (cuda and meta is not None) else None
+        token = timer._cuda_start((buf,), {}, [(0, "tensor")]) if (cuda and fields is not None) else None
         timer.tls.suppress = True
         try:
             fut = inner(state, bucket)
         finally:
             timer.tls.suppress = False
-        if meta is None:
+        if fields is None or token is DRY:
             return fut
-        if start_ev is not None:
+        if token is not None:
             # The callback runs with the current stream synchronised with the collective's.
             def _end(f: Any) -> Any:
-                timer._cuda_end(start_ev, meta)
+                try:
+                    timer._cuda_end(token, fields, waited=True)
+                except Exception:
+                    timer.errors += 1
                 return f.value()
 
             return fut.then(_end)
-        fut.add_done_callback(lambda _f: timer.emit(meta, t0, time.perf_counter()))
+        fut.add_done_callback(_AsyncEnd(timer, fields))
         return fut
 
     return hook

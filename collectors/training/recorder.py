@@ -252,7 +252,7 @@ class Recorder:
                 self._flight.stop(final=True)
             t = self._timer_obj
             if t is not None:
-                if t._pending and self.cuda_on:
+                if t.cuda.pending() and self.cuda_on:
                     t.torch.cuda.synchronize()  # at exit a sync costs nothing to training
                 t.resolve()
                 t._stop.set()
@@ -315,6 +315,8 @@ class Recorder:
         fr = self._flight
         out["collectives_recorded"] = (t.recorded if t else 0) + (fr.recorded if fr else 0)
         out["errors"] = self._errors + (t.errors if t else 0) + (fr.errors if fr else 0)
+        if t is not None and self.cuda_on:  # CUDA ops left untimed because their device's event pool was dry
+            out["cuda_untimed"] = t.cuda.untimed
         if fr is not None:  # entries lost to the ring wrapping, ops posted under the ring's own name
             out["flight_missed"], out["flight_unmapped"] = fr.missed, fr.unmapped
         out["dropped"] = out.get("dropped", 0) + self._drops
