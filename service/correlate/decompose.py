@@ -53,7 +53,8 @@ def decompose(steps: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
     """`steps`: rank, dur, data, fb, opt, ckpt (+ placement, + comm_summed: each rank's collective
     seconds from its summaries, queries.rank_rows); `coll`: rank, seq, duration_s.
     Missing collective rows are imputed with that collective's median over ranks, so a lost row
-    does not make a rank look like it did more local work; a rank with no summary gets the median."""
+    does not make a rank look like it did more local work; so is a rank without a full summary, with
+    the ranks' median."""
     df = steps.copy()
     df["comm"] = 0.0
     if "comm_summed" in df:  # every rank's own summed time (bounded detail): the records are a sample

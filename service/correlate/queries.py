@@ -238,10 +238,12 @@ def rank_rows(
 
 
 def _rank_comm(summed: pd.DataFrame) -> pd.Series:
-    """Each rank's collective seconds by rank, a rank that timed fewer of the step's collectives than
-    the most any rank timed (a lost record) scaled up to that count at its own mean."""
+    """Each rank's collective seconds by rank; NaN (decompose takes the ranks' median) for a rank that
+    timed fewer of the step's collectives than the most any rank timed. Its lost record may be the
+    one that held its wait for a straggler (the step's first collective after a slow loader): its own
+    total, even scaled up at its own mean, would make it the step's slowest worker."""
     total, n = summed["total"].astype(float), summed["n"].astype(float)
-    return pd.Series((total * (n.max() / n)).to_numpy(), index=summed["rank"].astype(np.int64).to_numpy())
+    return pd.Series(total.where(n >= n.max()).to_numpy(), index=summed["rank"].astype(np.int64).to_numpy())
 
 
 def _collectives(conn: Any, *, job: str, step: int) -> pd.DataFrame:
