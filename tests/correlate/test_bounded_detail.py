@@ -63,6 +63,10 @@ def test_the_transfer_time_is_read_alike_in_sampled_and_full_steps(db_conn: psyc
     assert float(spread.max() - spread.min()) < 0.1, spread.describe()
     assert all(float(summ.loc[s, "transfer"]) > base for s in slowed)
     assert not summ["pending"].any()
+    # a step whose ranks' summaries are not all in has no transfer yet (and is read again)
+    db_conn.execute("DELETE FROM collective_summaries WHERE job = %s AND step = 20 AND rank = 3", (sc.job,))
+    late = q.step_summaries(db_conn, job=sc.job, lo=20, hi=20).iloc[0]
+    assert late["pending"] and late["transfer"] is None
 
 
 def _attributed_right(conn: psycopg.Connection, sc: Scenario, slowed: list[int]) -> None:
