@@ -89,3 +89,21 @@ def test_a_straggler_no_rank_flagged_is_named_from_the_summaries(db_conn: psycop
     """+8 %: under every rank's own slow flag (1.2x its recent median), so its steps carry one sampled
     rank's records like the healthy ones; the ranks' summed collective times show whom they waited for."""
     _attributed_right(db_conn, *_bounded_job(db_conn, 2, "gpu_straggler", 0.08, flagged=False))
+
+
+def test_a_step_whose_summaries_are_late_is_read_again(db_conn: psycopg.Connection) -> None:
+    """The newest step: its ranks' step records are in, one rank's summaries not yet (the hook sends
+    them a settle time after the step). Its summary row is not kept as final: once they land, the
+    engine reads its transfer."""
+    sc, _ = _bounded_job(db_conn, 3, "nic_degradation", 0.3)
+    last, ranks = STEPS - 1, sc.cluster.ranks
+    held = db_conn.execute("DELETE FROM collective_summaries WHERE job = %s AND step = %s AND rank = 5 RETURNING *",
+                           (sc.job, last)).fetchall()
+    assert held
+    engine = AttributionEngine()
+    first = engine._step_summaries(db_conn, sc.job, last - 3, last, ranks).set_index("step")
+    assert bool(first.loc[last, "pending"]) and np.isnan(first.loc[last, "transfer"])
+    with db_conn.cursor() as cur:
+        cur.executemany(f"INSERT INTO collective_summaries VALUES ({', '.join(['%s'] * len(held[0]))})", held)
+    again = engine._step_summaries(db_conn, sc.job, last - 3, last, ranks).set_index("step")
+    assert not again.loc[last, "pending"] and again.loc[last, "transfer"] > 0
