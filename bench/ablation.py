@@ -58,7 +58,8 @@ def switchable() -> list[str]:
     return sorted(set(found), key=lambda r: BY_ID[r].precedence)
 
 
-def load(conn: psycopg.Connection, seeds: list[int], n_runs: int, step_jitter: float | None = None) -> list[Scenario]:
+def load(conn: psycopg.Connection, seeds: list[int], n_runs: int, step_jitter: float | None = None,
+         bounded: str | None = None) -> list[Scenario]:
     sink = DirectSink(conn)
     clock = itertools.count()
     runs: list[Scenario] = []
@@ -70,6 +71,10 @@ def load(conn: psycopg.Connection, seeds: list[int], n_runs: int, step_jitter: f
             (sc,) = accuracy_runs(1, seed, first=i, t0=1.75e9 + next(clock) * RUN_SPACING_S, step_jitter=step_jitter)
             send_scenario(sink, sc, topology=sc.cluster.spec != prev)
             prev = sc.cluster.spec
+            if bounded:  # the summaries and collectives a hook in bounded mode sends (bench/bounded_filter.py)
+                from bench.bounded_filter import thin
+
+                thin(conn, sc.job, bounded)
             runs.append(sc)
             print(f"  loaded run {len(runs)}/{n_runs} (seed {seed}#{i}, {len(sc.truth)} steps, "
                   f"{sum(1 for f in sc.faults)} faults) [{time.perf_counter() - t_all:.0f}s]", flush=True)
@@ -128,6 +133,9 @@ def main() -> None:
     ap.add_argument("--dump", type=Path, default=None,
                     help="write every baseline answer (verdict, layer, component, confidence, rules) as JSON, "
                          "to compare two engines' answers step by step")
+    ap.add_argument("--bounded-detail", choices=("rank", "step"), default=None,
+                    help="keep only the collectives a hook in bounded mode sends, with every rank's per-step "
+                         "summaries (#45 item 3; bench/bounded_filter.py)")
     args = ap.parse_args()
     from tests.support import TestDatabase
 
@@ -141,7 +149,7 @@ def main() -> None:
         with psycopg.connect(db.url, autocommit=True) as conn:
             print(f"ablation: {args.runs} runs on seeds {seeds}; {len(rules)} rules, each switched off alone",
                   flush=True)
-            runs = load(conn, seeds, args.runs, args.step_jitter)
+            runs = load(conn, seeds, args.runs, args.step_jitter, args.bounded_detail)
             t = time.perf_counter()
             base_results = attribute(conn, runs, frozenset())
             base, uses = rates(base_results), decided(base_results)

@@ -1,6 +1,8 @@
 """What a job's collectives table would hold had its ranks run the hook in bounded mode (#45 item 3).
 
-``thin(conn, job, sample_by)`` replays each rank's stored steps and collectives through the hook's own
+``thin(conn, job, sample_by)`` first writes the per-step summaries every rank sends in bounded mode
+(``collective_summaries``: per rank, step, op, size bucket and group size, from the stored records as
+the hook's ``_summarize`` makes them), then replays each rank's stored steps and collectives through the hook's own
 :class:`~fabricscope.collectors.training.volume.BoundedDetail` (the same slow flag, sample and
 settings as in a training process, ``FABRICSCOPE_DETAIL_*`` from the environment; no server
 requests) and deletes the collective rows it would not have sent. ``bench/attribution.py
@@ -54,9 +56,30 @@ def _sent_steps(rank: int, rows: list[tuple[Any, ...]], with_records: set[tuple[
     return sent
 
 
+# The hook's summary of one (rank, step, op, size bucket, group size): bucket as volume.bucket (the
+# largest power of 4 at or below the bytes, 0 without), the slowest record's group and seq.
+SUMMARIES_SQL = """
+INSERT INTO collective_summaries (job, rank, step, op, bucket, group_size, count, total_s, max_s, bytes,
+                                  slowest_group, slowest_seq, start_ts, end_ts)
+SELECT job, rank, step, op, b, coalesce(group_size, 0), count(*), sum(duration_s), max(duration_s), sum(bytes),
+       (array_agg(group_name ORDER BY duration_s DESC))[1], (array_agg(seq ORDER BY duration_s DESC))[1],
+       min(start_ts), max(end_ts)
+FROM (SELECT c.*, CASE WHEN bytes IS NULL OR bytes < 1 THEN 0
+                       ELSE 1::bigint << (2 * ((length(ltrim(bytes::bit(64)::text, '0')) - 1) / 2)) END AS b
+      FROM collectives c WHERE job = %s AND step IS NOT NULL) x
+GROUP BY job, rank, step, op, b, coalesce(group_size, 0)
+"""
+
+
+def summarize(conn: psycopg.Connection, job: str) -> int:
+    """Write the summaries every rank of a bounded hook sends for every step; the rows written."""
+    return conn.execute(SUMMARIES_SQL, (job,)).rowcount
+
+
 def thin(conn: psycopg.Connection, job: str, sample_by: str = "rank") -> tuple[int, int]:
-    """Delete the job's collective rows of rank-steps a bounded hook would not have sent in full;
-    (rank-steps kept, rank-steps with records)."""
+    """Write the job's per-step summaries, then delete its collective rows of rank-steps a bounded hook
+    would not have sent in full; (rank-steps kept, rank-steps with records)."""
+    summarize(conn, job)
     kept, total = kept_rank_steps(conn, job, sample_by)
     ranks = [r for r, _ in kept]
     steps = [s for _, s in kept]

@@ -50,12 +50,17 @@ class Straggler:
 
 
 def decompose(steps: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
-    """`steps`: rank, dur, data, fb, opt, ckpt (+ placement); `coll`: rank, seq, duration_s.
+    """`steps`: rank, dur, data, fb, opt, ckpt (+ placement, + comm_summed: each rank's collective
+    seconds from its summaries, queries.rank_rows); `coll`: rank, seq, duration_s.
     Missing collective rows are imputed with that collective's median over ranks, so a lost row
-    does not make a rank look like it did more local work."""
+    does not make a rank look like it did more local work; so is a rank without a full summary, with
+    the ranks' median."""
     df = steps.copy()
     df["comm"] = 0.0
-    if len(coll):
+    if "comm_summed" in df:  # every rank's own summed time (bounded detail): the records are a sample
+        summed = df.pop("comm_summed").astype(float)
+        df["comm"] = summed.fillna(summed.median()).fillna(0.0)
+    elif len(coll):
         ranks = df["rank"].to_numpy()
         ri = np.searchsorted(np.sort(ranks), coll["rank"].to_numpy())
         order = np.argsort(ranks)

@@ -93,7 +93,7 @@ from fabricscope.service.observability.metrics import ENGINE_INVARIANT_VIOLATION
 
 log = logging.getLogger(__name__)
 ONSET_KIND = "onset"  # the evidence row of an onset step that showed nothing of its own
-_SUMMARY_COLS = ["step", "n", "dur", "start", "ckpt_max", "ckpt_med", "transfer", "data"]
+_SUMMARY_COLS = ["step", "n", "dur", "start", "ckpt_max", "ckpt_med", "transfer", "data", "pending"]
 
 
 class AttributionEngine:
@@ -179,7 +179,8 @@ class AttributionEngine:
                 r = got.get(s)
                 rows[s] = r
                 settled = s <= top - cfg.final_lag_steps and (r is None or r[1] >= cfg.final_rank_share * n_ranks)
-                if (r is not None and n_ranks and r[1] >= n_ranks) or settled:
+                # a step whose ranks' collective summaries are still on their way is read again
+                if (r is not None and n_ranks and r[1] >= n_ranks and not r[8]) or settled:
                     final[(db, job, s)] = r
             self._summaries.update(final)
         df = pd.DataFrame([r for r in rows.values() if r is not None], columns=_SUMMARY_COLS)

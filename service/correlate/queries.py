@@ -27,6 +27,15 @@ from fabricscope.service.correlate.rules import ids as rule_ids  # `ids` names s
 from fabricscope.service.correlate.window import Scoring
 from fabricscope.service.db.frames import INCREMENT_METRICS
 
+# A step's pure transfer time (`transfer`), measured the same way in every step of a job. With every
+# rank's records (FABRICSCOPE_COLLECTIVE_DETAIL=all): the sum over its collectives of the fastest
+# rank's record, the transfer with no waiting. A job whose hook sends per-step summaries (bounded
+# detail) has every rank's records only for some steps (slow, requested, a sampled rank's): there the
+# minimum over ranks of a rank's summed collective time, from the summaries every rank sends for every
+# step (the rank that waited least: the one the others waited for, or none), of the ranks that timed
+# all of the step's collectives (one that lost a record would read low by its time). Mixing the two would set
+# a healthy step with one rank's records (its waits included) against a slow one with all of them.
+# `pending`: a bounded job's step whose ranks' summaries have not all arrived (no transfer yet).
 SUMMARY_SQL = """
 WITH st AS (
   SELECT step, count(*) AS n,
@@ -42,9 +51,19 @@ WITH st AS (
     SELECT step, seq, min(duration_s) AS mn FROM collectives
     WHERE job = %(job)s AND step BETWEEN %(lo)s AND %(hi)s AND op <> 'barrier' GROUP BY step, seq) x
   GROUP BY step
+), sm AS (
+  SELECT step, count(*) AS ranks, min(t) FILTER (WHERE c = top) AS transfer FROM (
+    SELECT step, rank, sum(total_s) AS t, sum(count) AS c, max(sum(count)) OVER (PARTITION BY step) AS top
+    FROM collective_summaries
+    WHERE job = %(job)s AND step BETWEEN %(lo)s AND %(hi)s AND op <> 'barrier' GROUP BY step, rank) y
+  GROUP BY step
+), bounded AS (
+  SELECT EXISTS (SELECT 1 FROM collective_summaries WHERE job = %(job)s) AS yes
 )
-SELECT st.step, st.n, st.dur, st.start, st.ckpt_max, st.ckpt_med, tr.transfer, st.data
-FROM st LEFT JOIN tr USING (step) ORDER BY st.step
+SELECT st.step, st.n, st.dur, st.start, st.ckpt_max, st.ckpt_med,
+       CASE WHEN NOT bounded.yes THEN tr.transfer WHEN sm.ranks >= st.n THEN sm.transfer END AS transfer, st.data,
+       bounded.yes AND coalesce(sm.ranks, 0) < st.n AS pending
+FROM st CROSS JOIN bounded LEFT JOIN tr USING (step) LEFT JOIN sm USING (step) ORDER BY st.step
 """
 
 RANKS_SQL = """
@@ -64,6 +83,13 @@ COLL_ARRAYS_SQL = """
 SELECT count(*), count(seq), array_send(array_agg(rank)), array_send(array_agg(coalesce(seq, 0))),
        array_send(array_agg(duration_s))
 FROM collectives WHERE job = %(job)s AND step = %(step)s"""
+
+# Each rank's collective time in a step from the summaries its hook sends with bounded detail (every
+# rank, every step; no rows: the job sends every record): the seconds and the collectives timed.
+RANK_COMM_SQL = """
+SELECT rank, sum(total_s) AS total, sum(count) AS n FROM collective_summaries
+WHERE job = %(job)s AND step = %(step)s GROUP BY rank
+"""
 
 SERIES_SQL = """
 SELECT se.id AS series_id, src.name AS source, m.name AS metric, m.kind, se.labels::text AS labels
@@ -202,10 +228,22 @@ def rank_rows(
     for c in PLACEMENT_COLS:  # an unplaced rank's: None, as a LEFT JOIN gave
         steps[c] = steps[c].astype(object).where(steps[c].notna(), None) if c in steps else None
     coll = _collectives(conn, job=job, step=step)
+    summed = _frame(conn, RANK_COMM_SQL, {"job": job, "step": step})
+    if len(summed) and len(steps):
+        steps["comm_summed"] = steps["rank"].map(_rank_comm(summed))
     for c in ("dur", "data", "fb", "opt", "ckpt"):
         steps[c] = pd.to_numeric(steps[c], errors="coerce")
     coll["duration_s"] = pd.to_numeric(coll["duration_s"], errors="coerce")
     return steps, coll
+
+
+def _rank_comm(summed: pd.DataFrame) -> pd.Series:
+    """Each rank's collective seconds by rank; NaN (decompose takes the ranks' median) for a rank that
+    timed fewer of the step's collectives than the most any rank timed. Its lost record may be the
+    one that held its wait for a straggler (the step's first collective after a slow loader): its own
+    total, even scaled up at its own mean, would make it the step's slowest worker."""
+    total, n = summed["total"].astype(float), summed["n"].astype(float)
+    return pd.Series(total.where(n >= n.max()).to_numpy(), index=summed["rank"].astype(np.int64).to_numpy())
 
 
 def _collectives(conn: Any, *, job: str, step: int) -> pd.DataFrame:
