@@ -18,6 +18,7 @@ import numpy as np
 
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_text, select, snake
+from fabricscope.collectors.host.nfs_xprt import SETTINGS_LINES, XPRT_METRICS, Unread, read_xprt, unread_problems
 from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import ParseError
 from fabricscope.core.model import Sample, now
@@ -83,6 +84,11 @@ class NfsMount:
     fstype: str
     bytes: dict[str, float] = field(default_factory=dict)
     ops: dict[str, dict[str, float]] = field(default_factory=dict)
+    xprt: dict[str, float] = field(default_factory=dict)  # transport field -> count, summed over its lines
+    unread: Unread = field(default_factory=Unread)
+
+    def problems(self) -> list[str]:
+        return unread_problems(f"{self.device} on {self.mountpoint}", self.unread)
 
 
 def parse_mountstats(text: str) -> list[NfsMount]:
@@ -105,19 +111,26 @@ def parse_mountstats(text: str) -> list[NfsMount]:
             continue
         if current is None:
             continue
-        stripped = line.strip()
-        if stripped.startswith("bytes:"):
-            values = stripped.split()[1:]
-            pairs = zip(NFS_BYTES_FIELDS, values, strict=False)
-            current.bytes = {k: float(v) for k, v in pairs if v.isdigit()}
-        elif stripped == "per-op statistics":
-            in_ops = True
-        elif in_ops and ":" in stripped:
-            op, _, rest = stripped.partition(":")
-            values = rest.split()
-            if values and all(v.isdigit() for v in values):
-                current.ops[op] = {k: float(v) for k, v in zip(NFS_OP_FIELDS, values, strict=False)}
+        in_ops = _mount_line(current, line.strip(), in_ops)
     return mounts
+
+
+def _mount_line(mount: NfsMount, stripped: str, in_ops: bool) -> bool:
+    """One line of a mount's block into ``mount``; whether the per-op table has begun."""
+    key, _, rest = stripped.partition(":")
+    values = rest.split()
+    if key == "bytes":
+        pairs = zip(NFS_BYTES_FIELDS, values, strict=False)
+        mount.bytes = {k: float(v) for k, v in pairs if v.isdigit()}
+    elif key == "xprt":
+        read_xprt(values, mount.xprt, mount.unread)
+    elif stripped == "per-op statistics":
+        return True
+    elif in_ops and values and all(v.isdigit() for v in values):
+        mount.ops[key] = {k: float(v) for k, v in zip(NFS_OP_FIELDS, values, strict=False)}
+    elif stripped and key not in SETTINGS_LINES and not stripped.startswith("RPC iostats version"):
+        mount.unread.add("per-op" if in_ops else key, len(values))
+    return in_ops
 
 
 def visible_mounts(mounts: list[NfsMount]) -> tuple[list[NfsMount], list[str]]:
@@ -151,6 +164,7 @@ def nfs_samples(mount: NfsMount, ts: float, source: str) -> list[Sample]:
         out.append(Sample(ts, source, "nfs_execute_seconds_total", f["execute_ms"] / 1e3, lab))
         if "errors" in f:
             out.append(Sample(ts, source, "nfs_errors_total", f["errors"], lab))
+    out.extend(Sample(ts, source, XPRT_METRICS[k], v) for k, v in mount.xprt.items())
     return out
 
 
@@ -346,7 +360,7 @@ def _read_mountstats(path: Path, device: str, ts: float) -> Reading:
     if not mounts:
         raise ParseError("no NFS mount in it (only nfs/nfs4 mounts are read)")
     return Reading(samples=[s for m in mounts for s in nfs_samples(m, ts, f"{device}:{m.mountpoint}")],
-                   problems=problems)
+                   problems=problems + [p for m in mounts for p in m.problems()])
 
 
 def _read_lustre(path: Path, device: str, ts: float) -> Reading:
