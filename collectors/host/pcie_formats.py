@@ -127,6 +127,11 @@ def _topo_problems(root: ET.Element, by_class: list[str], no_link: list[str], un
     stray = [n.get("name") or "?" for cpu in root.iter("cpu") for nic in cpu.findall("nic") for n in nic.findall("net")]
     if stray:
         out.append(f"NIC {', '.join(stray)} not under a <pci>: no PCIe link to read")
+    nvlinks = [f"gpu{gpu.get('dev', '?')} -> {nv.get('target', '?')} x{nv.get('count', '?')}"
+               for gpu in root.iter("gpu") for nv in gpu.iter("nvlink")]
+    if nvlinks:  # GPU<->GPU/NVSwitch lanes: no PCIe link, and no canonical metric or link kind for them
+        out.append(f"{len(nvlinks)} <nvlink> entries not read (NVLink peers and lane counts have no canonical "
+                   f"metric): {', '.join(nvlinks[:4])}{', ...' if len(nvlinks) > 4 else ''}")
     bare = [el.get("busid") or "?" for el in root.iter("pci") if not el.attrib.keys() - {"busid"}]
     if bare:
         out.append(f"{len(bare)} <pci> entries carry a bus id only (no class, no link): not read")
