@@ -111,3 +111,11 @@ def test_nccl_topo_nvlinks_are_said(name: str) -> None:
     assert n > 0 and len(lines) == 1 and lines[0].startswith(f"{n} <nvlink> entries not read")
     first = re.search(r'<nvlink target="([^"]+)" count="(\d+)"', raw.read_text())
     assert first is not None and f"gpu0 -> {first.group(1)} x{first.group(2)}" in lines[0]
+
+
+def test_nccl_topo_net_speed_is_the_nics_line_rate() -> None:
+    raw = FIXTURES / "pcie/ibm-h100-vsi-nccl-topo/topo.xml"
+    nets = re.findall(r'<net name="([^"]+)"[^>]* speed="(\d+)"', raw.read_text())
+    got = _values(_read("nccl-topo", raw))
+    assert len(nets) == 8
+    assert {(f"h1:{n}", "speed_bps"): int(mbps) * 1e6 for n, mbps in nets}.items() <= got.items()
