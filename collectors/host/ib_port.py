@@ -49,7 +49,8 @@ def port_state(port_dir: Path, ts: float, source: str, where: str) -> tuple[list
 def unread_device_dirs(device_dir: Path, where: str) -> list[str]:
     """A device's counter directories this reader does not map: one problem line each, with how many files."""
     out = []
-    for name, what in (("diag_counters", "mlx4 per-device QP error and overflow diagnostics, no canonical metric"),):
+    for name, what in (("diag_counters", "mlx4 per-device QP error and overflow diagnostics, no canonical metric"),
+                       ("hw_counters", "device-wide RDMA counters; each port's hw_counters/ is read")):
         try:
             files = [f for f in os.listdir(device_dir / name) if not f.startswith("clear")]
         except OSError:
@@ -65,3 +66,15 @@ def unread_ext(port_dir: Path, known: frozenset[str] | set[str]) -> list[str]:
     except OSError:
         return []
     return sorted(f"counters_ext/{n}" for n in names if n not in known)
+
+
+def non_counts(port_dir: Path, read: set[str]) -> list[str]:
+    """Files of a port's ``counters/`` and ``hw_counters/`` that were not read as a count (``N/A``, text)."""
+    out = []
+    for sub in ("counters", "hw_counters"):
+        try:
+            names = sorted(os.listdir(port_dir / sub))
+        except OSError:
+            continue
+        out += [f"{sub}/{n}" for n in names if n not in read and (port_dir / sub / n).is_file()]
+    return out

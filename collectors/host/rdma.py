@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_text, select
-from fabricscope.collectors.host.ib_port import port_state, unread_device_dirs, unread_ext
+from fabricscope.collectors.host.ib_port import non_counts, port_state, unread_device_dirs, unread_ext
 from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
@@ -318,6 +318,10 @@ def _read_sysfs_ib(path: Path, device: str, ts: float) -> Reading:
             out.problems.append(f"{dev}/{port}: no readable counters")
             continue
         out.problems.extend(problems)
+        skipped = non_counts(d, set(counters) | set(hw))
+        if skipped:
+            out.problems.append(f"{dev}/{port}: {len(skipped)} files not a count, not read: {', '.join(skipped[:4])}"
+                                f"{', ...' if len(skipped) > 4 else ''}")
         out.samples.extend(map_port(counters, hw, ts, ib_source(device, dev, port)))
         out.unmapped.extend(k for k in counters if k not in IB_COUNTERS)
         out.unmapped.extend(unread_ext(d, set(COUNTERS_EXT)))

@@ -119,3 +119,16 @@ def test_nccl_topo_net_speed_is_the_nics_line_rate() -> None:
     got = _values(_read("nccl-topo", raw))
     assert len(nets) == 8
     assert {(f"h1:{n}", "speed_bps"): int(mbps) * 1e6 for n, mbps in nets}.items() <= got.items()
+
+
+def test_a_counter_file_that_is_not_a_count_and_device_wide_hw_counters_are_said(tmp_path: Path) -> None:
+    tree = tmp_path / "sys"
+    shutil.copytree(IB_TREE, tree)
+    mlx5 = tree / "class/infiniband/mlx5_0"
+    (mlx5 / "ports/1/counters/symbol_error").write_text("N/A (no PMA)\n")
+    (mlx5 / "hw_counters").mkdir()
+    (mlx5 / "hw_counters/num_qps").write_text("0\n")
+    problems = _read("sysfs-infiniband", tree).problems
+    assert "mlx5_0/1: 1 files not a count, not read: counters/symbol_error" in problems
+    assert ("mlx5_0: hw_counters/: 1 counters not read (device-wide RDMA counters; each port's hw_counters/ is "
+            "read)") in problems
