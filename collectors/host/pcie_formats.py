@@ -5,7 +5,8 @@ a sysfs tree (``fabricscope parse /sys`` or a copy of one) and an NCCL topology 
 Canonical metrics (docs/API.md): ``pcie_link_generation``, ``pcie_link_width`` (the link now) and
 ``pcie_link_generation_max``, ``pcie_link_width_max``. Sources: ``device:<nic>`` (RDMA device, else
 interface name) and, from an NCCL dump, ``device:gpu<N>`` with N NCCL's CUDA device index. A
-width of 0 (virtual functions) or an unknown speed is left out.
+width of 0 (virtual functions) or an unknown speed is left out. An NCCL dump's ``<net speed>`` is also the NIC's
+``speed_bps``; its ``<nvlink>`` entries are said, not read (no canonical metric).
 """
 
 from __future__ import annotations
@@ -109,8 +110,21 @@ def _read_nccl_topo(path: Path, device: str, ts: float) -> Reading:
             no_link.append(f"{kind} {busid}")
         for source in sources:
             out.samples.extend(link_samples(link, source, ts))
+    out.samples.extend(_net_speeds(root, device, ts))
     out.problems.extend(_topo_problems(root, by_class, no_link, unknown))
     return out
+
+
+def _net_speeds(root: ET.Element, device: str, ts: float) -> list[Sample]:
+    """``<net speed>``: the port's line rate in Mb/s as NCCL read it (ibv port attributes, or the netdev's
+    ``speed``), the ``speed_bps`` sysfs-net and sysfs-infiniband give the same NIC. A name listed twice keeps
+    its first speed."""
+    speeds: dict[str, float] = {}
+    for net in root.iter("net"):
+        mbps = _int_or_none(net.get("speed"))
+        if net.get("name") and mbps and mbps > 0:
+            speeds.setdefault(net.get("name", ""), mbps * 1e6)
+    return [Sample(ts, f"{device}:{name}", "speed_bps", bps) for name, bps in speeds.items()]
 
 
 def _topo_problems(root: ET.Element, by_class: list[str], no_link: list[str], unknown: list[str]) -> list[str]:
@@ -127,6 +141,11 @@ def _topo_problems(root: ET.Element, by_class: list[str], no_link: list[str], un
     stray = [n.get("name") or "?" for cpu in root.iter("cpu") for nic in cpu.findall("nic") for n in nic.findall("net")]
     if stray:
         out.append(f"NIC {', '.join(stray)} not under a <pci>: no PCIe link to read")
+    nvlinks = [f"gpu{gpu.get('dev', '?')} -> {nv.get('target', '?')} x{nv.get('count', '?')}"
+               for gpu in root.iter("gpu") for nv in gpu.iter("nvlink")]
+    if nvlinks:  # GPU<->GPU/NVSwitch lanes: no PCIe link, and no canonical metric or link kind for them
+        out.append(f"{len(nvlinks)} <nvlink> entries not read (NVLink peers and lane counts have no canonical "
+                   f"metric): {', '.join(nvlinks[:4])}{', ...' if len(nvlinks) > 4 else ''}")
     bare = [el.get("busid") or "?" for el in root.iter("pci") if not el.attrib.keys() - {"busid"}]
     if bare:
         out.append(f"{len(bare)} <pci> entries carry a bus id only (no class, no link): not read")
@@ -159,6 +178,6 @@ class PcieLinkCollector:
 FORMATS = (
     Format("sysfs-pcie", "a /sys tree: PCIe link now and at most of every NIC (class/infiniband, class/net)",
            sniff=_looks_like_sysfs, read=_read_sysfs, directory=True, priority=200),
-    Format("nccl-topo", "NCCL topology dump (NCCL_TOPO_DUMP_FILE): PCIe link maximum of its GPUs and NICs",
+    Format("nccl-topo", "NCCL topology dump (NCCL_TOPO_DUMP_FILE): PCIe link maximum of its GPUs and NICs, NIC speeds",
            sniff=_looks_like_nccl_topo, read=_read_nccl_topo),
 )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_text, select
+from fabricscope.collectors.host.ib_port import non_counts, port_state, unread_device_dirs, unread_ext
 from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import CollectionError, ParseError
 from fabricscope.core.model import Sample, now
@@ -265,6 +266,10 @@ class RdmaCollector:
                 log.warning("rdma %s:%s/%d: no readable counters, skipped", self.host, device, port)
                 continue
             out.extend(map_port(counters, hw, ts, ib_source(self.host, device, port)))
+            base = self.sys_root / "class/infiniband" / device / "ports" / str(port)
+            state, problems = port_state(base, ts, ib_source(self.host, device, port), f"{device}/{port}")
+            report_problems(self.host, "sysfs-infiniband", problems, log)
+            out.extend(state)
         return out
 
 
@@ -306,13 +311,24 @@ def _read_sysfs_ib(path: Path, device: str, ts: float) -> Reading:
                             f"copy of /sys?), not read: {', '.join(unread)}")
     for dev, port, d in ports:
         (counters, problems), hw = port_counters(d, f"{dev}/{port}"), _read_counter_dir(d / "hw_counters")
+        state, state_problems = port_state(d, ts, ib_source(device, dev, port), f"{dev}/{port}")
+        out.samples.extend(state)  # a port without a PMA (iWARP) still has a state and a rate
+        out.problems.extend(state_problems)
         if not counters and not hw:
             out.problems.append(f"{dev}/{port}: no readable counters")
             continue
         out.problems.extend(problems)
+        skipped = non_counts(d, set(counters) | set(hw))
+        if skipped:
+            out.problems.append(f"{dev}/{port}: {len(skipped)} files not a count, not read: {', '.join(skipped[:4])}"
+                                f"{', ...' if len(skipped) > 4 else ''}")
         out.samples.extend(map_port(counters, hw, ts, ib_source(device, dev, port)))
         out.unmapped.extend(k for k in counters if k not in IB_COUNTERS)
+        out.unmapped.extend(unread_ext(d, set(COUNTERS_EXT)))
         out.unmapped.extend(k for k in hw if k not in RDMA_HW_COUNTERS and k not in NOT_COUNTERS)
+    # per device, not per port: ``<dev>/ports/<n>`` -> ``<dev>``
+    dev_dirs = {dev: d.parent.parent for dev, _, d in ports if d.parent.name == "ports"}
+    out.problems.extend(p for dev, dd in sorted(dev_dirs.items()) for p in unread_device_dirs(dd, dev))
     return out
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from fabricscope.collectors.formats import Format, Reading
 from fabricscope.collectors.host.common import extra_counter, read_text, select, snake
+from fabricscope.collectors.host.nfs import nfs_samples, parse_mountstats, visible_mounts
 from fabricscope.collectors.selfmetrics import report_problems
 from fabricscope.core.errors import ParseError
 from fabricscope.core.model import Sample, now
@@ -45,12 +45,6 @@ DISK_METRICS: dict[str, tuple[str, float]] = {
     "discards": ("discard_ops_total", 1.0),
     "flushes": ("flush_ops_total", 1.0),
 }
-# NFS per-op fields (include/linux/sunrpc/metrics.h), the ninth (errors) since Linux 5.3.
-NFS_OP_FIELDS = ("ops", "trans", "timeouts", "bytes_sent", "bytes_recv", "queue_ms", "rtt_ms", "execute_ms",
-                 "errors")
-NFS_BYTES_FIELDS = ("normalreadbytes", "normalwritebytes", "directreadbytes", "directwritebytes",
-                    "serverreadbytes", "serverwritebytes", "readpages", "writepages")
-NFS_FSTYPES = frozenset({"nfs", "nfs4"})
 
 
 def parse_diskstats(text: str) -> dict[str, dict[str, float]]:
@@ -74,84 +68,6 @@ def parse_diskstats(text: str) -> dict[str, dict[str, float]]:
 def disk_samples(stats: Mapping[str, float], ts: float, source: str) -> list[Sample]:
     return [Sample(ts, source, metric, stats[f] * scale)
             for f, (metric, scale) in DISK_METRICS.items() if f in stats]
-
-
-@dataclass
-class NfsMount:
-    device: str
-    mountpoint: str
-    fstype: str
-    bytes: dict[str, float] = field(default_factory=dict)
-    ops: dict[str, dict[str, float]] = field(default_factory=dict)
-
-
-def parse_mountstats(text: str) -> list[NfsMount]:
-    """``/proc/self/mountstats`` -> NFS mounts with byte counters and per-op statistics."""
-    mounts: list[NfsMount] = []
-    current: NfsMount | None = None
-    in_ops = False
-    for line in text.splitlines():
-        if line.startswith("device "):
-            parts = line.split()
-            in_ops = False
-            # device DEV mounted on MOUNTPOINT with fstype TYPE [statvers=X]
-            if len(parts) >= 8 and parts[2:4] == ["mounted", "on"] and "fstype" in parts[5:-1]:
-                fstype = parts[parts.index("fstype", 5) + 1]
-                current = NfsMount(parts[1], parts[4], fstype) if fstype in NFS_FSTYPES else None
-                if current is not None:
-                    mounts.append(current)
-            else:
-                current = None
-            continue
-        if current is None:
-            continue
-        stripped = line.strip()
-        if stripped.startswith("bytes:"):
-            values = stripped.split()[1:]
-            pairs = zip(NFS_BYTES_FIELDS, values, strict=False)
-            current.bytes = {k: float(v) for k, v in pairs if v.isdigit()}
-        elif stripped == "per-op statistics":
-            in_ops = True
-        elif in_ops and ":" in stripped:
-            op, _, rest = stripped.partition(":")
-            values = rest.split()
-            if values and all(v.isdigit() for v in values):
-                current.ops[op] = {k: float(v) for k, v in zip(NFS_OP_FIELDS, values, strict=False)}
-    return mounts
-
-
-def visible_mounts(mounts: list[NfsMount]) -> tuple[list[NfsMount], list[str]]:
-    """One mount per mountpoint: the last listed. A mountpoint listed again is an over-mount (or a second
-    mount of the same path): the later entry is the one the path reaches, and the earlier ones' counters
-    would land in the same series (source = the mountpoint). They are skipped and said, never merged."""
-    last = {m.mountpoint: i for i, m in enumerate(mounts)}
-    kept = [m for i, m in enumerate(mounts) if last[m.mountpoint] == i]
-    problems = [f"{m.device} ({m.fstype}) on {m.mountpoint} is listed again later (over-mounted): its counters "
-                "skipped, the later mount read" for i, m in enumerate(mounts) if last[m.mountpoint] != i]
-    return kept, problems
-
-
-def nfs_samples(mount: NfsMount, ts: float, source: str) -> list[Sample]:
-    out: list[Sample] = []
-    if "serverreadbytes" in mount.bytes:
-        out.append(Sample(ts, source, "read_bytes_total", mount.bytes["serverreadbytes"]))
-    if "serverwritebytes" in mount.bytes:
-        out.append(Sample(ts, source, "write_bytes_total", mount.bytes["serverwritebytes"]))
-    for op, canonical in (("READ", "read_ops_total"), ("WRITE", "write_ops_total")):
-        if op in mount.ops:
-            out.append(Sample(ts, source, canonical, mount.ops[op]["ops"]))
-    for op, f in mount.ops.items():
-        if not f.get("ops"):
-            continue  # the ~60 NFSv4 ops never used on this mount: nothing to store
-        lab = {"op": op}
-        out.append(Sample(ts, source, "nfs_ops_total", f["ops"], lab))
-        out.append(Sample(ts, source, "nfs_retransmits_total", max(f["trans"] - f["ops"], 0.0), lab))
-        out.append(Sample(ts, source, "nfs_timeouts_total", f["timeouts"], lab))
-        out.append(Sample(ts, source, "nfs_rtt_seconds_total", f["rtt_ms"] / 1e3, lab))
-        out.append(Sample(ts, source, "nfs_execute_seconds_total", f["execute_ms"] / 1e3, lab))
-        if "errors" in f:
-            out.append(Sample(ts, source, "nfs_errors_total", f["errors"], lab))
-    return out
 
 
 LPROCFS_HEADERS = ("snapshot_time", "start_time", "elapsed_time")
@@ -346,7 +262,7 @@ def _read_mountstats(path: Path, device: str, ts: float) -> Reading:
     if not mounts:
         raise ParseError("no NFS mount in it (only nfs/nfs4 mounts are read)")
     return Reading(samples=[s for m in mounts for s in nfs_samples(m, ts, f"{device}:{m.mountpoint}")],
-                   problems=problems)
+                   problems=problems + [p for m in mounts for p in m.problems()])
 
 
 def _read_lustre(path: Path, device: str, ts: float) -> Reading:

@@ -43,7 +43,8 @@ def test_h100_dump_has_every_gpu_and_nic_at_gen5_and_no_zero_width() -> None:
     _, got, err = parse(str(FIXTURES / "ibm-h100-vsi-nccl-topo" / "topo.xml"), "--device", "h100-a")
     assert '"format": "nccl-topo"' in err  # sniffed
     assert {s["source"] for s in got} == {f"h100-a:gpu{i}" for i in range(8)} | {f"h100-a:mlx5_{i}" for i in range(8)}
-    assert {(s["metric"], s["value"]) for s in got} == {("pcie_link_generation_max", 5.0)}
+    assert {(s["metric"], s["value"]) for s in got} == {("pcie_link_generation_max", 5.0), ("speed_bps", 200e9)}
+    assert {s["source"] for s in got if s["metric"] == "speed_bps"} == {f"h100-a:mlx5_{i}" for i in range(8)}
 
 
 def test_sysfs_tree_reports_an_hca_once_not_again_for_its_netdev() -> None:
