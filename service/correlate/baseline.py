@@ -295,13 +295,15 @@ class _Pass:
         self.ck_over[i] = d - b >= FAINT_REL * b
         # inside an open proven segment it carries the shift too (final once the end is known)
         self.live[i] = self.slow[i] or (seg.proven and self.ck_x[i] > self.seq.shift / 2)
-        if not self.live[i] and not self.ck_over[i] and seg.onset < 0:
+        if not self.live[i] and not self.ck_over[i] and seg.onset < 0 and d >= med:
             # not while an excursion is open: a long fault's checkpoint steps, under half its
             # shift by the extra its earlier checkpoint steps taught, would make it the norm;
             # nor a borderline or faint one: a slow write that only checkpoint steps show is
             # never an excursion, and its first steps (borderline, then corroborated) would teach
             # it (a slow checkpoint volume's faint steps, once learned, put its next steps under
-            # FAINT_REL)
+            # FAINT_REL). Nor one under the plain steps' median: a write adds time, so that median is
+            # not the job's level (a window opened inside a slow fault, whose steps were its first
+            # "healthy" ones); it taught a negative extra, and every later checkpoint step read slow
             self.hist_ck.append(d - med)
         self.base[i], self.base_t[i], self.thr[i] = b, med_t, t
 

@@ -25,6 +25,7 @@ import psycopg
 import pytest
 
 from fabricscope.service.correlate import AttributionEngine
+from fabricscope.service.correlate.baseline import compute_baselines
 from fabricscope.service.correlate.constants import DEFAULT_CONFIG
 from fabricscope.service.correlate.rules import ids
 from fabricscope.service.simulate.faults import CKPT_LATENCY, SHARED_CKPT, Fault, make_fault
@@ -198,3 +199,22 @@ def test_volume_write_signal_ends_with_the_write(service_url: str, db_conn: psyc
     answers = {s: ENGINE.attribute_step(db_conn, job=sc.job, step=s) for s in after}
     wrong = {s: _answer(a) for s, a in answers.items() if a is None or a["slow"] or a["component"] == f.component}
     assert not wrong, wrong
+
+
+def test_verdict_checkpoint_bar_learns_no_extra_from_a_window_opened_inside_a_fault() -> None:
+    """Rule verdict.checkpoint_bar: the engine's window (history_steps before the step) can open inside
+    a slow fault, whose steps are then its first "healthy" ones; a checkpoint step there runs under
+    that median, and its negative "extra" made every later checkpoint step of the job slow (the fabric
+    lab: baselines of -0.3 to -0.5 s). Such a step teaches nothing; a slow write is still slow."""
+    for seed in (3, 4, 5, 6):
+        rng = np.random.default_rng(seed)
+        n = 120
+        d = 0.1 * (1 + rng.normal(0, 0.05, n))
+        d[:8] = 1.0 * (1 + rng.normal(0, 0.05, 8))  # the window opens inside a fault's 1-s steps
+        ckpt = np.zeros(n, bool)
+        ckpt[4::5] = True
+        d[ckpt] += 0.02  # a quick checkpoint write
+        d[104] += 0.1  # ...one of them slow
+        b = compute_baselines(d, np.full(n, 0.03), ckpt, np.where(ckpt, 0.02, 0.0))
+        assert (b.base[ckpt][3:] > 0.1).all(), b.base[ckpt]
+        assert [int(i) for i in np.flatnonzero(ckpt & b.slow)] == [104], seed
