@@ -227,10 +227,15 @@ def rank_rows(
         )
     for c in PLACEMENT_COLS:  # an unplaced rank's: None, as a LEFT JOIN gave
         steps[c] = steps[c].astype(object).where(steps[c].notna(), None) if c in steps else None
-    coll = _collectives(conn, job=job, step=step)
     summed = _frame(conn, RANK_COMM_SQL, {"job": job, "step": step})
-    if len(summed) and len(steps):
-        steps["comm_summed"] = steps["rank"].map(_rank_comm(summed))
+    if len(summed):  # bounded detail: decompose reads every rank's summed time, the records are a sample
+        if len(steps):
+            steps["comm_summed"] = steps["rank"].map(_rank_comm(summed))
+        coll = pd.DataFrame(
+            {"rank": np.array([], np.int64), "seq": np.array([], np.int64), "duration_s": np.array([], float)}
+        )
+    else:
+        coll = _collectives(conn, job=job, step=step)
     for c in ("dur", "data", "fb", "opt", "ckpt"):
         steps[c] = pd.to_numeric(steps[c], errors="coerce")
     coll["duration_s"] = pd.to_numeric(coll["duration_s"], errors="coerce")
