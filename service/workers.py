@@ -148,13 +148,17 @@ def _start_attribution(sched: BackgroundScheduler, pool: ConnectionPool, setting
     # One pass at a time in this process, interval or arrival: both would judge the same steps.
     one_pass = threading.Lock()
 
+    def judge_job(conn: psycopg.Connection, job: str) -> None:
+        # then ask a bounded-detail job's ranks for the records of the slow steps they only summarized
+        if engine.process_pending(conn, job=job):
+            detail.ask_for_slow_steps(conn, job=job)
+
     def correlate(conn: psycopg.Connection) -> None:
         jobs = [r[0] for r in conn.execute("SELECT name FROM jobs ORDER BY name").fetchall()]
         with one_pass:
             m.ATTRIBUTION_PASSES.labels("interval").inc()
             for job in owned.claim_all(conn, jobs):
-                if engine.process_pending(conn, job=job):
-                    detail.ask_for_slow_steps(conn, job=job)
+                judge_job(conn, job)
 
     sched.add_job(_guarded(pool, "attribution", correlate, running), "interval",
                   seconds=settings.correlate_interval_s, id="correlate", jitter=1)
@@ -166,8 +170,7 @@ def _start_attribution(sched: BackgroundScheduler, pool: ConnectionPool, setting
             with one_pass:
                 m.ATTRIBUTION_PASSES.labels("arrival").inc()
                 for job in owned.mine(conn, sorted(jobs)):
-                    if engine.process_pending(conn, job=job):
-                        detail.ask_for_slow_steps(conn, job=job)
+                    judge_job(conn, job)
 
         _guarded(pool, "attribution on arrival", judge, running)()
 
